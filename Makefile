@@ -1,0 +1,42 @@
+# Magos Fleet developer tasks. Run `make help` for the list.
+SHELL := /usr/bin/env bash
+.SHELLFLAGS := -euo pipefail -c
+
+MODULES     := apis pkg hub agent tools
+PACKAGES    := $(addprefix ./,$(addsuffix /...,$(MODULES)))
+CRD_DIRS    := charts/magos-hub/templates/crds charts/magos-agent/templates/crds
+BIN         := bin
+GO_TEST_FLAGS ?= -timeout 40m
+# Assets (etcd, kube-apiserver, tofu) are built once from the Go module proxy and cached.
+WITH_ASSETS := eval "$$(tools/provision-assets.sh)" && export KUBEBUILDER_ASSETS MAGOS_TOFU &&
+
+.PHONY: help
+help: ## List the targets.
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
+
+.PHONY: generate
+generate: ## Regenerate deepcopy code and the CRDs of both charts.
+	go tool controller-gen object paths=./apis/...
+	go tool controller-gen crd paths=./apis/... output:crd:artifacts:config=$(firstword $(CRD_DIRS))
+	rm -rf $(lastword $(CRD_DIRS)) && cp -r $(firstword $(CRD_DIRS)) $(lastword $(CRD_DIRS))
+
+.PHONY: build
+build: ## Build the hub, agent, magosctl and magos-dev binaries into bin/.
+	go build -o $(BIN)/ ./hub/cmd/... ./agent/cmd/... ./tools/cmd/...
+
+.PHONY: assets
+assets: ## Build etcd, kube-apiserver and tofu from the Go module proxy (cached).
+	tools/provision-assets.sh
+
+.PHONY: test
+test: ## Run every test, against real API servers and a real tofu.
+	$(WITH_ASSETS) go test $(GO_TEST_FLAGS) $(PACKAGES)
+
+.PHONY: bench
+bench: ## Run the benchmarks and print their numbers.
+	$(WITH_ASSETS) go test -run '^$$' -bench . -benchmem $(PACKAGES)
+
+.PHONY: lint
+lint: ## gofmt and go vet.
+	@out=$$(gofmt -l $(MODULES)); if [[ -n "$$out" ]]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	go vet $(PACKAGES)

@@ -1,0 +1,118 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Transports of a registered cluster.
+const (
+	// TransportAgent: an agent in the spoke connects to the hub; the hub never holds spoke
+	// credentials.
+	TransportAgent = "agent"
+	// TransportDirect: the hub connects to the spoke's API server with a kubeconfig.
+	TransportDirect = "direct"
+)
+
+// Reasons written on a Cluster.
+const (
+	ReasonAgentHeartbeating = "AgentHeartbeating"
+	ReasonAgentSilent       = "AgentSilent"
+	ReasonAgentNeverSeen    = "AgentNeverSeen"
+	ReasonEngaged           = "Engaged"
+	ReasonEngageFailed      = "EngageFailed"
+	ReasonReachable         = "Reachable"
+)
+
+// SecretKeySelector names a key of a Secret in a given namespace.
+type SecretKeySelector struct {
+	// +kubebuilder:validation:MinLength=1
+	Namespace string `json:"namespace"`
+	// +kubebuilder:validation:MinLength=1
+	Name string `json:"name"`
+	// +kubebuilder:default=kubeconfig
+	// +optional
+	Key string `json:"key,omitempty"`
+}
+
+// KubeconfigSource is where the hub reads a direct cluster's kubeconfig.
+// +kubebuilder:validation:XValidation:rule="has(self.path) != has(self.secretRef)",message="kubeconfig needs exactly one of path and secretRef"
+type KubeconfigSource struct {
+	// Path of a kubeconfig file on the hub.
+	// +optional
+	Path string `json:"path,omitempty"`
+	// SecretRef names a Secret key holding the kubeconfig.
+	// +optional
+	SecretRef *SecretKeySelector `json:"secretRef,omitempty"`
+}
+
+// ClusterSpec is a registered cluster, as the hub's config file declares it. The hub writes it;
+// users edit the config file, not this object. The cluster's registered labels are the object's
+// labels.
+// +kubebuilder:validation:XValidation:rule="(self.transport == 'direct') == has(self.kubeconfig)",message="a direct cluster needs a kubeconfig and an agent cluster must not have one"
+type ClusterSpec struct {
+	// Transport is agent (pull: an agent in the spoke connects) or direct (the hub connects).
+	// +kubebuilder:validation:Enum=agent;direct
+	Transport string `json:"transport"`
+
+	// Kubeconfig of a direct cluster.
+	// +optional
+	Kubeconfig *KubeconfigSource `json:"kubeconfig,omitempty"`
+}
+
+// ClusterStatus is the health of a registered cluster.
+type ClusterStatus struct {
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// Namespace on the hub that holds the cluster's mirrors (agent clusters).
+	// +optional
+	Namespace string `json:"namespace,omitempty"`
+
+	// LastHeartbeatTime is the agent's last heartbeat.
+	// +optional
+	LastHeartbeatTime *metav1.Time `json:"lastHeartbeatTime,omitempty"`
+
+	// AgentVersion is the version the agent reports.
+	// +optional
+	AgentVersion string `json:"agentVersion,omitempty"`
+
+	// Workspaces is the number of Workspaces the hub sees in the cluster.
+	// +optional
+	Workspaces int32 `json:"workspaces,omitempty"`
+
+	// Conditions: Engaged, Available, Ready.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// Cluster is a spoke registered with the hub. The hub creates one for every entry of its config
+// file and keeps its status.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:scope=Cluster
+// +kubebuilder:printcolumn:name="Transport",type=string,JSONPath=`.spec.transport`
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Available",type=string,JSONPath=`.status.conditions[?(@.type=="Available")].reason`
+// +kubebuilder:printcolumn:name="Workspaces",type=integer,JSONPath=`.status.workspaces`
+// +kubebuilder:printcolumn:name="Heartbeat",type=date,JSONPath=`.status.lastHeartbeatTime`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type Cluster struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// +required
+	Spec   ClusterSpec   `json:"spec"`
+	Status ClusterStatus `json:"status,omitempty"`
+}
+
+// ClusterList is a list of Clusters.
+//
+// +kubebuilder:object:root=true
+type ClusterList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []Cluster `json:"items"`
+}

@@ -1,0 +1,155 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Reasons written on a Rollout.
+const (
+	ReasonNoSteps            = "NoSteps"
+	ReasonNoWorkspacesFound  = "NoWorkspacesFound"
+	ReasonRolloutCompleted   = "RolloutCompleted"
+	ReasonStepFailed         = "StepFailed"
+	ReasonLevelProgressing   = "LevelProgressing"
+	ReasonClusterUnavailable = "ClusterUnavailable"
+	ReasonPaused             = "Paused"
+	ReasonInvalidSelector    = "InvalidSelector"
+)
+
+// Step phases in status.steps.
+const (
+	StepPending     = "Pending"
+	StepProgressing = "Progressing"
+	StepCompleted   = "Completed"
+	StepFailed      = "Failed"
+	StepWaiting     = "Waiting"
+)
+
+// RolloutStep selects the Workspaces of one step.
+// +kubebuilder:validation:XValidation:rule="!has(self.clusterSelector) || has(self.clusterSelector.matchLabels) || has(self.clusterSelector.matchExpressions)",message="clusterSelector must not be empty: leave it out to select every cluster"
+type RolloutStep struct {
+	// Name of the step, unique within the Rollout.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	Name string `json:"name"`
+
+	// Selector selects the step's Workspaces by label.
+	Selector LabelSelector `json:"selector"`
+
+	// ClusterSelector narrows the step to Workspaces in clusters whose registered labels match.
+	// +optional
+	ClusterSelector *LabelSelector `json:"clusterSelector,omitempty"`
+}
+
+// RolloutStrategy is the ordered list of steps.
+type RolloutStrategy struct {
+	// Steps run in order; the Workspaces of one step run in parallel.
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:XValidation:rule="self.all(s, self.exists_one(t, t.name == s.name))",message="step names must be unique"
+	// +listType=atomic
+	Steps []RolloutStep `json:"steps"`
+}
+
+// RolloutSpec promotes a change through the Workspaces of one Project, step by step.
+type RolloutSpec struct {
+	// ProjectRef is the Project (same namespace, same name as the Rollout).
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	ProjectRef string `json:"projectRef"`
+
+	// Strategy is the ordered list of steps.
+	Strategy RolloutStrategy `json:"strategy"`
+
+	// Paused stops new grants; runs already granted finish.
+	// +optional
+	Paused bool `json:"paused,omitempty"`
+}
+
+// StepStatus tells where one step stands.
+type StepStatus struct {
+	// Name of the step.
+	Name string `json:"name"`
+	// Phase of the step: Pending, Progressing, Waiting, Completed or Failed.
+	Phase string `json:"phase"`
+	// Matched is the number of Workspaces the step selects.
+	Matched int32 `json:"matched"`
+	// Applied is the number of them Applied for their current generation and revision.
+	Applied int32 `json:"applied"`
+	// Running is the number planning or applying.
+	Running int32 `json:"running"`
+	// Failed is the number Failed or ValidationFailed.
+	Failed int32 `json:"failed"`
+	// Clusters the step's Workspaces live in.
+	// +optional
+	// +listType=atomic
+	Clusters []string `json:"clusters,omitempty"`
+}
+
+// RolloutStatus is the observed state of a Rollout.
+type RolloutStatus struct {
+	// ObservedGeneration is the spec generation the status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// +optional
+	Phase Phase `json:"phase,omitempty"`
+	// CurrentStep is the index of the step being executed (len(steps) when completed).
+	CurrentStep int `json:"currentStep"`
+	// CurrentStepName is the name of that step.
+	// +optional
+	CurrentStepName string `json:"currentStepName,omitempty"`
+	// +optional
+	Reason string `json:"reason,omitempty"`
+	// +optional
+	Message string `json:"message,omitempty"`
+	// +optional
+	LastReconcileTime *metav1.Time `json:"lastReconcileTime,omitempty"`
+
+	// AppliedWorkspaces is the number of distinct Workspaces Applied.
+	// +optional
+	AppliedWorkspaces int32 `json:"appliedWorkspaces,omitempty"`
+	// TotalWorkspaces is the number of distinct Workspaces the steps select.
+	// +optional
+	TotalWorkspaces int32 `json:"totalWorkspaces,omitempty"`
+
+	// Steps tells, per step, how many Workspaces it matched and where they stand.
+	// +optional
+	// +listType=atomic
+	Steps []StepStatus `json:"steps,omitempty"`
+
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// Rollout orders the Workspaces of a Project in steps: in order, parallel within a step,
+// stopping on the first failure.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:scope=Namespaced
+// +kubebuilder:validation:XValidation:rule="self.metadata.name == self.spec.projectRef",message="Rollout name must exactly match the projectRef it targets to ensure 1-to-1 mapping"
+// +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Project",type=string,JSONPath=`.spec.projectRef`
+// +kubebuilder:printcolumn:name="Step",type=string,JSONPath=`.status.currentStepName`
+// +kubebuilder:printcolumn:name="Applied",type=integer,JSONPath=`.status.appliedWorkspaces`
+// +kubebuilder:printcolumn:name="Total",type=integer,JSONPath=`.status.totalWorkspaces`
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.reason`,priority=1
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type Rollout struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// +required
+	Spec   RolloutSpec   `json:"spec"`
+	Status RolloutStatus `json:"status,omitempty"`
+}
+
+// RolloutList is a list of Rollouts.
+//
+// +kubebuilder:object:root=true
+type RolloutList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []Rollout `json:"items"`
+}

@@ -1,0 +1,291 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Reasons written on a Workspace, as upstream Magos writes them.
+const (
+	ReasonAwaitingRollout          = "AwaitingRollout"
+	ReasonConfigurationChanged     = "ConfigurationChanged"
+	ReasonScheduledReconcile       = "ScheduledReconcile"
+	ReasonRetryApply               = "RetryApply"
+	ReasonRetryPlan                = "RetryPlan"
+	ReasonNewRevisionDetected      = "NewRevisionDetected"
+	ReasonManualReconcileRequested = "ManualReconcileRequested"
+	ReasonPlanJobCreated           = "PlanJobCreated"
+	ReasonPlanning                 = "Planning"
+	ReasonPlanFailed               = "PlanFailed"
+	ReasonPolicyViolation          = "PolicyViolation"
+	ReasonPlanSucceeded            = "PlanSucceeded"
+	ReasonApplyJobCreated          = "ApplyJobCreated"
+	ReasonApplying                 = "Applying"
+	ReasonApplyFailed              = "ApplyFailed"
+	ReasonApplySucceeded           = "ApplySucceeded"
+	ReasonReconcileError           = "ReconcileError"
+	ReasonDeleting                 = "Deleting"
+	ReasonDestroying               = "Destroying"
+	ReasonDestroyFailed            = "DestroyFailed"
+)
+
+// Run triggers recorded in status.currentRunTrigger.
+const (
+	TriggerUnknown       = "unknown"
+	TriggerInitial       = "initial"
+	TriggerConfiguration = "configuration"
+	TriggerManual        = "manual"
+	TriggerScheduled     = "scheduled"
+	TriggerRevision      = "revision"
+	TriggerRetry         = "retry"
+)
+
+// Binaries a Workspace can run.
+const (
+	BinaryOpenTofu  = "tofu"
+	BinaryTerraform = "terraform"
+)
+
+// DefaultServiceAccountName is the ServiceAccount plan and apply Jobs run as by default.
+const DefaultServiceAccountName = "magos-job"
+
+// ProjectReference names the Project a Workspace belongs to. On a spoke it names the hub
+// Project of that name in the hub namespace of the same name as the Workspace's namespace.
+type ProjectReference struct {
+	// Name of the Project.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+}
+
+// JobOverrides tunes the plan or the apply Job of a run.
+type JobOverrides struct {
+	// Annotations for the Job's Pod; they win over spec.annotations.
+	// +optional
+	Annotations map[string]string `json:"annotations,omitempty"`
+
+	// TimeoutSeconds bounds the run (the Job's activeDeadlineSeconds). Default 86400.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=604800
+	TimeoutSeconds *int64 `json:"timeoutSeconds,omitempty"`
+}
+
+// Source is where the root module comes from.
+type Source struct {
+	// RepoURL is the git repository: https://, http://, ssh://, git:// or file:// URL, or
+	// scp-style user@host:path.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=2048
+	// +kubebuilder:validation:XValidation:rule="self.matches('^(https?|ssh|git|file)://.+$') || self.matches('^[A-Za-z0-9._-]+@[^:/]+:.+$')",message="repoURL must be an https://, http://, ssh://, git:// or file:// URL, or scp-style user@host:path"
+	RepoURL string `json:"repoURL"`
+
+	// TargetRevision is the branch, tag or commit to run.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=255
+	TargetRevision string `json:"targetRevision"`
+
+	// Path of the root module inside the repository.
+	// +kubebuilder:default="."
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	// +kubebuilder:validation:XValidation:rule="!self.startsWith('/') && self != '..' && !self.startsWith('../') && !self.contains('/../') && !self.endsWith('/..')",message="path must be relative to the repository root and must not leave it"
+	Path string `json:"path,omitempty"`
+}
+
+// TerraformSpec selects the binary and its inputs.
+type TerraformSpec struct {
+	// Binary is the program to run: tofu (OpenTofu, the default) or terraform.
+	// +kubebuilder:default=tofu
+	// +kubebuilder:validation:Enum=tofu;terraform
+	// +optional
+	Binary string `json:"binary,omitempty"`
+
+	// Version is the exact version to run (for example 1.10.6). Empty means the version the
+	// agent ships. The agent refuses to run a version it does not have.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:Pattern=`^(v?[0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z.-]+)?)?$`
+	Version string `json:"version,omitempty"`
+
+	// TfvarsPath is a .tfvars file, relative to the repository root.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	// +kubebuilder:validation:XValidation:rule="!self.startsWith('/') && self != '..' && !self.startsWith('../') && !self.contains('/../') && !self.endsWith('/..')",message="tfvarsPath must be relative to the repository root and must not leave it"
+	TfvarsPath string `json:"tfvarsPath,omitempty"`
+}
+
+// WorkspaceSpec is one root module, planned and applied where the Workspace lives.
+type WorkspaceSpec struct {
+	// ProjectRef is the Project this Workspace belongs to.
+	ProjectRef ProjectReference `json:"projectRef"`
+
+	// AutoApply applies a successful plan without waiting for magosproject.io/approved.
+	// +kubebuilder:default=true
+	// +optional
+	AutoApply *bool `json:"autoApply,omitempty"`
+
+	// Annotations for the Pods of plan and apply Jobs.
+	// +optional
+	Annotations map[string]string `json:"annotations,omitempty"`
+
+	// Plan tunes plan Jobs.
+	// +optional
+	Plan *JobOverrides `json:"plan,omitempty"`
+
+	// Apply tunes apply Jobs.
+	// +optional
+	Apply *JobOverrides `json:"apply,omitempty"`
+
+	// Source is the repository, revision and path of the root module.
+	Source Source `json:"source"`
+
+	// Terraform selects the binary, its version and a tfvars file.
+	Terraform TerraformSpec `json:"terraform"`
+
+	// Validation overrides the Project's policy selection when policySelector is set.
+	// +optional
+	Validation *ValidationSpec `json:"validation,omitempty"`
+
+	// ServiceAccountName is the identity of plan and apply Jobs.
+	// +kubebuilder:default=magos-job
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	ServiceAccountName string `json:"serviceAccountName,omitempty"`
+
+	// VariableSetRefs are VariableSets (in this namespace) applied after the Project's, in order;
+	// a later set wins over an earlier one.
+	// +optional
+	// +kubebuilder:validation:MaxItems=32
+	// +listType=atomic
+	VariableSetRefs []LocalObjectReference `json:"variableSetRef,omitempty"`
+
+	// DestroyOnDelete runs a destroy before a deleted Workspace lets go.
+	// +optional
+	DestroyOnDelete bool `json:"destroyOnDelete,omitempty"`
+}
+
+// AutoApplies reports whether a successful plan is applied without approval.
+func (s *WorkspaceSpec) AutoApplies() bool { return s.AutoApply == nil || *s.AutoApply }
+
+// PolicyViolation is one failed policy rule.
+type PolicyViolation struct {
+	// Policy is the name of the violated policy.
+	Policy string `json:"policy"`
+	// Message explains the violation.
+	Message string `json:"message"`
+}
+
+// ResourceChanges counts the changes of a plan.
+type ResourceChanges struct {
+	Add     int32 `json:"add"`
+	Change  int32 `json:"change"`
+	Destroy int32 `json:"destroy"`
+}
+
+// WorkspaceOrigin says where a mirrored Workspace lives. Set only on the hub's mirrors.
+type WorkspaceOrigin struct {
+	// Cluster is the registered name of the spoke.
+	Cluster string `json:"cluster"`
+	// Namespace of the Workspace in the spoke.
+	Namespace string `json:"namespace"`
+	// Name of the Workspace in the spoke.
+	Name string `json:"name"`
+	// UID of the Workspace in the spoke.
+	// +optional
+	UID string `json:"uid,omitempty"`
+	// Generation of the spoke Workspace's spec that this mirror reflects.
+	Generation int64 `json:"generation"`
+}
+
+// WorkspaceStatus is the observed state of a Workspace.
+type WorkspaceStatus struct {
+	// ObservedGeneration is the spec generation the phase describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// Phase is where the Workspace is in its life cycle.
+	// +optional
+	Phase Phase `json:"phase,omitempty"`
+	// Reason is a CamelCase word for why it is in that phase.
+	// +optional
+	Reason string `json:"reason,omitempty"`
+	// Message is a sentence for a human.
+	// +optional
+	Message string `json:"message,omitempty"`
+
+	// ObservedRevision is the commit SHA last applied.
+	// +optional
+	ObservedRevision string `json:"observedRevision,omitempty"`
+
+	// CurrentRevision is the commit SHA the current run plans and applies.
+	// +optional
+	CurrentRevision string `json:"currentRevision,omitempty"`
+
+	// LastReconcileTime is when the status last changed.
+	// +optional
+	LastReconcileTime *metav1.Time `json:"lastReconcileTime,omitempty"`
+	// NextReconcileTime is the next scheduled re-plan.
+	// +optional
+	NextReconcileTime *metav1.Time `json:"nextReconcileTime,omitempty"`
+	// ObservedReconcileInterval is the interval NextReconcileTime was computed with.
+	// +optional
+	ObservedReconcileInterval string `json:"observedReconcileInterval,omitempty"`
+
+	// PolicyViolations of the last plan.
+	// +optional
+	// +listType=atomic
+	PolicyViolations []PolicyViolation `json:"policyViolations,omitempty"`
+
+	// ResourceChanges of the last plan.
+	// +optional
+	ResourceChanges *ResourceChanges `json:"resourceChanges,omitempty"`
+
+	// CurrentRunID identifies the current run (YYYYMMDDTHHMMSS-<8 hex>); plan and apply share it.
+	// A grant names the run it allows.
+	// +optional
+	CurrentRunID string `json:"currentRunID,omitempty"`
+	// CurrentRunTrigger says what started the current run.
+	// +optional
+	CurrentRunTrigger string `json:"currentRunTrigger,omitempty"`
+
+	// Origin is set on the hub's mirrors: where the Workspace really lives.
+	// +optional
+	Origin *WorkspaceOrigin `json:"origin,omitempty"`
+
+	// Conditions: Ready, and Degraded while non-Terraform errors are being retried.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// Workspace is one root module (repository + path + revision) planned and applied in the
+// cluster where it lives.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:scope=Namespaced
+// +kubebuilder:validation:XValidation:rule="self.metadata.name.size() <= 63",message="Workspace names must be at most 63 characters: the name is a label value on the Jobs that run it"
+// +kubebuilder:printcolumn:name="Cluster",type=string,JSONPath=`.status.origin.cluster`,priority=0
+// +kubebuilder:printcolumn:name="Project",type=string,JSONPath=`.spec.projectRef.name`
+// +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.reason`,priority=1
+// +kubebuilder:printcolumn:name="Revision",type=string,JSONPath=`.status.observedRevision`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type Workspace struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// +required
+	Spec   WorkspaceSpec   `json:"spec"`
+	Status WorkspaceStatus `json:"status,omitempty"`
+}
+
+// WorkspaceList is a list of Workspaces.
+//
+// +kubebuilder:object:root=true
+type WorkspaceList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []Workspace `json:"items"`
+}

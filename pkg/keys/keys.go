@@ -1,0 +1,66 @@
+// Package keys holds the annotation, label and finalizer keys Magos reads and writes. The
+// upstream keys keep their upstream spelling so upstream manifests and tools keep working.
+package keys
+
+// Prefix is the prefix of every Magos key.
+const Prefix = "magosproject.io/"
+
+// Workspace annotations shared with upstream Magos.
+const (
+	// ExecutionAllowed is the grant: only the value "true" lets a Workspace run.
+	ExecutionAllowed = Prefix + "execution-allowed"
+	// Approved, "true", approves applying a plan when autoApply is false. Consumed on apply.
+	Approved = Prefix + "approved"
+	// ReconcileRequest, any non-empty value, asks for one fresh run.
+	ReconcileRequest = Prefix + "reconcile-request"
+	// ReconcileInterval is the Go duration of the drift/retry schedule (default 3m).
+	ReconcileInterval = Prefix + "reconcile-interval"
+	// DetectedRevision is the commit SHA the tracked ref moved to.
+	DetectedRevision = Prefix + "detected-revision"
+	// GitPollInterval overrides how often the tracked ref is polled.
+	GitPollInterval = Prefix + "git-poll-interval"
+)
+
+// Annotations Magos Fleet adds.
+const (
+	// GrantedRun is the run ID a grant allows (status.currentRunID of the Workspace when the hub
+	// decided). A grant naming another run is not executed.
+	GrantedRun = Prefix + "granted-run"
+	// GrantedBy says which controller gave the grant: "rollout" or "project".
+	GrantedBy = Prefix + "granted-by"
+)
+
+// Values of GrantedBy.
+const (
+	GrantedByRollout = "rollout"
+	GrantedByProject = "project"
+)
+
+// Labels on the hub's mirrors of spoke Workspaces.
+const (
+	// Mirror marks a Workspace on the hub that mirrors one in a spoke. Agents never execute
+	// Workspaces that carry it.
+	Mirror = Prefix + "mirror"
+	// Cluster is the registered name of the cluster a mirror comes from.
+	Cluster = Prefix + "cluster"
+	// OriginNamespace is the namespace of the mirrored Workspace in its spoke.
+	OriginNamespace = Prefix + "origin-namespace"
+	// OriginName is the name of the mirrored Workspace in its spoke.
+	OriginName = Prefix + "origin-name"
+)
+
+// Labels on Jobs and their Pods.
+const (
+	Workspace = Prefix + "workspace"
+	JobType   = Prefix + "job-type"
+	RunID     = Prefix + "run-id"
+)
+
+// Finalizer is the finalizer on Projects and Workspaces.
+const Finalizer = Prefix + "finalizer"
+
+// ClusterNamespacePrefix prefixes the hub namespace that holds an agent cluster's mirrors.
+const ClusterNamespacePrefix = "magos-cluster-"
+
+// ClusterNamespace is the hub namespace that holds the mirrors of the named agent cluster.
+func ClusterNamespace(cluster string) string { return ClusterNamespacePrefix + cluster }

@@ -1,0 +1,105 @@
+// Package mirror defines how a spoke Workspace is mirrored on the hub: the namespace and name
+// of the mirror, the labels that record its origin, and which annotations travel up (from the
+// spoke) and down (the hub's decisions). The agent writes mirrors and the hub reads them, both
+// through this package.
+package mirror
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"maps"
+
+	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
+	"github.com/magosfleet/magos/pkg/keys"
+)
+
+// DecisionKeys are the annotations the hub decides. They travel down, from the mirror to the
+// spoke Workspace, and never up.
+var DecisionKeys = []string{keys.ExecutionAllowed, keys.GrantedRun, keys.GrantedBy}
+
+// Namespace is the hub namespace that holds the mirrors of a cluster.
+func Namespace(cluster string) string { return keys.ClusterNamespace(cluster) }
+
+// Name is the mirror's name for a spoke Workspace: readable, unique per namespace/name, and
+// valid under every rule for Workspace names (at most 63 characters).
+func Name(namespace, name string) string {
+	sum := sha256.Sum256([]byte(namespace + "/" + name))
+	suffix := hex.EncodeToString(sum[:])[:8]
+	base := namespace + "-" + name
+	if len(base) > 54 {
+		base = base[:54]
+	}
+	for len(base) > 0 && (base[len(base)-1] == '-' || base[len(base)-1] == '.') {
+		base = base[:len(base)-1]
+	}
+	return base + "-" + suffix
+}
+
+// IsMirror reports whether ws is a hub mirror.
+func IsMirror(ws *magosv1.Workspace) bool { return ws.Labels[keys.Mirror] == "true" }
+
+// Labels returns the mirror's labels: the spoke Workspace's own, plus the origin labels.
+func Labels(cluster string, ws *magosv1.Workspace) map[string]string {
+	out := make(map[string]string, len(ws.Labels)+4)
+	maps.Copy(out, ws.Labels)
+	out[keys.Mirror] = "true"
+	out[keys.Cluster] = cluster
+	out[keys.OriginNamespace] = ws.Namespace
+	out[keys.OriginName] = ws.Name
+	return out
+}
+
+// UpAnnotations returns the spoke Workspace's annotations that travel up to the mirror: all
+// but the hub's decisions and kubectl's bookkeeping.
+func UpAnnotations(ws *magosv1.Workspace) map[string]string {
+	out := make(map[string]string, len(ws.Annotations))
+	for k, v := range ws.Annotations {
+		if isDecision(k) || k == "kubectl.kubernetes.io/last-applied-configuration" {
+			continue
+		}
+		out[k] = v
+	}
+	return out
+}
+
+// Decisions returns the decision annotations of a Workspace (mirror or spoke).
+func Decisions(ws *magosv1.Workspace) map[string]string {
+	out := map[string]string{}
+	for _, k := range DecisionKeys {
+		if v, ok := ws.Annotations[k]; ok {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+func isDecision(k string) bool {
+	for _, d := range DecisionKeys {
+		if k == d {
+			return true
+		}
+	}
+	return false
+}
+
+// Origin is where a Workspace seen by the hub really lives.
+type Origin struct {
+	Cluster    string
+	Namespace  string
+	Name       string
+	Generation int64
+}
+
+// OriginOf returns the origin of a Workspace the hub sees in the named cluster: for a mirror,
+// what the agent recorded; for a Workspace read directly from a spoke (direct clusters), the
+// Workspace itself.
+func OriginOf(cluster string, ws *magosv1.Workspace) Origin {
+	if IsMirror(ws) {
+		o := Origin{Cluster: cluster, Namespace: ws.Labels[keys.OriginNamespace], Name: ws.Labels[keys.OriginName]}
+		if ws.Status.Origin != nil {
+			o.Generation = ws.Status.Origin.Generation
+		}
+		return o
+	}
+	return Origin{Cluster: cluster, Namespace: ws.Namespace, Name: ws.Name, Generation: ws.Generation}
+}

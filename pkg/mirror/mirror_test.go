@@ -1,0 +1,76 @@
+package mirror_test
+
+import (
+	"strings"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
+	"github.com/magosfleet/magos/pkg/keys"
+	"github.com/magosfleet/magos/pkg/mirror"
+)
+
+func TestNameIsAValidDistinctWorkspaceName(t *testing.T) {
+	cases := [][2]string{
+		{"default", "api"},
+		{"payments", strings.Repeat("w", 63)},
+		{strings.Repeat("n", 63), strings.Repeat("w", 63)},
+		{"a-", "-b"},
+	}
+	seen := map[string]bool{}
+	for _, c := range cases {
+		n := mirror.Name(c[0], c[1])
+		if len(n) > 63 {
+			t.Errorf("%v: %q is %d characters", c, n, len(n))
+		}
+		if errs := validation.IsDNS1123Subdomain(n); len(errs) > 0 {
+			t.Errorf("%v: %q: %v", c, n, errs)
+		}
+		if seen[n] {
+			t.Errorf("%v: %q is not unique", c, n)
+		}
+		seen[n] = true
+	}
+	// Same prefix after truncation, different Workspaces: different names.
+	long := strings.Repeat("x", 60)
+	if mirror.Name("ns", long+"a") == mirror.Name("ns", long+"b") {
+		t.Error("truncated names collide")
+	}
+}
+
+func TestOriginOfMirrorAndDirect(t *testing.T) {
+	spoke := &magosv1.Workspace{ObjectMeta: metav1.ObjectMeta{
+		Namespace: "payments", Name: "api", Generation: 3,
+		Labels:      map[string]string{"env": "prod"},
+		Annotations: map[string]string{keys.ExecutionAllowed: "true", keys.GrantedRun: "r1", keys.ReconcileRequest: "now"},
+	}}
+	if o := mirror.OriginOf("lab", spoke); o != (mirror.Origin{Cluster: "lab", Namespace: "payments", Name: "api", Generation: 3}) {
+		t.Fatalf("direct origin = %+v", o)
+	}
+	m := &magosv1.Workspace{ObjectMeta: metav1.ObjectMeta{
+		Namespace: mirror.Namespace("us-east-1"), Name: mirror.Name("payments", "api"), Generation: 9,
+		Labels: mirror.Labels("us-east-1", spoke),
+	}}
+	m.Status.Origin = &magosv1.WorkspaceOrigin{Cluster: "us-east-1", Namespace: "payments", Name: "api", Generation: 3}
+	if !mirror.IsMirror(m) || mirror.IsMirror(spoke) {
+		t.Fatal("IsMirror wrong")
+	}
+	if o := mirror.OriginOf("us-east-1", m); o != (mirror.Origin{Cluster: "us-east-1", Namespace: "payments", Name: "api", Generation: 3}) {
+		t.Fatalf("mirror origin = %+v", o)
+	}
+	if m.Labels["env"] != "prod" {
+		t.Error("mirror lost the Workspace's labels")
+	}
+	up := mirror.UpAnnotations(spoke)
+	if _, ok := up[keys.ExecutionAllowed]; ok {
+		t.Error("a decision travelled up")
+	}
+	if up[keys.ReconcileRequest] != "now" {
+		t.Error("reconcile-request did not travel up")
+	}
+	if d := mirror.Decisions(spoke); len(d) != 2 || d[keys.GrantedRun] != "r1" {
+		t.Errorf("decisions = %v", d)
+	}
+}

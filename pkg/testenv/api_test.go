@@ -1,0 +1,498 @@
+package testenv_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
+	"github.com/magosfleet/magos/pkg/testenv"
+)
+
+// One API server serves every test of this file.
+var api *testenv.Cluster
+
+func TestMain(m *testing.M) {
+	fleet, err := testenv.New(testenv.Options{})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	api = fleet.Hub
+	code := m.Run()
+	if err := fleet.Stop(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+	}
+	os.Exit(code)
+}
+
+func ctx(t *testing.T) context.Context {
+	c, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return c
+}
+
+func validWorkspace(name string) *magosv1.Workspace {
+	return &magosv1.Workspace{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
+		Spec: magosv1.WorkspaceSpec{
+			ProjectRef: magosv1.ProjectReference{Name: "payments"},
+			Source:     magosv1.Source{RepoURL: "https://example.com/infra.git", TargetRevision: "main"},
+			Terraform:  magosv1.TerraformSpec{Version: "1.10.6"},
+		},
+	}
+}
+
+func validRollout(name string) *magosv1.Rollout {
+	return &magosv1.Rollout{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
+		Spec: magosv1.RolloutSpec{
+			ProjectRef: name,
+			Strategy: magosv1.RolloutStrategy{Steps: []magosv1.RolloutStep{
+				{Name: "dev", Selector: magosv1.MatchLabels(map[string]string{"env": "dev"})},
+				{Name: "prod", Selector: magosv1.MatchLabels(map[string]string{"env": "prod"})},
+			}},
+		},
+	}
+}
+
+func TestWorkspaceDefaults(t *testing.T) {
+	ws := validWorkspace("defaults")
+	if err := api.Client.Create(ctx(t), ws); err != nil {
+		t.Fatal(err)
+	}
+	got := &magosv1.Workspace{}
+	if err := api.Client.Get(ctx(t), client.ObjectKeyFromObject(ws), got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Spec.AutoApply == nil || !*got.Spec.AutoApply {
+		t.Errorf("autoApply = %v, want true", got.Spec.AutoApply)
+	}
+	if got.Spec.Source.Path != "." {
+		t.Errorf("source.path = %q, want .", got.Spec.Source.Path)
+	}
+	if got.Spec.Terraform.Binary != magosv1.BinaryOpenTofu {
+		t.Errorf("terraform.binary = %q, want tofu", got.Spec.Terraform.Binary)
+	}
+	if got.Spec.ServiceAccountName != magosv1.DefaultServiceAccountName {
+		t.Errorf("serviceAccountName = %q, want magos-job", got.Spec.ServiceAccountName)
+	}
+	if !got.Spec.AutoApplies() {
+		t.Error("AutoApplies() = false")
+	}
+}
+
+func TestExplicitFalseAutoApplyIsKept(t *testing.T) {
+	ws := validWorkspace("manual-apply")
+	ws.Spec.AutoApply = ptr.To(false)
+	if err := api.Client.Create(ctx(t), ws); err != nil {
+		t.Fatal(err)
+	}
+	got := &magosv1.Workspace{}
+	if err := api.Client.Get(ctx(t), client.ObjectKeyFromObject(ws), got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Spec.AutoApplies() {
+		t.Fatal("autoApply: false was defaulted back to true")
+	}
+}
+
+// TestAdmissionRejections checks that what upstream accepts and then mishandles is refused by
+// the API server, with a message that names the problem.
+func TestAdmissionRejections(t *testing.T) {
+	cases := []struct {
+		name string
+		obj  func() client.Object
+		want string
+	}{
+		{"rollout empty step name", func() client.Object {
+			r := validRollout("r-empty-step")
+			r.Spec.Strategy.Steps[0].Name = ""
+			return r
+		}, "spec.strategy.steps[0].name"},
+		{"rollout duplicate step names", func() client.Object {
+			r := validRollout("r-dup")
+			r.Spec.Strategy.Steps[1].Name = "dev"
+			return r
+		}, "step names must be unique"},
+		{"rollout empty projectRef", func() client.Object {
+			r := validRollout("r-noproject")
+			r.Spec.ProjectRef = ""
+			return r
+		}, "spec.projectRef"},
+		{"rollout name differs from projectRef", func() client.Object {
+			r := validRollout("r-mismatch")
+			r.Spec.ProjectRef = "other"
+			return r
+		}, "Rollout name must exactly match the projectRef"},
+		{"rollout selector unknown operator", func() client.Object {
+			r := validRollout("r-op")
+			r.Spec.Strategy.Steps[0].Selector.MatchExpressions = []magosv1.LabelSelectorRequirement{{Key: "env", Operator: "Equals", Values: []string{"dev"}}}
+			return r
+		}, `Unsupported value: "Equals"`},
+		{"rollout selector In without values", func() client.Object {
+			r := validRollout("r-novalues")
+			r.Spec.Strategy.Steps[0].Selector.MatchExpressions = []magosv1.LabelSelectorRequirement{{Key: "env", Operator: "In"}}
+			return r
+		}, "values must be non-empty for the In and NotIn operators"},
+		{"rollout selector Exists with values", func() client.Object {
+			r := validRollout("r-exists")
+			r.Spec.Strategy.Steps[0].Selector.MatchExpressions = []magosv1.LabelSelectorRequirement{{Key: "env", Operator: "Exists", Values: []string{"x"}}}
+			return r
+		}, "empty for Exists and DoesNotExist"},
+		{"rollout selector bad key", func() client.Object {
+			r := validRollout("r-badkey")
+			r.Spec.Strategy.Steps[0].Selector.MatchLabels = map[string]magosv1.LabelValue{"env name!": "dev"}
+			return r
+		}, "matchLabels keys must be label keys"},
+		{"rollout selector bad value", func() client.Object {
+			r := validRollout("r-badvalue")
+			r.Spec.Strategy.Steps[0].Selector.MatchLabels = map[string]magosv1.LabelValue{"env": "dev/prod"}
+			return r
+		}, "spec.strategy.steps[0].selector.matchLabels.env"},
+		{"rollout empty clusterSelector", func() client.Object {
+			r := validRollout("r-emptycluster")
+			r.Spec.Strategy.Steps[0].ClusterSelector = &magosv1.LabelSelector{}
+			return r
+		}, "clusterSelector must not be empty"},
+		{"workspace empty projectRef", func() client.Object {
+			ws := validWorkspace("w-noproject")
+			ws.Spec.ProjectRef.Name = ""
+			return ws
+		}, "spec.projectRef.name"},
+		{"workspace name too long for its Jobs", func() client.Object {
+			return validWorkspace(strings.Repeat("a", 64))
+		}, "Workspace names must be at most 63 characters"},
+		{"workspace repoURL not a URL", func() client.Object {
+			ws := validWorkspace("w-badurl")
+			ws.Spec.Source.RepoURL = "github.com/acme/infra"
+			return ws
+		}, "repoURL must be an https://"},
+		{"workspace path leaves the repo", func() client.Object {
+			ws := validWorkspace("w-badpath")
+			ws.Spec.Source.Path = "modules/../../etc"
+			return ws
+		}, "path must be relative to the repository root"},
+		{"workspace absolute tfvarsPath", func() client.Object {
+			ws := validWorkspace("w-badtfvars")
+			ws.Spec.Terraform.TfvarsPath = "/etc/passwd"
+			return ws
+		}, "tfvarsPath must be relative"},
+		{"workspace version not exact", func() client.Object {
+			ws := validWorkspace("w-badversion")
+			ws.Spec.Terraform.Version = "~> 1.5"
+			return ws
+		}, "spec.terraform.version"},
+		{"workspace unknown binary", func() client.Object {
+			ws := validWorkspace("w-badbinary")
+			ws.Spec.Terraform.Binary = "pulumi"
+			return ws
+		}, `Unsupported value: "pulumi"`},
+		{"workspace zero timeout", func() client.Object {
+			ws := validWorkspace("w-timeout")
+			ws.Spec.Plan = &magosv1.JobOverrides{TimeoutSeconds: ptr.To[int64](0)}
+			return ws
+		}, "spec.plan.timeoutSeconds"},
+		{"workspace reconcile-interval 0s", func() client.Object {
+			ws := validWorkspace("w-interval-zero")
+			ws.Annotations = map[string]string{"magosproject.io/reconcile-interval": "0s"}
+			return ws
+		}, `magosproject.io/reconcile-interval must be a positive duration such as 3m or 1h30m, got "0s"`},
+		{"workspace reconcile-interval negative", func() client.Object {
+			ws := validWorkspace("w-interval-negative")
+			ws.Annotations = map[string]string{"magosproject.io/reconcile-interval": "-1m"}
+			return ws
+		}, `got "-1m"`},
+		{"workspace reconcile-interval unparsable", func() client.Object {
+			ws := validWorkspace("w-interval-soon")
+			ws.Annotations = map[string]string{"magosproject.io/reconcile-interval": "soon"}
+			return ws
+		}, `got "soon"`},
+		{"workspace git-poll-interval zero", func() client.Object {
+			ws := validWorkspace("w-poll-zero")
+			ws.Annotations = map[string]string{"magosproject.io/git-poll-interval": "0"}
+			return ws
+		}, "magosproject.io/git-poll-interval must be a positive duration"},
+		{"variable with value and valueFrom", func() client.Object {
+			return &magosv1.VariableSet{
+				ObjectMeta: metav1.ObjectMeta{Name: "vs-both", Namespace: "default"},
+				Spec: magosv1.VariableSetSpec{Variables: []magosv1.Variable{{
+					Name: "region", Value: ptr.To("x"),
+					ValueFrom: &magosv1.ValueSource{SecretKeyRef: &magosv1.KeyReference{Name: "s", Key: "k"}},
+				}}},
+			}
+		}, "a variable needs exactly one of value and valueFrom"},
+		{"valueFrom with two sources", func() client.Object {
+			return &magosv1.VariableSet{
+				ObjectMeta: metav1.ObjectMeta{Name: "vs-two", Namespace: "default"},
+				Spec: magosv1.VariableSetSpec{Env: []magosv1.EnvironmentVariable{{
+					Name: "TOKEN", ValueFrom: &magosv1.ValueSource{
+						SecretKeyRef:    &magosv1.KeyReference{Name: "s", Key: "k"},
+						ConfigMapKeyRef: &magosv1.KeyReference{Name: "c", Key: "k"},
+					},
+				}}},
+			}
+		}, "valueFrom needs exactly one of secretKeyRef and configMapKeyRef"},
+		{"env name with a dash", func() client.Object {
+			return &magosv1.VariableSet{
+				ObjectMeta: metav1.ObjectMeta{Name: "vs-envname", Namespace: "default"},
+				Spec:       magosv1.VariableSetSpec{Env: []magosv1.EnvironmentVariable{{Name: "MY-VAR", Value: ptr.To("x")}}},
+			}
+		}, "spec.env[0].name"},
+		{"duplicate variable names", func() client.Object {
+			return &magosv1.VariableSet{
+				ObjectMeta: metav1.ObjectMeta{Name: "vs-dup", Namespace: "default"},
+				Spec: magosv1.VariableSetSpec{Variables: []magosv1.Variable{
+					{Name: "a", Value: ptr.To("1")}, {Name: "a", Value: ptr.To("2")},
+				}},
+			}
+		}, "Duplicate value"},
+		{"direct cluster without kubeconfig", func() client.Object {
+			return &magosv1.Cluster{
+				ObjectMeta: metav1.ObjectMeta{Name: "lab"},
+				Spec:       magosv1.ClusterSpec{Transport: magosv1.TransportDirect},
+			}
+		}, "a direct cluster needs a kubeconfig"},
+		{"kubeconfig with path and secret", func() client.Object {
+			return &magosv1.Cluster{
+				ObjectMeta: metav1.ObjectMeta{Name: "lab2"},
+				Spec: magosv1.ClusterSpec{Transport: magosv1.TransportDirect, Kubeconfig: &magosv1.KubeconfigSource{
+					Path: "/k", SecretRef: &magosv1.SecretKeySelector{Namespace: "n", Name: "s"},
+				}},
+			}
+		}, "kubeconfig needs exactly one of path and secretRef"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			// The admission policy takes a moment to become active on a fresh API server, so an
+			// accepted object is deleted and tried again until the deadline.
+			testenv.Eventually(t, 30*time.Second, func() error {
+				obj := tc.obj()
+				err := api.Client.Create(ctx(t), obj)
+				if err == nil {
+					_ = api.Client.Delete(ctx(t), obj)
+					return fmt.Errorf("accepted, want a rejection mentioning %q", tc.want)
+				}
+				if !strings.Contains(err.Error(), tc.want) {
+					return fmt.Errorf("error %q does not mention %q", err, tc.want)
+				}
+				return nil
+			})
+		})
+	}
+}
+
+func TestValidObjectsAreAccepted(t *testing.T) {
+	r := validRollout("accepted")
+	r.Spec.Strategy.Steps[0].Selector.MatchExpressions = []magosv1.LabelSelectorRequirement{
+		{Key: "magosproject.io/tier", Operator: "In", Values: []string{"a", "b"}},
+		{Key: "canary", Operator: "DoesNotExist"},
+	}
+	r.Spec.Strategy.Steps[1].ClusterSelector = &magosv1.LabelSelector{MatchLabels: map[string]magosv1.LabelValue{"region": "eu-west-1"}}
+	ws := validWorkspace(strings.Repeat("w", 63))
+	ws.Annotations = map[string]string{"magosproject.io/reconcile-interval": "1h30m", "magosproject.io/git-poll-interval": "45s"}
+	ws.Spec.Source.RepoURL = "git@github.com:acme/infra.git"
+	for _, obj := range []client.Object{r, ws} {
+		if err := api.Client.Create(ctx(t), obj); err != nil {
+			t.Errorf("%T rejected: %v", obj, err)
+		}
+	}
+}
+
+// TestRoundTrip writes every field of every kind, spec and status, and reads it back unchanged.
+func TestRoundTrip(t *testing.T) {
+	now := metav1.NewTime(time.Now().UTC().Truncate(time.Second))
+	cond := []metav1.Condition{{Type: "Ready", Status: metav1.ConditionTrue, Reason: "ApplySucceeded", Message: "m", ObservedGeneration: 1, LastTransitionTime: now}}
+	sel := &magosv1.LabelSelector{
+		MatchLabels:      map[string]magosv1.LabelValue{"policy.magosproject.io/category": "security"},
+		MatchExpressions: []magosv1.LabelSelectorRequirement{{Key: "tier", Operator: "NotIn", Values: []string{"x"}}},
+	}
+	ws := validWorkspace("roundtrip")
+	ws.Spec = magosv1.WorkspaceSpec{
+		ProjectRef:         magosv1.ProjectReference{Name: "payments"},
+		AutoApply:          ptr.To(false),
+		Annotations:        map[string]string{"a": "b"},
+		Plan:               &magosv1.JobOverrides{Annotations: map[string]string{"p": "1"}, TimeoutSeconds: ptr.To[int64](600)},
+		Apply:              &magosv1.JobOverrides{Annotations: map[string]string{"q": "2"}, TimeoutSeconds: ptr.To[int64](1200)},
+		Source:             magosv1.Source{RepoURL: "file:///srv/git/infra", TargetRevision: "v1.2.3", Path: "envs/prod"},
+		Terraform:          magosv1.TerraformSpec{Binary: "terraform", Version: "1.5.7", TfvarsPath: "envs/prod.tfvars"},
+		Validation:         &magosv1.ValidationSpec{PolicySelector: sel},
+		ServiceAccountName: "runner",
+		VariableSetRefs:    []magosv1.LocalObjectReference{{Name: "common"}, {Name: "prod"}},
+		DestroyOnDelete:    true,
+	}
+	wsStatus := magosv1.WorkspaceStatus{
+		ObservedGeneration: 1, Phase: magosv1.PhaseApplied, Reason: "ApplySucceeded", Message: "ok",
+		ObservedRevision: strings.Repeat("a", 40), CurrentRevision: strings.Repeat("b", 40),
+		LastReconcileTime: &now, NextReconcileTime: &now, ObservedReconcileInterval: "3m0s",
+		PolicyViolations:  []magosv1.PolicyViolation{{Policy: "p", Message: "m"}},
+		ResourceChanges:   &magosv1.ResourceChanges{Add: 1, Change: 2, Destroy: 3},
+		CurrentRunID:      "20261202T101010-0123abcd", CurrentRunTrigger: "manual",
+		Origin:     &magosv1.WorkspaceOrigin{Cluster: "us-east-1", Namespace: "payments", Name: "api", UID: "u", Generation: 4},
+		Conditions: cond,
+	}
+	project := &magosv1.Project{
+		ObjectMeta: metav1.ObjectMeta{Name: "roundtrip", Namespace: "default"},
+		Spec: magosv1.ProjectSpec{Description: "d", VariableSetRefs: []magosv1.LocalObjectReference{{Name: "common"}},
+			Validation: &magosv1.ValidationSpec{PolicySelector: &magosv1.LabelSelector{}}},
+	}
+	projectStatus := magosv1.ProjectStatus{ObservedGeneration: 1, Phase: magosv1.PhaseReady, Reason: "DefaultParallel",
+		Message: "m", LastReconcileTime: &now, Workspaces: 3, Clusters: []string{"a", "b"}, Conditions: cond}
+	rollout := validRollout("roundtrip")
+	rollout.Spec.Paused = true
+	rollout.Spec.Strategy.Steps[1].ClusterSelector = sel
+	rolloutStatus := magosv1.RolloutStatus{ObservedGeneration: 1, Phase: magosv1.PhaseReconciling, CurrentStep: 1,
+		CurrentStepName: "prod", Reason: "LevelProgressing", Message: "m", LastReconcileTime: &now,
+		AppliedWorkspaces: 1, TotalWorkspaces: 2,
+		Steps: []magosv1.StepStatus{{Name: "dev", Phase: "Completed", Matched: 1, Applied: 1, Clusters: []string{"us-east-1"}},
+			{Name: "prod", Phase: "Progressing", Matched: 1, Running: 1}},
+		Conditions: cond}
+	vs := &magosv1.VariableSet{
+		ObjectMeta: metav1.ObjectMeta{Name: "roundtrip", Namespace: "default"},
+		Spec: magosv1.VariableSetSpec{
+			Variables: []magosv1.Variable{
+				{Name: "region", Value: ptr.To("eu-west-1")},
+				{Name: "tags", Value: ptr.To(`{team = "x"}`), HCL: true},
+				{Name: "token", ValueFrom: &magosv1.ValueSource{SecretKeyRef: &magosv1.KeyReference{Name: "s", Key: "k"}}, Sensitive: true},
+			},
+			Env: []magosv1.EnvironmentVariable{
+				{Name: "TF_LOG", Value: ptr.To("info")},
+				{Name: "AWS_PROFILE", ValueFrom: &magosv1.ValueSource{ConfigMapKeyRef: &magosv1.KeyReference{Name: "c", Key: "k"}}},
+			},
+		},
+	}
+	vsStatus := magosv1.VariableSetStatus{ObservedGeneration: 1, Conditions: cond}
+	cluster := &magosv1.Cluster{
+		ObjectMeta: metav1.ObjectMeta{Name: "roundtrip", Labels: map[string]string{"region": "eu-west-1"}},
+		Spec: magosv1.ClusterSpec{Transport: magosv1.TransportDirect, Kubeconfig: &magosv1.KubeconfigSource{
+			SecretRef: &magosv1.SecretKeySelector{Namespace: "magos-system", Name: "lab", Key: "config"}}},
+	}
+	clusterStatus := magosv1.ClusterStatus{ObservedGeneration: 1, Namespace: "magos-cluster-x", LastHeartbeatTime: &now,
+		AgentVersion: "v0.1.0", Workspaces: 5, Conditions: cond}
+
+	type pair struct {
+		obj    client.Object
+		setSt  func(client.Object)
+		fresh  client.Object
+		specOf func(client.Object) any
+	}
+	pairs := []pair{
+		{ws, func(o client.Object) { o.(*magosv1.Workspace).Status = wsStatus }, &magosv1.Workspace{},
+			func(o client.Object) any { w := o.(*magosv1.Workspace); return []any{w.Spec, w.Status} }},
+		{project, func(o client.Object) { o.(*magosv1.Project).Status = projectStatus }, &magosv1.Project{},
+			func(o client.Object) any { p := o.(*magosv1.Project); return []any{p.Spec, p.Status} }},
+		{rollout, func(o client.Object) { o.(*magosv1.Rollout).Status = rolloutStatus }, &magosv1.Rollout{},
+			func(o client.Object) any { r := o.(*magosv1.Rollout); return []any{r.Spec, r.Status} }},
+		{vs, func(o client.Object) { o.(*magosv1.VariableSet).Status = vsStatus }, &magosv1.VariableSet{},
+			func(o client.Object) any { v := o.(*magosv1.VariableSet); return []any{v.Spec, v.Status} }},
+		{cluster, func(o client.Object) { o.(*magosv1.Cluster).Status = clusterStatus }, &magosv1.Cluster{},
+			func(o client.Object) any { c := o.(*magosv1.Cluster); return []any{c.Spec, c.Status} }},
+	}
+	for _, p := range pairs {
+		t.Run(fmt.Sprintf("%T", p.obj), func(t *testing.T) {
+			if err := api.Client.Create(ctx(t), p.obj); err != nil {
+				t.Fatal(err)
+			}
+			p.setSt(p.obj)
+			if err := api.Client.Status().Update(ctx(t), p.obj); err != nil {
+				t.Fatal(err)
+			}
+			if err := api.Client.Get(ctx(t), client.ObjectKeyFromObject(p.obj), p.fresh); err != nil {
+				t.Fatal(err)
+			}
+			want, got := p.specOf(p.obj), p.specOf(p.fresh)
+			if !equality.Semantic.DeepEqual(want, got) {
+				wj, _ := json.MarshalIndent(want, "", " ")
+				gj, _ := json.MarshalIndent(got, "", " ")
+				t.Fatalf("round trip changed the object:\nwant %s\ngot  %s", wj, gj)
+			}
+		})
+	}
+}
+
+// TestPrinterColumns asks the API server for the table view kubectl shows.
+func TestPrinterColumns(t *testing.T) {
+	ws := validWorkspace("printed")
+	if err := api.Client.Create(ctx(t), ws); err != nil {
+		t.Fatal(err)
+	}
+	ws.Status = magosv1.WorkspaceStatus{Phase: magosv1.PhaseApplied, Reason: "ApplySucceeded", ObservedRevision: "abc123",
+		Origin: &magosv1.WorkspaceOrigin{Cluster: "eu-west-1", Namespace: "default", Name: "printed", Generation: 1}}
+	if err := api.Client.Status().Update(ctx(t), ws); err != nil {
+		t.Fatal(err)
+	}
+	r := validRollout("printed")
+	if err := api.Client.Create(ctx(t), r); err != nil {
+		t.Fatal(err)
+	}
+	r.Status = magosv1.RolloutStatus{Phase: magosv1.PhaseReconciling, CurrentStep: 1, CurrentStepName: "prod",
+		AppliedWorkspaces: 2, TotalWorkspaces: 5, Reason: "LevelProgressing"}
+	if err := api.Client.Status().Update(ctx(t), r); err != nil {
+		t.Fatal(err)
+	}
+
+	cases := []struct {
+		resource, name string
+		want           map[string]any
+	}{
+		{"workspaces", "printed", map[string]any{"Cluster": "eu-west-1", "Project": "payments", "Phase": "Applied", "Revision": "abc123"}},
+		{"rollouts", "printed", map[string]any{"Phase": "Reconciling", "Project": "printed", "Step": "prod", "Applied": float64(2), "Total": float64(5)}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.resource, func(t *testing.T) {
+			row := tableRow(t, api.Config, "/apis/magosproject.io/v1alpha1/namespaces/default/"+tc.resource+"/"+tc.name)
+			for col, want := range tc.want {
+				if got, ok := row[col]; !ok || got != want {
+					t.Errorf("column %s = %v, want %v (row %v)", col, got, want, row)
+				}
+			}
+		})
+	}
+}
+
+// tableRow GETs path as a meta.k8s.io Table and returns its one row by column name.
+func tableRow(t *testing.T, cfg *rest.Config, path string) map[string]any {
+	t.Helper()
+	hc, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, err := http.NewRequestWithContext(ctx(t), http.MethodGet, strings.TrimSuffix(cfg.Host, "/")+path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Accept", "application/json;as=Table;v=v1;g=meta.k8s.io")
+	resp, err := hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s%s: %s: %s", cfg.Host, path, resp.Status, body)
+	}
+	var table metav1.Table
+	if err := json.Unmarshal(body, &table); err != nil {
+		t.Fatal(err)
+	}
+	if len(table.Rows) != 1 {
+		t.Fatalf("want one row, got %d", len(table.Rows))
+	}
+	row := map[string]any{}
+	for i, col := range table.ColumnDefinitions {
+		row[col.Name] = table.Rows[0].Cells[i]
+	}
+	return row
+}

@@ -1,0 +1,148 @@
+package testenv
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+)
+
+var (
+	assetsOnce sync.Once
+	assetsDir  string
+	assetsErr  error
+)
+
+// Assets returns the folder holding etcd and kube-apiserver. It honours KUBEBUILDER_ASSETS and
+// otherwise runs tools/provision-assets.sh (cheap once cached), which also sets MAGOS_TOFU for
+// the rest of the process.
+func Assets() (string, error) {
+	assetsOnce.Do(func() {
+		if dir := os.Getenv("KUBEBUILDER_ASSETS"); dir != "" {
+			assetsDir = dir
+			return
+		}
+		assetsErr = provision()
+		assetsDir = os.Getenv("KUBEBUILDER_ASSETS")
+	})
+	if assetsErr != nil {
+		return "", assetsErr
+	}
+	for _, bin := range []string{"etcd", "kube-apiserver"} {
+		if _, err := os.Stat(filepath.Join(assetsDir, bin)); err != nil {
+			return "", fmt.Errorf("test assets: %s missing in KUBEBUILDER_ASSETS=%s: run tools/provision-assets.sh", bin, assetsDir)
+		}
+	}
+	return assetsDir, nil
+}
+
+// Tofu returns the path of the tofu binary the tests run (MAGOS_TOFU, else provisioned).
+func Tofu() (string, error) {
+	if p := os.Getenv("MAGOS_TOFU"); p != "" {
+		return p, nil
+	}
+	if err := provision(); err != nil {
+		return "", err
+	}
+	return os.Getenv("MAGOS_TOFU"), nil
+}
+
+var provisionMu sync.Mutex
+
+func provision() error {
+	provisionMu.Lock()
+	defer provisionMu.Unlock()
+	if os.Getenv("KUBEBUILDER_ASSETS") != "" && os.Getenv("MAGOS_TOFU") != "" {
+		return nil
+	}
+	root, err := RepoRoot()
+	if err != nil {
+		return err
+	}
+	var out, stderr bytes.Buffer
+	cmd := exec.Command("bash", filepath.Join(root, "tools", "provision-assets.sh"))
+	cmd.Stdout, cmd.Stderr = &out, io.MultiWriter(&stderr, os.Stderr)
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("test assets: tools/provision-assets.sh: %w\n%s", err, stderr.String())
+	}
+	sc := bufio.NewScanner(&out)
+	for sc.Scan() {
+		if k, v, ok := strings.Cut(sc.Text(), "="); ok {
+			if err := os.Setenv(k, v); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// RepoRoot returns the root of the checkout (the folder holding go.work).
+func RepoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.work")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("testenv: no go.work above the working directory")
+		}
+		dir = parent
+	}
+}
+
+// childPIDsWithArg returns the PIDs of this process's children whose command line mentions arg.
+func childPIDsWithArg(arg string) []int {
+	entries, _ := os.ReadDir("/proc")
+	self := strconv.Itoa(os.Getpid())
+	var pids []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		// stat: pid (comm) state ppid ...
+		rest := string(stat[bytes.LastIndexByte(stat, ')')+2:])
+		fields := strings.Fields(rest)
+		if len(fields) < 2 || fields[1] != self {
+			continue
+		}
+		cmdline, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if arg == "" || bytes.Contains(cmdline, []byte(arg)) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// RSSBytes returns the resident memory of the given processes, summed.
+func RSSBytes(pids ...int) int64 {
+	var total int64
+	for _, pid := range pids {
+		status, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "status"))
+		if err != nil {
+			continue
+		}
+		for line := range strings.SplitSeq(string(status), "\n") {
+			if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+				kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+				total += kb * 1024
+			}
+		}
+	}
+	return total
+}

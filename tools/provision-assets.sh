@@ -1,0 +1,125 @@
+#!/usr/bin/env bash
+# provision-assets.sh builds the binaries the integration tests and the local fleet need
+# (etcd, kube-apiserver, kube-controller-manager, kubectl and OpenTofu) from the Go module
+# proxy, into a versioned cache outside the checkout. Nothing is downloaded from release sites.
+#
+# Each tool is built once into $MAGOS_ASSETS_DIR/<tool>-<version>/ and marked complete with a
+# file written last, so a rerun costs well under a second and an interrupted build is redone.
+#
+# Output (stdout, one per line, ready for `eval` or a Makefile include):
+#   KUBEBUILDER_ASSETS=<dir holding etcd, kube-apiserver, kube-controller-manager, kubectl>
+#   MAGOS_TOFU=<path of the tofu binary>
+# Progress goes to stderr.
+set -euo pipefail
+
+ETCD_VERSION=${ETCD_VERSION:-v3.6.16}
+KUBE_VERSION=${KUBE_VERSION:-v1.36.3}
+TOFU_VERSION=${TOFU_VERSION:-v1.10.6}
+ASSETS=${MAGOS_ASSETS_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/magos/assets}
+
+export CGO_ENABLED=0 GOFLAGS=-mod=mod GOWORK=off
+mkdir -p "$ASSETS"
+
+log() { printf '[assets] %s\n' "$*" >&2; }
+
+# Only one build at a time (tests, make and the dev environment may all ask at once).
+exec 9>"$ASSETS/.lock"
+if command -v flock >/dev/null 2>&1; then flock 9; fi
+
+# new_module DIR: an empty throwaway module to build a tool from.
+new_module() {
+  rm -rf "$1" && mkdir -p "$1"
+  printf 'module magos.local/assets\n\ngo 1.26\n' >"$1/go.mod"
+}
+
+# finish NAME DIR START: mark DIR complete and report the time it took.
+finish() {
+  date -u +%FT%TZ >"$2/.complete"
+  log "$1 ready in $(($(date +%s) - $3))s: $2"
+}
+
+build_etcd() {
+  local out="$ASSETS/etcd-$ETCD_VERSION" mod="$ASSETS/build/etcd-$ETCD_VERSION" t0
+  [[ -f "$out/.complete" ]] && return
+  t0=$(date +%s)
+  log "building etcd $ETCD_VERSION (about 75s cold)"
+  new_module "$mod"
+  (cd "$mod" && go get -tool "go.etcd.io/etcd/server/v3@$ETCD_VERSION" >&2 &&
+    rm -rf "$out" && mkdir -p "$out" &&
+    go build -trimpath -ldflags='-s -w' -o "$out/etcd" go.etcd.io/etcd/server/v3 >&2)
+  finish etcd "$out" "$t0"
+}
+
+build_kube() {
+  local out="$ASSETS/kube-$KUBE_VERSION" mod="$ASSETS/build/kube-$KUBE_VERSION" t0 gomod minor staging
+  [[ -f "$out/.complete" ]] && return
+  t0=$(date +%s)
+  log "building kube-apiserver, kube-controller-manager, kubectl $KUBE_VERSION (about 7.5 min cold)"
+  new_module "$mod"
+  # k8s.io/kubernetes pins its staging modules at v0.0.0 with replace => ./staging/...; point
+  # every one of them at its published twin (v1.X.Y -> v0.X.Y).
+  gomod=$(cd "$mod" && go mod download -json "k8s.io/kubernetes@$KUBE_VERSION" |
+    sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",\{0,1\}$/\1/p')
+  staging=$(sed -n 's#^[[:space:]]*\(k8s.io/[^ ]*\) => ./staging/.*#\1#p' "$gomod" | sort -u)
+  [[ -n "$staging" ]] || { log "no staging modules found in $gomod"; exit 1; }
+  minor=${KUBE_VERSION#v1.}
+  mkdir -p "$mod/stub/sample-apiserver"
+  printf 'module k8s.io/sample-apiserver\n\ngo 1.26\n' >"$mod/stub/sample-apiserver/go.mod"
+  {
+    printf '\nrequire k8s.io/kubernetes %s\n\n' "$KUBE_VERSION"
+    for m in $staging; do
+      if [[ $m == k8s.io/sample-apiserver ]]; then
+        printf 'replace %s => ./stub/sample-apiserver\n' "$m"
+      else
+        printf 'replace %s => %s v0.%s\n' "$m" "$m" "$minor"
+      fi
+    done
+  } >>"$mod/go.mod"
+  local stamp="" pkg
+  for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    stamp+=" -X $pkg.gitVersion=$KUBE_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=${minor%%.*}"
+    stamp+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
+  done
+  (cd "$mod" &&
+    go get -tool "k8s.io/kubernetes/cmd/kube-apiserver@$KUBE_VERSION" \
+      "k8s.io/kubernetes/cmd/kube-controller-manager@$KUBE_VERSION" \
+      "k8s.io/kubernetes/cmd/kubectl@$KUBE_VERSION" >&2 &&
+    rm -rf "$out" && mkdir -p "$out" &&
+    go build -trimpath -ldflags="-s -w$stamp" -o "$out/" k8s.io/kubernetes/cmd/kube-apiserver \
+      k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kubectl >&2)
+  finish kubernetes "$out" "$t0"
+}
+
+build_tofu() {
+  local out="$ASSETS/tofu-$TOFU_VERSION" mod="$ASSETS/build/tofu-$TOFU_VERSION" t0
+  [[ -f "$out/.complete" ]] && return
+  t0=$(date +%s)
+  log "building OpenTofu $TOFU_VERSION (about 3.5 min cold)"
+  new_module "$mod"
+  # OpenTofu replaces hcl with its own fork; replace directives of a dependency are ignored, so
+  # carry them over into the throwaway module.
+  local gomod
+  gomod=$(cd "$mod" && go mod download -json "github.com/opentofu/opentofu@$TOFU_VERSION" |
+    sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",\{0,1\}$/\1/p')
+  grep -E '^replace [^(]' "$gomod" >>"$mod/go.mod" || true
+  (cd "$mod" && go get -tool "github.com/opentofu/opentofu/cmd/tofu@$TOFU_VERSION" >&2 &&
+    rm -rf "$out" && mkdir -p "$out" &&
+    go build -trimpath -ldflags='-s -w -X github.com/opentofu/opentofu/version.dev=no' -o "$out/tofu" github.com/opentofu/opentofu/cmd/tofu >&2)
+  finish tofu "$out" "$t0"
+}
+
+build_etcd
+build_tofu
+build_kube
+
+# One folder in the layout envtest expects (KUBEBUILDER_ASSETS).
+bin="$ASSETS/k8s-$KUBE_VERSION-etcd-$ETCD_VERSION"
+mkdir -p "$bin"
+ln -sfn "$ASSETS/etcd-$ETCD_VERSION/etcd" "$bin/etcd"
+for b in kube-apiserver kube-controller-manager kubectl; do
+  ln -sfn "$ASSETS/kube-$KUBE_VERSION/$b" "$bin/$b"
+done
+rm -rf "$ASSETS/build"
+
+echo "KUBEBUILDER_ASSETS=$bin"
+echo "MAGOS_TOFU=$ASSETS/tofu-$TOFU_VERSION/tofu"

@@ -31,6 +31,7 @@ assets: ## Build etcd, kube-apiserver and tofu from the Go module proxy (cached)
 .PHONY: test
 test: ## Run every test, against real API servers and a real tofu.
 	$(WITH_ASSETS) go test $(GO_TEST_FLAGS) $(PACKAGES)
+	$(WITH_ASSETS) cd charts/tests && GOWORK=off go test $(GO_TEST_FLAGS) ./...
 
 .PHONY: bench
 bench: ## Run the benchmarks and print their numbers.
@@ -38,5 +39,6 @@ bench: ## Run the benchmarks and print their numbers.
 
 .PHONY: lint
 lint: ## gofmt and go vet.
-	@out=$$(gofmt -l $(MODULES)); if [[ -n "$$out" ]]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	@out=$$(gofmt -l $(MODULES) charts/tests); if [[ -n "$$out" ]]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	go vet $(PACKAGES)
+	cd charts/tests && GOWORK=off go vet ./...

@@ -337,9 +337,9 @@ func TestRoundTrip(t *testing.T) {
 		ObservedGeneration: 1, Phase: magosv1.PhaseApplied, Reason: "ApplySucceeded", Message: "ok",
 		ObservedRevision: strings.Repeat("a", 40), CurrentRevision: strings.Repeat("b", 40),
 		LastReconcileTime: &now, NextReconcileTime: &now, ObservedReconcileInterval: "3m0s",
-		PolicyViolations:  []magosv1.PolicyViolation{{Policy: "p", Message: "m"}},
-		ResourceChanges:   &magosv1.ResourceChanges{Add: 1, Change: 2, Destroy: 3},
-		CurrentRunID:      "20261202T101010-0123abcd", CurrentRunTrigger: "manual",
+		PolicyViolations: []magosv1.PolicyViolation{{Policy: "p", Message: "m"}},
+		ResourceChanges:  &magosv1.ResourceChanges{Add: 1, Change: 2, Destroy: 3},
+		CurrentRunID:     "20261202T101010-0123abcd", CurrentRunTrigger: "manual",
 		Origin:     &magosv1.WorkspaceOrigin{Cluster: "us-east-1", Namespace: "payments", Name: "api", UID: "u", Generation: 4},
 		Conditions: cond,
 	}

@@ -40,6 +40,9 @@ type Options struct {
 	Spokes []string
 	// NoHub starts only the spokes.
 	NoHub bool
+	// Bare starts API servers without the Magos CRDs and admission policies (for tests that
+	// install them another way, such as the Helm chart tests).
+	Bare bool
 	// ControllerManager also runs kube-controller-manager against every cluster, for namespace
 	// deletion and owner-reference garbage collection (envtest runs no controllers).
 	ControllerManager bool
@@ -118,7 +121,7 @@ func New(opts Options) (*Fleet, error) {
 	var wg sync.WaitGroup
 	for i, name := range names {
 		wg.Go(func() {
-			clusters[i], errs[i] = startCluster(name, assets, filepath.Join(dir, name), opts.ControllerManager)
+			clusters[i], errs[i] = startCluster(name, assets, filepath.Join(dir, name), opts)
 		})
 	}
 	wg.Wait()
@@ -188,7 +191,7 @@ func (c *Cluster) PIDs() []int {
 	return append(pids, childPIDsWithArg(c.env.ControlPlane.Etcd.DataDir)...)
 }
 
-func startCluster(name, assets, dir string, withKCM bool) (*Cluster, error) {
+func startCluster(name, assets, dir string, opts Options) (*Cluster, error) {
 	root, err := RepoRoot()
 	if err != nil {
 		return nil, err
@@ -203,6 +206,10 @@ func startCluster(name, assets, dir string, withKCM bool) (*Cluster, error) {
 			ErrorIfPathMissing: true,
 		},
 		ErrorIfCRDPathMissing: true,
+	}
+	if opts.Bare {
+		env.CRDInstallOptions = envtest.CRDInstallOptions{}
+		env.ErrorIfCRDPathMissing = false
 	}
 	cfg, err := env.Start()
 	if err != nil {
@@ -219,11 +226,13 @@ func startCluster(name, assets, dir string, withKCM bool) (*Cluster, error) {
 	if c.Kubeconfig, err = writeKubeconfig(env, name, dir); err != nil {
 		return nil, errors.Join(fmt.Errorf("cluster %s: kubeconfig: %w", name, err), c.Stop())
 	}
-	if err := ApplyFile(context.Background(), c.Client,
-		filepath.Join(root, "charts", "magos-agent", "files", "admission-policy.yaml")); err != nil {
-		return nil, errors.Join(fmt.Errorf("cluster %s: admission policy: %w", name, err), c.Stop())
+	if !opts.Bare {
+		if err := ApplyFile(context.Background(), c.Client,
+			filepath.Join(root, "charts", "magos-agent", "files", "admission-policy.yaml")); err != nil {
+			return nil, errors.Join(fmt.Errorf("cluster %s: admission policy: %w", name, err), c.Stop())
+		}
 	}
-	if withKCM {
+	if opts.ControllerManager {
 		if err := c.startControllerManager(assets, dir); err != nil {
 			return nil, errors.Join(fmt.Errorf("cluster %s: kube-controller-manager: %w", name, err), c.Stop())
 		}

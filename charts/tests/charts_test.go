@@ -1,0 +1,403 @@
+package tests
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"helm.sh/helm/v3/pkg/chart"
+	"helm.sh/helm/v3/pkg/chart/loader"
+	"helm.sh/helm/v3/pkg/chartutil"
+	"helm.sh/helm/v3/pkg/engine"
+	"helm.sh/helm/v3/pkg/lint"
+	"helm.sh/helm/v3/pkg/lint/support"
+
+	"github.com/magosfleet/magos/pkg/testenv"
+)
+
+const namespace = "magos-system"
+
+// render renders a chart with the given values, as `helm template` would, and returns its
+// objects by "Kind/name".
+func render(t *testing.T, chartName string, values map[string]any) map[string]*unstructured.Unstructured {
+	t.Helper()
+	objs, err := tryRender(chartName, values)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return objs
+}
+
+func tryRender(chartName string, values map[string]any) (map[string]*unstructured.Unstructured, error) {
+	ch, err := loader.Load(filepath.Join("..", chartName))
+	if err != nil {
+		return nil, err
+	}
+	vals, err := chartutil.ToRenderValues(ch, values,
+		chartutil.ReleaseOptions{Name: chartName, Namespace: namespace, IsInstall: true}, chartutil.DefaultCapabilities.Copy())
+	if err != nil {
+		return nil, err
+	}
+	files, err := engine.Render(ch, vals)
+	if err != nil {
+		return nil, err
+	}
+	return decode(ch, files)
+}
+
+func decode(ch *chart.Chart, files map[string]string) (map[string]*unstructured.Unstructured, error) {
+	out := map[string]*unstructured.Unstructured{}
+	names := make([]string, 0, len(files))
+	for name := range files {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		if strings.HasSuffix(name, "NOTES.txt") {
+			continue
+		}
+		dec := utilyaml.NewYAMLOrJSONDecoder(strings.NewReader(files[name]), 4096)
+		for {
+			u := &unstructured.Unstructured{}
+			if err := dec.Decode(&u.Object); err != nil {
+				if err == io.EOF {
+					break
+				}
+				return nil, fmt.Errorf("%s: %w", name, err)
+			}
+			if len(u.Object) == 0 {
+				continue
+			}
+			key := u.GetKind() + "/" + u.GetName()
+			if u.GetNamespace() != "" && u.GetNamespace() != namespace {
+				key = u.GetKind() + "/" + u.GetNamespace() + "/" + u.GetName()
+			}
+			if _, dup := out[key]; dup {
+				return nil, fmt.Errorf("%s: %s rendered twice", ch.Name(), key)
+			}
+			out[key] = u
+		}
+	}
+	return out, nil
+}
+
+func as[T any](t *testing.T, u *unstructured.Unstructured) *T {
+	t.Helper()
+	if u == nil {
+		t.Fatal("object not rendered")
+	}
+	out := new(T)
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, out); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func TestLint(t *testing.T) {
+	cases := map[string]map[string]any{
+		"magos-hub":   nil,
+		"magos-agent": {"clusterName": "us-east-1"},
+	}
+	for name, values := range cases {
+		t.Run(name, func(t *testing.T) {
+			linter := lint.All(filepath.Join("..", name), values, namespace, false)
+			for _, m := range linter.Messages {
+				if m.Severity >= support.WarningSev {
+					t.Errorf("helm lint: %s", m)
+				}
+			}
+		})
+	}
+}
+
+func TestHubDefaults(t *testing.T) {
+	objs := render(t, "magos-hub", nil)
+	for _, crd := range []string{"clusters", "projects", "rollouts", "variablesets", "workspaces"} {
+		if objs["CustomResourceDefinition/"+crd+".magosproject.io"] == nil {
+			t.Errorf("CRD %s not rendered (CRDs live in templates/ so upgrades update them)", crd)
+		}
+	}
+	d := as[appsv1.Deployment](t, objs["Deployment/magos-hub"])
+	if *d.Spec.Replicas != 2 {
+		t.Errorf("replicas = %d, want 2 (leader election)", *d.Spec.Replicas)
+	}
+	c := d.Spec.Template.Spec.Containers[0]
+	for _, arg := range []string{"controller", "--config=/etc/magos/config.yaml", "--leader-elect=true", "--metrics-bind-address=:8080", "--health-probe-bind-address=:8081"} {
+		if !slices.Contains(c.Args, arg) {
+			t.Errorf("hub args %v lack %s", c.Args, arg)
+		}
+	}
+	assertHardened(t, d)
+	if c.LivenessProbe == nil || c.ReadinessProbe == nil {
+		t.Error("hub has no probes")
+	}
+	if objs["Service/magos-hub-metrics"] == nil {
+		t.Error("no metrics Service")
+	}
+	cm := as[corev1.ConfigMap](t, objs["ConfigMap/magos-hub-config"])
+	if !strings.Contains(cm.Data["config.yaml"], "clusters: []") {
+		t.Errorf("config = %q", cm.Data["config.yaml"])
+	}
+}
+
+func TestHubClustersFromValues(t *testing.T) {
+	objs := render(t, "magos-hub", map[string]any{
+		"config": map[string]any{"clusters": []any{
+			map[string]any{"name": "us-east-1", "labels": map[string]any{"region": "us-east-1"}, "agent": map[string]any{}},
+			map[string]any{"name": "lab", "kubeconfig": map[string]any{"secretRef": map[string]any{"namespace": namespace, "name": "lab", "key": "kubeconfig"}}},
+		}},
+		"leaderElection": map[string]any{"enabled": false},
+		"replicaCount":   1,
+		"metrics":        map[string]any{"port": 9090, "service": map[string]any{"enabled": false, "type": "ClusterIP", "port": 9090}},
+		"log":            map[string]any{"level": "debug", "format": "console"},
+	})
+	cm := as[corev1.ConfigMap](t, objs["ConfigMap/magos-hub-config"])
+	for _, want := range []string{"name: us-east-1", "region: us-east-1", "agent: {}", "name: lab", "secretRef:"} {
+		if !strings.Contains(cm.Data["config.yaml"], want) {
+			t.Errorf("config lacks %q:\n%s", want, cm.Data["config.yaml"])
+		}
+	}
+	d := as[appsv1.Deployment](t, objs["Deployment/magos-hub"])
+	args := d.Spec.Template.Spec.Containers[0].Args
+	for _, arg := range []string{"--leader-elect=false", "--metrics-bind-address=:9090", "--log-level=debug", "--log-development=true"} {
+		if !slices.Contains(args, arg) {
+			t.Errorf("args %v lack %s", args, arg)
+		}
+	}
+	if objs["Service/magos-hub-metrics"] != nil {
+		t.Error("metrics Service rendered although disabled")
+	}
+	if d.Spec.Template.Annotations["checksum/config"] == "" {
+		t.Error("no config checksum: pods would not roll on config change")
+	}
+}
+
+func TestAgentDefaults(t *testing.T) {
+	objs := render(t, "magos-agent", map[string]any{"clusterName": "eu-west-1",
+		"hub": map[string]any{"kubeconfigSecret": map[string]any{"name": "hub-kubeconfig", "key": "kubeconfig"}}})
+	d := as[appsv1.Deployment](t, objs["Deployment/magos-agent"])
+	c := d.Spec.Template.Spec.Containers[0]
+	for _, arg := range []string{"controller", "--cluster-name=eu-west-1", "--hub-kubeconfig=/etc/magos/hub/kubeconfig", "--runner-mode=job", "--runner-image=ghcr.io/magosfleet/magos-runner:0.1.0", "--leader-elect=true"} {
+		if !slices.Contains(c.Args, arg) {
+			t.Errorf("agent args %v lack %s", c.Args, arg)
+		}
+	}
+	assertHardened(t, d)
+	if len(d.Spec.Template.Spec.Volumes) != 1 || d.Spec.Template.Spec.Volumes[0].Secret.SecretName != "hub-kubeconfig" {
+		t.Errorf("hub kubeconfig not mounted from its Secret: %+v", d.Spec.Template.Spec.Volumes)
+	}
+	for _, key := range []string{
+		"ValidatingAdmissionPolicy/magos-workspace-annotations",
+		"ValidatingAdmissionPolicyBinding/magos-workspace-annotations",
+		"CustomResourceDefinition/validatingpolicies.policies.kyverno.io",
+		"CustomResourceDefinition/workspaces.magosproject.io",
+		"ServiceAccount/default/magos-job",
+		"RoleBinding/default/magos-job",
+		"ClusterRole/magos-agent-job",
+	} {
+		if objs[key] == nil {
+			t.Errorf("%s not rendered", key)
+		}
+	}
+	// Least privilege: the agent reads Secrets but never writes them, and never has wildcards.
+	role := as[rbacv1.ClusterRole](t, objs["ClusterRole/magos-agent"])
+	for _, r := range role.Rules {
+		if slices.Contains(r.Verbs, "*") || slices.Contains(r.Resources, "*") {
+			t.Errorf("wildcard rule %+v", r)
+		}
+		if slices.Contains(r.Resources, "secrets") && slices.ContainsFunc(r.Verbs, func(v string) bool { return v != "get" && v != "list" && v != "watch" }) {
+			t.Errorf("agent may write secrets: %+v", r)
+		}
+	}
+}
+
+func TestAgentValues(t *testing.T) {
+	objs := render(t, "magos-agent", map[string]any{
+		"clusterName":       "ap-south-1",
+		"policy":            map[string]any{"installKyvernoCRD": false},
+		"admissionPolicy":   map[string]any{"enabled": false},
+		"jobServiceAccount": map[string]any{"create": true, "name": "runner", "namespaces": []any{"payments", "cdn"}},
+		"runner":            map[string]any{"mode": "local", "image": map[string]any{"repository": "registry.local/runner", "tag": "dev"}},
+	})
+	for _, key := range []string{"ValidatingAdmissionPolicy/magos-workspace-annotations", "CustomResourceDefinition/validatingpolicies.policies.kyverno.io", "ServiceAccount/default/magos-job"} {
+		if objs[key] != nil {
+			t.Errorf("%s rendered although disabled", key)
+		}
+	}
+	for _, key := range []string{"ServiceAccount/payments/runner", "RoleBinding/cdn/runner"} {
+		if objs[key] == nil {
+			t.Errorf("%s not rendered", key)
+		}
+	}
+	d := as[appsv1.Deployment](t, objs["Deployment/magos-agent"])
+	args := d.Spec.Template.Spec.Containers[0].Args
+	for _, arg := range []string{"--runner-mode=local", "--runner-image=registry.local/runner:dev"} {
+		if !slices.Contains(args, arg) {
+			t.Errorf("args %v lack %s", args, arg)
+		}
+	}
+	if slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "--hub-kubeconfig") }) {
+		t.Error("a hub kubeconfig flag without a hub Secret")
+	}
+}
+
+func TestAgentRequiresClusterName(t *testing.T) {
+	_, err := tryRender("magos-agent", nil)
+	if err == nil || !strings.Contains(err.Error(), "clusterName is required") {
+		t.Fatalf("error = %v, want clusterName is required", err)
+	}
+}
+
+func assertHardened(t *testing.T, d *appsv1.Deployment) {
+	t.Helper()
+	ps := d.Spec.Template.Spec.SecurityContext
+	if ps == nil || ps.RunAsNonRoot == nil || !*ps.RunAsNonRoot || ps.SeccompProfile == nil {
+		t.Errorf("%s: pod security context %+v", d.Name, ps)
+	}
+	cs := d.Spec.Template.Spec.Containers[0].SecurityContext
+	if cs == nil || cs.AllowPrivilegeEscalation == nil || *cs.AllowPrivilegeEscalation ||
+		cs.ReadOnlyRootFilesystem == nil || !*cs.ReadOnlyRootFilesystem || cs.Capabilities == nil ||
+		!slices.Contains(cs.Capabilities.Drop, "ALL") {
+		t.Errorf("%s: container security context %+v", d.Name, cs)
+	}
+	if d.Spec.Template.Spec.Containers[0].Resources.Requests == nil {
+		t.Errorf("%s: no resource requests", d.Name)
+	}
+}
+
+// TestInstallIntoAPIServer creates every rendered object of both charts in a real API server
+// (which validates each against its schema), then checks the installed RBAC with access reviews.
+func TestInstallIntoAPIServer(t *testing.T) {
+	fleet := testenv.Start(t, testenv.Options{NoHub: true, Spokes: []string{"cluster"}, Bare: true})
+	c := fleet.Spokes["cluster"]
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	for _, ns := range []string{namespace, "payments"} {
+		if err := c.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	hub := render(t, "magos-hub", nil)
+	agent := render(t, "magos-agent", map[string]any{"clusterName": "cluster",
+		"jobServiceAccount": map[string]any{"create": true, "name": "magos-job", "namespaces": []any{"payments"}}})
+	// The agent chart repeats the CRDs the hub chart installs; install them once.
+	for key := range agent {
+		if strings.HasPrefix(key, "CustomResourceDefinition/") && hub[key] != nil {
+			delete(agent, key)
+		}
+	}
+	for _, objs := range []map[string]*unstructured.Unstructured{hub, agent} {
+		install(ctx, t, c.Client, objs)
+	}
+
+	cs := kubernetes.NewForConfigOrDie(c.Config)
+	cases := []struct {
+		sa                                  string
+		ns, verb, group, resource, subject string
+		allowed                             bool
+	}{
+		{"magos-agent", "payments", "create", "batch", "jobs", "", true},
+		{"magos-agent", "payments", "patch", "magosproject.io", "workspaces", "status", true},
+		{"magos-agent", "payments", "get", "", "secrets", "", true},
+		{"magos-agent", "payments", "update", "", "secrets", "", false},
+		{"magos-agent", "", "create", "rbac.authorization.k8s.io", "clusterroles", "", false},
+		{"magos-agent", "payments", "create", "magosproject.io", "rollouts", "", false},
+		{"magos-hub", "magos-cluster-x", "create", "rbac.authorization.k8s.io", "roles", "", true},
+		{"magos-hub", "magos-cluster-x", "create", "", "serviceaccounts", "token", true},
+		{"magos-hub", "payments", "create", "batch", "jobs", "", false},
+		{"magos-hub", "payments", "update", "", "secrets", "", false},
+		{"magos-job", "payments", "update", "", "secrets", "", true},
+		{"magos-job", "payments", "create", "coordination.k8s.io", "leases", "", true},
+		{"magos-job", "default", "get", "", "secrets", "", false},
+		{"magos-job", "payments", "get", "magosproject.io", "workspaces", "", false},
+	}
+	for _, tc := range cases {
+		name := fmt.Sprintf("%s %s %s/%s in %q", tc.sa, tc.verb, tc.resource, tc.subject, tc.ns)
+		t.Run(name, func(t *testing.T) {
+			saNS := namespace
+			if tc.sa == "magos-job" {
+				saNS = "payments"
+			}
+			review := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+				User:   "system:serviceaccount:" + saNS + ":" + tc.sa,
+				Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + saNS, "system:authenticated"},
+				ResourceAttributes: &authorizationv1.ResourceAttributes{
+					Namespace: tc.ns, Verb: tc.verb, Group: tc.group, Resource: tc.resource, Subresource: tc.subject,
+				},
+			}}
+			got, err := cs.AuthorizationV1().SubjectAccessReviews().Create(ctx, review, metav1.CreateOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.Status.Allowed != tc.allowed {
+				t.Fatalf("allowed = %v, want %v (%s)", got.Status.Allowed, tc.allowed, got.Status.Reason)
+			}
+		})
+	}
+}
+
+// install creates objects in dependency order: CRDs and namespaces-free kinds first.
+func install(ctx context.Context, t *testing.T, c client.Client, objs map[string]*unstructured.Unstructured) {
+	t.Helper()
+	order := func(kind string) int {
+		switch kind {
+		case "CustomResourceDefinition":
+			return 0
+		case "ServiceAccount", "ClusterRole", "Role", "ConfigMap":
+			return 1
+		default:
+			return 2
+		}
+	}
+	keys := make([]string, 0, len(objs))
+	for k := range objs {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		oi, oj := order(objs[keys[i]].GetKind()), order(objs[keys[j]].GetKind())
+		if oi != oj {
+			return oi < oj
+		}
+		return keys[i] < keys[j]
+	})
+	for _, k := range keys {
+		u := objs[k].DeepCopy()
+		if u.GetNamespace() == "" && isNamespaced(u.GetKind()) {
+			u.SetNamespace(namespace)
+		}
+		if err := c.Create(ctx, u); err != nil && !apierrors.IsAlreadyExists(err) {
+			var buf bytes.Buffer
+			_ = unstructured.UnstructuredJSONScheme.Encode(u, &buf)
+			t.Fatalf("creating %s: %v\n%s", k, err, buf.String())
+		}
+	}
+}
+
+func isNamespaced(kind string) bool {
+	switch kind {
+	case "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding", "Namespace",
+		"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding":
+		return false
+	}
+	return true
+}
+

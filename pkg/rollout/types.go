@@ -1,7 +1,3 @@
-// Package rollout decides which Workspaces of a Project may run now. Decide is a pure
-// function: given a Rollout (or none, for a Project in parallel mode), the Workspaces the hub
-// sees across the fleet and the health of their clusters, it returns the Rollout's status and
-// the grants and revocations to write. Controllers only gather the inputs and write the output.
 package rollout
 
 import (

@@ -1,0 +1,351 @@
+package rollout
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/labels"
+
+	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
+)
+
+// Status messages. NoWorkspacesFound keeps upstream's wording.
+const (
+	msgParallel          = "Project is orchestrating workspaces in parallel"
+	msgNoSteps           = "No steps defined in strategy"
+	msgCompleted         = "All steps completed successfully"
+	msgNoWorkspacesFound = "No workspaces found matching selector for step %s; halting to prevent skipping environments"
+)
+
+// maxListed is how many Workspaces a StepFailed message names before "and N more".
+const maxListed = 5
+
+// member is a Workspace of the Project with what Decide derived about it.
+type member struct {
+	ws        *Workspace
+	available bool
+	done      bool
+	// selected is true when some step matches the member.
+	selected bool
+	// granted is true when this decision wants the member to hold a grant for its run.
+	granted bool
+}
+
+// step is one evaluated Rollout step.
+type step struct {
+	spec     *magosv1.RolloutStep
+	matched  []int // indexes into the members, in key order
+	applied  int32
+	running  int32
+	failed   int32
+	phase    string
+	selector labels.Selector
+	clusters labels.Selector // nil: every cluster
+}
+
+// Decide decides, for one Project, the status of its Rollout (or of the Project in parallel
+// mode) and the grants and revocations to write. See the package documentation for the rules.
+func Decide(in Input) Decision {
+	ms := members(in)
+	d := Decision{Members: make([]Key, len(ms))}
+	for i := range ms {
+		d.Members[i] = ms[i].ws.Key
+		if i == 0 || ms[i-1].ws.Key.Cluster != ms[i].ws.Key.Cluster {
+			d.Clusters = append(d.Clusters, ms[i].ws.Key.Cluster)
+		}
+	}
+
+	if in.Rollout == nil {
+		decideParallel(&d, ms)
+		return d
+	}
+	steps := in.Rollout.Spec.Strategy.Steps
+	if len(steps) == 0 {
+		d.Phase, d.Reason, d.Message = magosv1.PhaseReady, magosv1.ReasonNoSteps, msgNoSteps
+		return d
+	}
+	decideRollout(&d, in, ms)
+	writes(&d, ms, true)
+	return d
+}
+
+// members returns the Project's Workspaces, sorted by key.
+func members(in Input) []member {
+	ms := make([]member, 0, len(in.Workspaces))
+	for i := range in.Workspaces {
+		w := &in.Workspaces[i]
+		if w.ProjectRef != in.Project || w.Key.Namespace != in.Namespace {
+			continue
+		}
+		c, ok := in.Clusters[w.Key.Cluster]
+		if !ok {
+			continue
+		}
+		ms = append(ms, member{ws: w, available: c.Available, done: c.Available && w.AppliedForCurrent()})
+	}
+	slices.SortFunc(ms, func(a, b member) int { return compareKeys(a.ws.Key, b.ws.Key) })
+	return ms
+}
+
+func compareKeys(a, b Key) int {
+	if c := cmp.Compare(a.Cluster, b.Cluster); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(a.Namespace, b.Namespace); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.Name, b.Name)
+}
+
+// decideParallel grants every grantable member in an available cluster and revokes nothing.
+func decideParallel(d *Decision, ms []member) {
+	d.Phase, d.Reason, d.Message = magosv1.PhaseReady, magosv1.ReasonDefaultParallel, msgParallel
+	d.Total = int32(len(ms))
+	for i := range ms {
+		m := &ms[i]
+		if m.done {
+			d.Applied++
+		}
+		m.granted = m.available && m.ws.Grantable()
+	}
+	writes(d, ms, false)
+}
+
+// decideRollout fills the status of a Rollout with steps and marks the members to grant.
+func decideRollout(d *Decision, in Input, ms []member) {
+	ro := in.Rollout
+	steps := make([]step, len(ro.Spec.Strategy.Steps))
+	invalid, invalidMsg := -1, ""
+	for i := range steps {
+		s := &steps[i]
+		s.spec = &ro.Spec.Strategy.Steps[i]
+		sel, err := s.spec.Selector.AsSelector()
+		if err != nil {
+			if invalid < 0 {
+				invalid, invalidMsg = i, fmt.Sprintf("Invalid selector in step %s: %v", s.spec.Name, err)
+			}
+			continue
+		}
+		s.selector = sel
+		if s.spec.ClusterSelector != nil {
+			cs, err := s.spec.ClusterSelector.AsSelector()
+			if err != nil {
+				s.selector = nil
+				if invalid < 0 {
+					invalid, invalidMsg = i, fmt.Sprintf("Invalid clusterSelector in step %s: %v", s.spec.Name, err)
+				}
+				continue
+			}
+			s.clusters = cs
+		}
+	}
+	match(steps, ms, in.Clusters)
+	for _, m := range ms {
+		if m.selected {
+			d.Total++
+			if m.done {
+				d.Applied++
+			}
+		}
+	}
+	defer func() { d.Steps = stepStatuses(steps, ms) }()
+
+	if invalid >= 0 {
+		halt(d, steps, invalid, magosv1.PhaseFailed, magosv1.ReasonInvalidSelector, invalidMsg)
+		steps[invalid].phase = magosv1.StepFailed
+		return
+	}
+	for i := range steps {
+		if len(steps[i].matched) == 0 {
+			halt(d, steps, i, magosv1.PhaseFailed, magosv1.ReasonNoWorkspacesFound,
+				fmt.Sprintf(msgNoWorkspacesFound, steps[i].spec.Name))
+			steps[i].phase = magosv1.StepFailed
+			return
+		}
+	}
+
+	current := len(steps)
+	for i := range steps {
+		if steps[i].applied < int32(len(steps[i].matched)) {
+			current = i
+			break
+		}
+	}
+	if ro.Spec.Paused {
+		msg := "Rollout is paused; all steps completed"
+		if current < len(steps) {
+			s := &steps[current]
+			msg = fmt.Sprintf("Rollout is paused at step %s (%d/%d applied)", s.spec.Name, s.applied, len(s.matched))
+		}
+		halt(d, steps, current, magosv1.PhaseReconciling, magosv1.ReasonPaused, msg)
+		if current < len(steps) {
+			steps[current].phase = magosv1.StepWaiting
+			if steps[current].failed > 0 {
+				steps[current].phase = magosv1.StepFailed
+			}
+		}
+		return
+	}
+	if current == len(steps) {
+		halt(d, steps, current, magosv1.PhaseApplied, magosv1.ReasonRolloutCompleted, msgCompleted)
+		return
+	}
+
+	s := &steps[current]
+	if s.failed > 0 {
+		halt(d, steps, current, magosv1.PhaseFailed, magosv1.ReasonStepFailed, failedMessage(s, ms))
+		s.phase = magosv1.StepFailed
+		return
+	}
+
+	halt(d, steps, current, magosv1.PhaseReconciling, magosv1.ReasonLevelProgressing,
+		fmt.Sprintf("Executing step %s (%d/%d applied)", s.spec.Name, s.applied, len(s.matched)))
+	s.phase = magosv1.StepProgressing
+	var waiting []string // "cluster <name>: <reason>", in cluster order
+	lastCluster := ""
+	for _, i := range s.matched {
+		m := &ms[i]
+		if m.available {
+			m.granted = m.ws.Grantable()
+			continue
+		}
+		if m.ws.Key.Cluster != lastCluster { // unavailable members are never Done
+			lastCluster = m.ws.Key.Cluster
+			reason := in.Clusters[lastCluster].Reason
+			if reason == "" {
+				reason = "unavailable"
+			}
+			waiting = append(waiting, "cluster "+lastCluster+": "+reason)
+		}
+	}
+	if len(waiting) > 0 {
+		d.Reason = magosv1.ReasonClusterUnavailable
+		d.Message = fmt.Sprintf("Waiting for %s (step %s: %d/%d applied)",
+			strings.Join(waiting, "; "), s.spec.Name, s.applied, len(s.matched))
+		s.phase = magosv1.StepWaiting
+	}
+}
+
+// halt sets the Rollout's status and current step. It grants nothing: callers that progress
+// mark the members to grant afterwards.
+func halt(d *Decision, steps []step, current int, phase magosv1.Phase, reason, msg string) {
+	d.Phase, d.Reason, d.Message = phase, reason, msg
+	d.CurrentStep = current
+	if current < len(steps) {
+		d.CurrentStepName = steps[current].spec.Name
+	}
+}
+
+// match evaluates every parsed step against the members and counts where they stand.
+func match(steps []step, ms []member, clusters map[string]Cluster) {
+	for si := range steps {
+		s := &steps[si]
+		if s.selector == nil {
+			continue
+		}
+		lastCluster, clusterOK := "", false
+		for i := range ms {
+			m := &ms[i]
+			if s.clusters != nil {
+				if c := m.ws.Key.Cluster; c != lastCluster || i == 0 {
+					lastCluster = c
+					clusterOK = s.clusters.Matches(labels.Set(clusters[c].Labels))
+				}
+				if !clusterOK {
+					continue
+				}
+			}
+			if !s.selector.Matches(labels.Set(m.ws.Labels)) {
+				continue
+			}
+			s.matched = append(s.matched, i)
+			m.selected = true
+			switch {
+			case m.done:
+				s.applied++
+			case m.ws.InFlight():
+				s.running++
+			case m.ws.Failed():
+				s.failed++
+			}
+		}
+	}
+}
+
+// stepStatuses renders the evaluated steps. A step whose phase was not set by the decision is
+// Completed when every matched member is Done, and Pending otherwise.
+func stepStatuses(steps []step, ms []member) []magosv1.StepStatus {
+	out := make([]magosv1.StepStatus, len(steps))
+	for i := range steps {
+		s := &steps[i]
+		phase := s.phase
+		if phase == "" {
+			phase = magosv1.StepPending
+			if len(s.matched) > 0 && s.applied == int32(len(s.matched)) {
+				phase = magosv1.StepCompleted
+			}
+		}
+		var clusters []string
+		for _, mi := range s.matched {
+			c := ms[mi].ws.Key.Cluster
+			if len(clusters) == 0 || clusters[len(clusters)-1] != c {
+				clusters = append(clusters, c)
+			}
+		}
+		out[i] = magosv1.StepStatus{
+			Name:     s.spec.Name,
+			Phase:    phase,
+			Matched:  int32(len(s.matched)),
+			Applied:  s.applied,
+			Running:  s.running,
+			Failed:   s.failed,
+			Clusters: clusters,
+		}
+	}
+	return out
+}
+
+// failedMessage names the failed members of a step, at most maxListed of them.
+func failedMessage(s *step, ms []member) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "One or more workspaces failed in step %s: ", s.spec.Name)
+	listed := 0
+	for _, i := range s.matched {
+		w := ms[i].ws
+		if !w.Failed() {
+			continue
+		}
+		if listed == maxListed {
+			fmt.Fprintf(&b, ", and %d more", int(s.failed)-maxListed)
+			break
+		}
+		if listed > 0 {
+			b.WriteString(", ")
+		}
+		reason := w.Reason
+		if reason == "" {
+			reason = string(w.Phase)
+		}
+		fmt.Fprintf(&b, "%s (%s)", w.Key, reason)
+		listed++
+	}
+	return b.String()
+}
+
+// writes turns the members marked granted into grants (unless they already hold one for their
+// run) and, when revoke is set, revokes every other grant except those of members in flight.
+func writes(d *Decision, ms []member, revoke bool) {
+	for i := range ms {
+		m := &ms[i]
+		switch {
+		case m.granted:
+			if !m.ws.GrantedCurrentRun() {
+				d.Grants = append(d.Grants, Change{Key: m.ws.Key, Run: m.ws.RunID})
+			}
+		case revoke && m.ws.HasGrant() && !m.ws.InFlight():
+			d.Revokes = append(d.Revokes, Change{Key: m.ws.Key})
+		}
+	}
+}

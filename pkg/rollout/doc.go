@@ -1,0 +1,65 @@
+// Package rollout decides which Workspaces of a Project may run now. Decide is a pure
+// function: given a Rollout (or none, for a Project in parallel mode), the Workspaces the hub
+// sees across the fleet and the health of their clusters, it returns the Rollout's status and
+// the grants and revocations to write. Controllers only gather the inputs and write the output.
+// Decide does no I/O, reads no clock and sorts everything it returns, so the same Input always
+// gives the same Decision.
+//
+// # Members
+//
+// A Workspace is a member of the Project when its spec.projectRef names Input.Project and it
+// lives in the namespace Input.Namespace (namespace sameness), in a cluster listed in
+// Input.Clusters. Workspaces of other Projects are never granted nor revoked, whatever their
+// labels; Workspaces of clusters that are not registered are ignored entirely (a removed
+// cluster's Workspaces drop out of every step). Keys are expected to be unique.
+//
+// # Applied, grantable, in flight
+//
+// A member is Done (counted Applied for a step) when its phase is Applied for its current
+// generation (status.observedGeneration equals the generation), no detected-revision differs
+// from status.observedRevision, no reconcile-request is pending, and its cluster is available.
+// A report from an older spec or revision, or from a silent cluster, never counts.
+//
+// A member is grantable when its phase is Pending and it has a run ID. A grant always names
+// that run; a member already granted for its run needs no write, so deciding again after the
+// writes are done changes nothing (a replayed event is harmless). A member is in flight while
+// it is Planning, Planned or Applying.
+//
+// # Parallel mode
+//
+// Without a Rollout (Input.Rollout nil) the Project runs its Workspaces in parallel: every
+// grantable member in an available cluster is granted and nothing is revoked. The status is
+// Ready/DefaultParallel.
+//
+// # Rollout
+//
+// In order of precedence:
+//
+//   - no steps: Ready/NoSteps, no grants and no revocations;
+//   - a step whose selector or clusterSelector does not parse: Failed/InvalidSelector;
+//   - a step that matches no member: Failed/NoWorkspacesFound, with CurrentStep at the first
+//     such step. Every step is checked up front, so a typo never silently skips an environment;
+//   - spec.paused: Reconciling/Paused;
+//   - every member matched by a step is Done: Applied/RolloutCompleted, CurrentStep is the number
+//     of steps;
+//   - a member of the current step is Failed or ValidationFailed: Failed/StepFailed (stop on
+//     first failure);
+//   - otherwise the current step progresses: Reconciling/LevelProgressing, or
+//     Reconciling/ClusterUnavailable while members of the step that are not Done live in
+//     unavailable clusters (the Rollout then waits: it neither advances past them nor fails).
+//
+// The current step is the first step, in order, whose matched members are not all Done. It is
+// recomputed from scratch every time, so a new Workspace, a spec change, a new revision or a
+// reconcile-request in an earlier step makes that step current again (the rollout rewinds).
+// Only a progressing current step gets grants: its grantable members in available clusters.
+// A Workspace matched by several steps counts in each of them; since only the single current
+// step is ever granted, it never flaps between a grant and a revocation.
+//
+// Under a Rollout (except with no steps), every member carrying a grant (execution-allowed or
+// granted-run) that is not granted by this decision is revoked, except members in flight: a
+// run that already started keeps its grant and finishes (as a pause lets granted runs finish),
+// wherever the rollout stands. So grants left by parallel mode on later steps are revoked when
+// a Rollout takes over, members matched by no step are revoked, a halted or paused rollout
+// revokes the grants of members that have not started, and spent grants on Applied or Failed
+// members are cleaned up.
+package rollout

@@ -1,0 +1,238 @@
+package rollout
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+
+	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
+	"github.com/magosfleet/magos/pkg/keys"
+)
+
+const (
+	testNamespace = "payments"
+	testProject   = "payments-platform"
+)
+
+// wsOpt adjusts a test Workspace.
+type wsOpt func(*Workspace)
+
+// newWS returns a member Workspace of the test Project, Pending with a run, generation 1.
+// labels are key=value pairs.
+func newWS(cluster, name string, kv ...string) Workspace {
+	w := Workspace{
+		Key:        Key{Cluster: cluster, Namespace: testNamespace, Name: name},
+		Labels:     map[string]string{},
+		ProjectRef: testProject,
+		Phase:      magosv1.PhasePending,
+		Reason:     magosv1.ReasonAwaitingRollout,
+		Generation: 1,
+		RunID:      "run-1-" + cluster + "-" + name,
+	}
+	for i := 0; i+1 < len(kv); i += 2 {
+		w.Labels[kv[i]] = kv[i+1]
+	}
+	return w
+}
+
+func (w Workspace) with(opts ...wsOpt) Workspace {
+	for _, o := range opts {
+		o(&w)
+	}
+	return w
+}
+
+// appliedOK makes the Workspace Applied for its current generation.
+func appliedOK(w *Workspace) {
+	w.Phase, w.Reason = magosv1.PhaseApplied, magosv1.ReasonApplySucceeded
+	w.ObservedGeneration = w.Generation
+	w.ObservedRevision = "rev-1"
+}
+
+func inPhase(p magosv1.Phase, reason string) wsOpt {
+	return func(w *Workspace) { w.Phase, w.Reason = p, reason }
+}
+
+func grantedRun(run string) wsOpt {
+	return func(w *Workspace) { w.Grant = Grant{Allowed: true, Run: run, By: keys.GrantedByRollout} }
+}
+
+// grantedNow grants the Workspace's current run.
+func grantedNow(w *Workspace) { *w = w.with(grantedRun(w.RunID)) }
+
+func inProject(project, namespace string) wsOpt {
+	return func(w *Workspace) { w.ProjectRef, w.Key.Namespace = project, namespace }
+}
+
+func clusters(names ...string) map[string]Cluster {
+	out := make(map[string]Cluster, len(names))
+	for _, n := range names {
+		out[n] = Cluster{Name: n, Available: true, Labels: map[string]string{"name": n}}
+	}
+	return out
+}
+
+// stepSpec builds a step whose selector matches the given key=value pairs.
+func stepSpec(name string, kv ...string) magosv1.RolloutStep {
+	m := map[string]string{}
+	for i := 0; i+1 < len(kv); i += 2 {
+		m[kv[i]] = kv[i+1]
+	}
+	return magosv1.RolloutStep{Name: name, Selector: magosv1.MatchLabels(m)}
+}
+
+func rolloutOf(steps ...magosv1.RolloutStep) *magosv1.Rollout {
+	ro := &magosv1.Rollout{}
+	ro.Name, ro.Namespace = testProject, testNamespace
+	ro.Spec.ProjectRef = testProject
+	ro.Spec.Strategy.Steps = steps
+	return ro
+}
+
+func envSteps() *magosv1.Rollout {
+	return rolloutOf(stepSpec("dev", "env", "dev"), stepSpec("staging", "env", "staging"), stepSpec("prod", "env", "prod"))
+}
+
+// applyWrites returns the Workspaces with the decision's grants and revocations written, as
+// the hub's merge patches would.
+func applyWrites(ws []Workspace, d Decision, by string) []Workspace {
+	out := slices.Clone(ws)
+	idx := make(map[Key]int, len(out))
+	for i := range out {
+		idx[out[i].Key] = i
+	}
+	for _, g := range d.Grants {
+		out[idx[g.Key]].Grant = Grant{Allowed: true, Run: g.Run, By: by}
+	}
+	for _, r := range d.Revokes {
+		out[idx[r.Key]].Grant = Grant{}
+	}
+	return out
+}
+
+func keysOf(cs []Change) []Key {
+	out := make([]Key, len(cs))
+	for i, c := range cs {
+		out[i] = c.Key
+	}
+	return out
+}
+
+func k(cluster, name string) Key { return Key{Cluster: cluster, Namespace: testNamespace, Name: name} }
+
+// fleet simulates the hub deciding and the spokes running what they are granted.
+type fleet struct {
+	t        *testing.T
+	ws       []Workspace
+	clusters map[string]Cluster
+	rollout  *magosv1.Rollout
+	runs     int
+	// fail makes the named Workspaces fail their next run (removed once it failed).
+	fail map[Key]magosv1.Phase
+	// grants records every grant written, in order, with its run.
+	grants []Change
+}
+
+func (f *fleet) input() Input {
+	return Input{Namespace: testNamespace, Project: testProject, Rollout: f.rollout, Workspaces: f.ws, Clusters: f.clusters}
+}
+
+func (f *fleet) get(key Key) *Workspace {
+	for i := range f.ws {
+		if f.ws[i].Key == key {
+			return &f.ws[i]
+		}
+	}
+	f.t.Fatalf("no Workspace %s", key)
+	return nil
+}
+
+// decide decides and writes the decision, returning it.
+func (f *fleet) decide() Decision {
+	d := Decide(f.input())
+	f.ws = applyWrites(f.ws, d, keys.GrantedByRollout)
+	f.grants = append(f.grants, d.Grants...)
+	return d
+}
+
+// start moves every Workspace granted for its run into Planning, as a spoke would.
+func (f *fleet) start() []Key {
+	var started []Key
+	for i := range f.ws {
+		w := &f.ws[i]
+		if w.Grantable() && w.GrantedCurrentRun() && f.clusters[w.Key.Cluster].Available {
+			w.Phase, w.Reason = magosv1.PhasePlanning, magosv1.ReasonPlanning
+			w.ObservedGeneration = w.Generation
+			started = append(started, w.Key)
+		}
+	}
+	slices.SortFunc(started, compareKeys)
+	return started
+}
+
+// finish ends every run in flight: Applied, or the phase f.fail names.
+func (f *fleet) finish() {
+	for i := range f.ws {
+		w := &f.ws[i]
+		if !w.InFlight() {
+			continue
+		}
+		if p, ok := f.fail[w.Key]; ok {
+			w.Phase, w.Reason = p, "PlanFailed"
+			delete(f.fail, w.Key)
+			continue
+		}
+		w.Phase, w.Reason = magosv1.PhaseApplied, magosv1.ReasonApplySucceeded
+		if w.DetectedRevision != "" {
+			w.ObservedRevision = w.DetectedRevision
+		} else {
+			w.ObservedRevision = "rev-1"
+		}
+		w.DetectedRevision, w.ReconcileRequested = "", false
+	}
+}
+
+// reset gives a Workspace a new run, as the spoke does when a run becomes due.
+func (f *fleet) reset(key Key, reason string) {
+	f.runs++
+	w := f.get(key)
+	w.Phase, w.Reason = magosv1.PhasePending, reason
+	w.RunID = fmt.Sprintf("run-%d-%s", f.runs+1, key.Name)
+}
+
+// walk decides, starts and finishes runs until nothing moves, returning the batches of grants
+// in order and the last decision.
+func (f *fleet) walk() ([][]Key, Decision) {
+	var batches [][]Key
+	for round := 0; round < 100; round++ {
+		d := f.decide()
+		if len(d.Grants) > 0 {
+			batches = append(batches, keysOf(d.Grants))
+		}
+		started := f.start()
+		f.finish()
+		if !d.HasWrites() && len(started) == 0 {
+			return batches, d
+		}
+	}
+	f.t.Fatalf("rollout did not settle in 100 rounds")
+	return nil, Decision{}
+}
+
+// assertStatus checks a decision's phase, reason and current step.
+func assertStatus(t *testing.T, d Decision, phase magosv1.Phase, reason string, step int) {
+	t.Helper()
+	if d.Phase != phase || d.Reason != reason || d.CurrentStep != step {
+		t.Fatalf("status = %s/%s step %d (%q), want %s/%s step %d", d.Phase, d.Reason, d.CurrentStep, d.Message, phase, reason, step)
+	}
+}
+
+func assertKeys(t *testing.T, what string, got, want []Key) {
+	t.Helper()
+	if len(got) == 0 && len(want) == 0 {
+		return
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("%s = %v, want %v", what, got, want)
+	}
+}

@@ -1,0 +1,305 @@
+package rollout
+
+import (
+	"fmt"
+	"math/rand"
+	"reflect"
+	"slices"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+
+	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
+	"github.com/magosfleet/magos/pkg/keys"
+)
+
+var (
+	randomPhases = []magosv1.Phase{
+		"", magosv1.PhasePending, magosv1.PhasePending, magosv1.PhasePending, magosv1.PhasePlanning,
+		magosv1.PhasePlanned, magosv1.PhaseApplying, magosv1.PhaseApplied, magosv1.PhaseApplied,
+		magosv1.PhaseApplied, magosv1.PhaseFailed, magosv1.PhaseValidationFailed, magosv1.PhaseDeleting,
+	}
+	randomSelectors = []magosv1.LabelSelector{
+		magosv1.MatchLabels(map[string]string{"env": "dev"}),
+		magosv1.MatchLabels(map[string]string{"env": "staging"}),
+		magosv1.MatchLabels(map[string]string{"env": "prod"}),
+		magosv1.MatchLabels(map[string]string{"env": "prod", "region": "us"}),
+		magosv1.MatchLabels(map[string]string{"region": "eu"}),
+		magosv1.MatchLabels(map[string]string{"env": "prdo"}), // a typo: matches nothing
+		{}, // everything
+		{MatchExpressions: []magosv1.LabelSelectorRequirement{{Key: "env", Operator: metav1.LabelSelectorOpIn, Values: []string{"dev", "staging"}}}},
+		{MatchExpressions: []magosv1.LabelSelectorRequirement{{Key: "env", Operator: metav1.LabelSelectorOpNotIn, Values: []string{"dev"}}}},
+	}
+	invalidSelector = magosv1.LabelSelector{MatchExpressions: []magosv1.LabelSelectorRequirement{{Key: "env", Operator: "Near", Values: []string{"x"}}}}
+	clusterSels     = []magosv1.LabelSelector{
+		magosv1.MatchLabels(map[string]string{"tier": "canary"}),
+		magosv1.MatchLabels(map[string]string{"tier": "fleet"}),
+	}
+)
+
+func pick[T any](rng *rand.Rand, xs []T) T { return xs[rng.Intn(len(xs))] }
+
+// randomInput builds a random fleet: several clusters (some unregistered or silent),
+// Workspaces of this and other Projects in every state, stale and current grants, and a
+// random Rollout (or none).
+func randomInput(rng *rand.Rand) Input {
+	in := Input{Namespace: testNamespace, Project: testProject, Clusters: map[string]Cluster{}}
+	for i := 0; i < 4; i++ {
+		if rng.Intn(100) < 85 {
+			name := fmt.Sprintf("c%d", i)
+			in.Clusters[name] = Cluster{
+				Name:      name,
+				Labels:    map[string]string{"tier": pick(rng, []string{"canary", "fleet"})},
+				Available: rng.Intn(100) < 80,
+				Reason:    pick(rng, []string{"", "AgentSilent"}),
+			}
+		}
+	}
+	n := rng.Intn(30)
+	// A settled fleet: every run finished well, so rollouts complete and rewind on the odd change.
+	settled := rng.Intn(4) == 0
+	for i := 0; i < n; i++ {
+		w := Workspace{
+			Key:        Key{Cluster: fmt.Sprintf("c%d", rng.Intn(5)), Namespace: testNamespace, Name: fmt.Sprintf("w%d", i)},
+			Labels:     map[string]string{},
+			ProjectRef: testProject,
+			Phase:      pick(rng, randomPhases),
+			Generation: int64(1 + rng.Intn(3)),
+			RunID:      fmt.Sprintf("run-%d", rng.Intn(3)),
+		}
+		if rng.Intn(10) == 0 {
+			w.Key.Namespace = "elsewhere"
+		}
+		if rng.Intn(8) == 0 {
+			w.ProjectRef = "other"
+		}
+		if rng.Intn(10) > 0 {
+			w.Labels["env"] = pick(rng, []string{"dev", "staging", "prod", "prod", "qa"})
+		}
+		w.Labels["region"] = pick(rng, []string{"us", "eu"})
+		if rng.Intn(10) == 0 {
+			w.RunID = ""
+		}
+		w.ObservedGeneration = w.Generation - int64(rng.Intn(2))
+		w.ObservedRevision = pick(rng, []string{"", "rev-1", "rev-2"})
+		w.DetectedRevision = pick(rng, []string{"", "", "", "rev-1", "rev-2"})
+		w.ReconcileRequested = rng.Intn(10) == 0
+		switch rng.Intn(6) {
+		case 1:
+			w.Grant = Grant{Allowed: true, Run: w.RunID, By: keys.GrantedByRollout}
+		case 2:
+			w.Grant = Grant{Allowed: true, Run: "run-old", By: keys.GrantedByProject}
+		case 3:
+			w.Grant = Grant{Allowed: true}
+		case 4:
+			w.Grant = Grant{Run: w.RunID}
+		}
+		if settled && rng.Intn(20) > 0 {
+			w.Phase, w.ObservedGeneration, w.DetectedRevision, w.ReconcileRequested = magosv1.PhaseApplied, w.Generation, "", false
+		}
+		in.Workspaces = append(in.Workspaces, w)
+	}
+	if rng.Intn(5) == 0 {
+		return in
+	}
+	in.Rollout = rolloutOf()
+	in.Rollout.Spec.Paused = rng.Intn(10) == 0
+	steps := 1 + rng.Intn(4)
+	if rng.Intn(20) == 0 {
+		steps = 0
+	}
+	for i := 0; i < steps; i++ {
+		s := magosv1.RolloutStep{Name: fmt.Sprintf("s%d", i), Selector: pick(rng, randomSelectors)}
+		if rng.Intn(50) == 0 {
+			s.Selector = invalidSelector
+		}
+		if rng.Intn(5) == 0 {
+			cs := pick(rng, clusterSels)
+			if rng.Intn(30) == 0 {
+				cs = invalidSelector
+			}
+			s.ClusterSelector = &cs
+		}
+		in.Rollout.Spec.Strategy.Steps = append(in.Rollout.Spec.Strategy.Steps, s)
+	}
+	return in
+}
+
+// inStep reports, independently of Decide, whether a step selects a Workspace.
+func inStep(t *testing.T, in Input, s magosv1.RolloutStep, w Workspace) bool {
+	t.Helper()
+	sel, err := metav1.LabelSelectorAsSelector(s.Selector.AsMeta())
+	if err != nil {
+		t.Fatalf("a granting decision with an invalid selector in the current step: %v", err)
+	}
+	if !sel.Matches(labels.Set(w.Labels)) {
+		return false
+	}
+	if s.ClusterSelector == nil {
+		return true
+	}
+	cs, err := metav1.LabelSelectorAsSelector(s.ClusterSelector.AsMeta())
+	if err != nil {
+		t.Fatalf("a granting decision with an invalid clusterSelector in the current step: %v", err)
+	}
+	return cs.Matches(labels.Set(in.Clusters[w.Key.Cluster].Labels))
+}
+
+// TestDecideInvariants checks, on thousands of random fleets, what must hold for every
+// decision: grants go only to grantable members of the current step, name their run and
+// never happen while the rollout is halted or paused; revocations spare runs in flight; the
+// outputs are sorted; and writing the decision then deciding again writes nothing.
+func TestDecideInvariants(t *testing.T) {
+	rng := rand.New(rand.NewSource(20240611))
+	reasons := map[string]int{}
+	for c := 0; c < 5000; c++ {
+		in := randomInput(rng)
+		d := Decide(in)
+		reasons[d.Reason]++
+		t.Run(fmt.Sprintf("case-%d", c), func(t *testing.T) { checkInvariants(t, in, d) })
+		if t.Failed() {
+			t.Fatalf("case %d failed: input %+v rollout %+v", c, in, in.Rollout)
+		}
+	}
+	t.Logf("outcomes of the random cases: %v", reasons)
+	// The generator must reach every outcome, or the invariants were checked on too little.
+	for _, r := range []string{
+		magosv1.ReasonDefaultParallel, magosv1.ReasonNoSteps, magosv1.ReasonInvalidSelector,
+		magosv1.ReasonNoWorkspacesFound, magosv1.ReasonPaused, magosv1.ReasonRolloutCompleted,
+		magosv1.ReasonStepFailed, magosv1.ReasonLevelProgressing, magosv1.ReasonClusterUnavailable,
+	} {
+		if reasons[r] < 20 {
+			t.Errorf("only %d random cases ended %s: %v", reasons[r], r, reasons)
+		}
+	}
+}
+
+func checkInvariants(t *testing.T, in Input, d Decision) {
+	byKey := map[Key]Workspace{}
+	var members []Key
+	for _, w := range in.Workspaces {
+		byKey[w.Key] = w
+		if _, ok := in.Clusters[w.Key.Cluster]; ok && w.ProjectRef == in.Project && w.Key.Namespace == in.Namespace {
+			members = append(members, w.Key)
+		}
+	}
+	slices.SortFunc(members, compareKeys)
+	assertKeys(t, "members", d.Members, members)
+	isMember := func(k Key) bool { _, ok := slices.BinarySearchFunc(members, k, compareKeys); return ok }
+
+	for _, cs := range [][]Change{d.Grants, d.Revokes} {
+		for i := 1; i < len(cs); i++ {
+			if compareKeys(cs[i-1].Key, cs[i].Key) >= 0 {
+				t.Fatalf("changes not sorted or repeated: %v", cs)
+			}
+		}
+	}
+	granted := map[Key]bool{}
+	for _, g := range d.Grants {
+		w := byKey[g.Key]
+		switch {
+		case !isMember(g.Key):
+			t.Fatalf("grant to a non-member %s", g.Key)
+		case !w.Grantable() || g.Run != w.RunID:
+			t.Fatalf("grant %v to a Workspace in %s with run %q", g, w.Phase, w.RunID)
+		case !in.Clusters[g.Key.Cluster].Available:
+			t.Fatalf("grant %v in an unavailable cluster", g)
+		case w.GrantedCurrentRun():
+			t.Fatalf("grant %v already held", g)
+		}
+		granted[g.Key] = true
+	}
+	for _, r := range d.Revokes {
+		w := byKey[r.Key]
+		if !isMember(r.Key) || !w.HasGrant() || w.InFlight() || granted[r.Key] || r.Run != "" {
+			t.Fatalf("revocation %v of %+v", r, w)
+		}
+	}
+	if d.Applied > d.Total {
+		t.Fatalf("applied %d > total %d", d.Applied, d.Total)
+	}
+
+	// shouldHold reports whether the decision wants the member to hold a grant for its run.
+	var shouldHold func(w Workspace) bool
+	switch {
+	case in.Rollout == nil:
+		if d.Reason != magosv1.ReasonDefaultParallel || len(d.Revokes) != 0 {
+			t.Fatalf("parallel mode: %s, revokes %v", d.Reason, d.Revokes)
+		}
+		shouldHold = func(w Workspace) bool { return w.Grantable() && in.Clusters[w.Key.Cluster].Available }
+	case len(in.Rollout.Spec.Strategy.Steps) == 0:
+		if d.Reason != magosv1.ReasonNoSteps || d.HasWrites() {
+			t.Fatalf("no steps: %s, writes %v %v", d.Reason, d.Grants, d.Revokes)
+		}
+	default:
+		steps := in.Rollout.Spec.Strategy.Steps
+		progressing := d.Reason == magosv1.ReasonLevelProgressing || d.Reason == magosv1.ReasonClusterUnavailable
+		if len(d.Grants) > 0 && (!progressing || in.Rollout.Spec.Paused) {
+			t.Fatalf("grants while %s (paused %v): %v", d.Reason, in.Rollout.Spec.Paused, d.Grants)
+		}
+		if len(d.Steps) != len(steps) {
+			t.Fatalf("%d step statuses for %d steps", len(d.Steps), len(steps))
+		}
+		if progressing || d.Reason == magosv1.ReasonStepFailed || d.Reason == magosv1.ReasonRolloutCompleted {
+			for i := 0; i < d.CurrentStep; i++ {
+				if d.Steps[i].Phase != magosv1.StepCompleted {
+					t.Fatalf("step %d before the current step %d is %s", i, d.CurrentStep, d.Steps[i].Phase)
+				}
+			}
+		}
+		if d.Reason == magosv1.ReasonRolloutCompleted && (d.Applied != d.Total || d.CurrentStep != len(steps)) {
+			t.Fatalf("completed with %d/%d applied at step %d", d.Applied, d.Total, d.CurrentStep)
+		}
+		if progressing {
+			cur := steps[d.CurrentStep]
+			for _, key := range members {
+				if w := byKey[key]; inStep(t, in, cur, w) && w.Failed() {
+					t.Fatalf("progressing although %s failed in the current step", key)
+				}
+			}
+			for _, g := range d.Grants {
+				if !inStep(t, in, cur, byKey[g.Key]) {
+					t.Fatalf("grant %v outside the current step %s", g, cur.Name)
+				}
+			}
+			shouldHold = func(w Workspace) bool {
+				return w.Grantable() && in.Clusters[w.Key.Cluster].Available && inStep(t, in, cur, w)
+			}
+		} else {
+			shouldHold = func(Workspace) bool { return false }
+		}
+		// Every grant the decision does not want is revoked, unless its run is in flight.
+		revoked := map[Key]bool{}
+		for _, r := range d.Revokes {
+			revoked[r.Key] = true
+		}
+		for _, key := range members {
+			w := byKey[key]
+			want := w.HasGrant() && !w.InFlight() && !shouldHold(w)
+			if revoked[key] != want {
+				t.Fatalf("%s (%s, grant %+v): revoked %v, want %v", key, w.Phase, w.Grant, revoked[key], want)
+			}
+		}
+	}
+	if shouldHold != nil {
+		for _, key := range members {
+			w := byKey[key]
+			if want := shouldHold(w) && !w.GrantedCurrentRun(); granted[key] != want {
+				t.Fatalf("%s (%s, run %q, grant %+v): granted %v, want %v", key, w.Phase, w.RunID, w.Grant, granted[key], want)
+			}
+		}
+	}
+
+	// Fixed point: once the decision is written, deciding again writes nothing and says the same.
+	again := in
+	again.Workspaces = applyWrites(in.Workspaces, d, keys.GrantedByRollout)
+	d2 := Decide(again)
+	if d2.HasWrites() {
+		t.Fatalf("not a fixed point: second decision writes grants %v revokes %v", d2.Grants, d2.Revokes)
+	}
+	d.Grants, d.Revokes = nil, nil
+	if !reflect.DeepEqual(d, d2) {
+		t.Fatalf("second decision differs:\n%+v\n%+v", d, d2)
+	}
+}

@@ -1,0 +1,95 @@
+package rollout
+
+import (
+	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
+	"github.com/magosfleet/magos/pkg/keys"
+	"github.com/magosfleet/magos/pkg/mirror"
+)
+
+// mirrorLabels are the labels the agent adds to a mirror. They are not the Workspace's own, so
+// FromWorkspace drops them: a selector matches the same Workspaces in agent and direct clusters.
+var mirrorLabels = []string{keys.Mirror, keys.Cluster, keys.OriginNamespace, keys.OriginName}
+
+// FromWorkspace converts a Workspace as the hub sees it in the named cluster (a mirror in an
+// agent cluster's hub namespace, or a spoke Workspace read directly) into what Decide needs.
+// The key and generation are the origin's (mirror.OriginOf). The Workspace's labels are shared,
+// not copied, unless it is a mirror (then the mirror bookkeeping labels are removed from a copy).
+func FromWorkspace(cluster string, ws *magosv1.Workspace) Workspace {
+	o := mirror.OriginOf(cluster, ws)
+	ann := ws.Annotations
+	return Workspace{
+		Key:                Key{Cluster: o.Cluster, Namespace: o.Namespace, Name: o.Name},
+		Labels:             ownLabels(ws),
+		ProjectRef:         ws.Spec.ProjectRef.Name,
+		Phase:              ws.Status.Phase,
+		Reason:             ws.Status.Reason,
+		Generation:         o.Generation,
+		ObservedGeneration: ws.Status.ObservedGeneration,
+		RunID:              ws.Status.CurrentRunID,
+		ObservedRevision:   ws.Status.ObservedRevision,
+		DetectedRevision:   ann[keys.DetectedRevision],
+		ReconcileRequested: ann[keys.ReconcileRequest] != "",
+		Grant: Grant{
+			Allowed: ann[keys.ExecutionAllowed] == "true",
+			Run:     ann[keys.GrantedRun],
+			By:      ann[keys.GrantedBy],
+		},
+	}
+}
+
+func ownLabels(ws *magosv1.Workspace) map[string]string {
+	if !mirror.IsMirror(ws) {
+		return ws.Labels
+	}
+	out := make(map[string]string, len(ws.Labels))
+	for k, v := range ws.Labels {
+		out[k] = v
+	}
+	for _, k := range mirrorLabels {
+		delete(out, k)
+	}
+	return out
+}
+
+// AppliedForCurrent reports whether the Workspace is Applied for its current spec and
+// revision: phase Applied, observedGeneration equal to the generation, no detected-revision
+// other than the observed one and no pending reconcile-request. Decide also requires the
+// Workspace's cluster to be available before it counts the Workspace as Done.
+func (w Workspace) AppliedForCurrent() bool {
+	return w.Phase == magosv1.PhaseApplied &&
+		w.ObservedGeneration == w.Generation &&
+		(w.DetectedRevision == "" || w.DetectedRevision == w.ObservedRevision) &&
+		!w.ReconcileRequested
+}
+
+// Grantable reports whether the Workspace waits for a grant: phase Pending with a run ID.
+func (w Workspace) Grantable() bool {
+	return w.Phase == magosv1.PhasePending && w.RunID != ""
+}
+
+// InFlight reports whether a run of the Workspace has started: Planning, Planned or Applying.
+func (w Workspace) InFlight() bool {
+	switch w.Phase {
+	case magosv1.PhasePlanning, magosv1.PhasePlanned, magosv1.PhaseApplying:
+		return true
+	}
+	return false
+}
+
+// Failed reports whether the Workspace's last run failed: Failed or ValidationFailed.
+func (w Workspace) Failed() bool {
+	return w.Phase == magosv1.PhaseFailed || w.Phase == magosv1.PhaseValidationFailed
+}
+
+// HasGrant reports whether the Workspace carries any decision (execution-allowed or
+// granted-run), which a revocation would remove.
+func (w Workspace) HasGrant() bool { return w.Grant.Allowed || w.Grant.Run != "" }
+
+// GrantedCurrentRun reports whether the Workspace carries a grant for its current run, so
+// granting it again would change nothing.
+func (w Workspace) GrantedCurrentRun() bool {
+	return w.Grant.Allowed && w.RunID != "" && w.Grant.Run == w.RunID
+}
+
+// HasWrites reports whether the decision has grants or revocations to write.
+func (d Decision) HasWrites() bool { return len(d.Grants) > 0 || len(d.Revokes) > 0 }

@@ -1,0 +1,120 @@
+package rollout
+
+import (
+	"reflect"
+	"testing"
+
+	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
+	"github.com/magosfleet/magos/pkg/keys"
+	"github.com/magosfleet/magos/pkg/mirror"
+)
+
+func spokeWorkspace() *magosv1.Workspace {
+	ws := &magosv1.Workspace{}
+	ws.Namespace, ws.Name, ws.Generation = "payments", "api", 4
+	ws.Labels = map[string]string{"env": "prod", "region": "eu-west-1"}
+	ws.Annotations = map[string]string{
+		keys.ExecutionAllowed: "true",
+		keys.GrantedRun:       "20240611T101010-deadbeef",
+		keys.GrantedBy:        keys.GrantedByRollout,
+		keys.DetectedRevision: "abc123",
+		keys.ReconcileRequest: "2024-06-11T10:10:10Z",
+	}
+	ws.Spec.ProjectRef.Name = "payments-platform"
+	ws.Status.Phase, ws.Status.Reason = magosv1.PhasePending, magosv1.ReasonNewRevisionDetected
+	ws.Status.ObservedGeneration = 3
+	ws.Status.CurrentRunID = "20240611T101010-deadbeef"
+	ws.Status.ObservedRevision = "0ff1ce"
+	return ws
+}
+
+// TestFromWorkspace checks that a spoke Workspace read directly and its hub mirror convert to
+// the same Workspace: origin key and generation, own labels, status and decision annotations.
+func TestFromWorkspace(t *testing.T) {
+	spoke := spokeWorkspace()
+	want := Workspace{
+		Key:                Key{Cluster: "eu-west-1", Namespace: "payments", Name: "api"},
+		Labels:             map[string]string{"env": "prod", "region": "eu-west-1"},
+		ProjectRef:         "payments-platform",
+		Phase:              magosv1.PhasePending,
+		Reason:             magosv1.ReasonNewRevisionDetected,
+		Generation:         4,
+		ObservedGeneration: 3,
+		RunID:              "20240611T101010-deadbeef",
+		ObservedRevision:   "0ff1ce",
+		DetectedRevision:   "abc123",
+		ReconcileRequested: true,
+		Grant:              Grant{Allowed: true, Run: "20240611T101010-deadbeef", By: keys.GrantedByRollout},
+	}
+
+	m := spoke.DeepCopy()
+	m.Namespace, m.Name, m.Generation = mirror.Namespace("eu-west-1"), mirror.Name(spoke.Namespace, spoke.Name), 1
+	m.Labels = mirror.Labels("eu-west-1", spoke)
+	m.Status.Origin = &magosv1.WorkspaceOrigin{Cluster: "eu-west-1", Namespace: "payments", Name: "api", Generation: 4}
+
+	tests := []struct {
+		name string
+		ws   *magosv1.Workspace
+	}{
+		{"direct", spoke},
+		{"mirror", m},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := FromWorkspace("eu-west-1", tt.ws); !reflect.DeepEqual(got, want) {
+				t.Fatalf("FromWorkspace =\n%+v, want\n%+v", got, want)
+			}
+		})
+	}
+	if len(m.Labels) != 6 {
+		t.Fatalf("FromWorkspace changed the mirror's labels: %v", m.Labels)
+	}
+
+	t.Run("no annotations", func(t *testing.T) {
+		ws := spokeWorkspace()
+		ws.Annotations = nil
+		got := FromWorkspace("c1", ws)
+		if got.Grant != (Grant{}) || got.DetectedRevision != "" || got.ReconcileRequested {
+			t.Fatalf("got %+v", got)
+		}
+	})
+	t.Run("execution-allowed other than true", func(t *testing.T) {
+		ws := spokeWorkspace()
+		ws.Annotations[keys.ExecutionAllowed] = "yes"
+		ws.Annotations[keys.ReconcileRequest] = ""
+		got := FromWorkspace("c1", ws)
+		if got.Grant.Allowed || got.ReconcileRequested || !got.HasGrant() {
+			t.Fatalf("got %+v", got)
+		}
+	})
+}
+
+// TestWorkspaceStates checks the state helpers Decide relies on.
+func TestWorkspaceStates(t *testing.T) {
+	tests := []struct {
+		phase                      magosv1.Phase
+		grantable, inFlight, fails bool
+	}{
+		{magosv1.PhasePending, true, false, false},
+		{magosv1.PhasePlanning, false, true, false},
+		{magosv1.PhasePlanned, false, true, false},
+		{magosv1.PhaseApplying, false, true, false},
+		{magosv1.PhaseApplied, false, false, false},
+		{magosv1.PhaseFailed, false, false, true},
+		{magosv1.PhaseValidationFailed, false, false, true},
+		{magosv1.PhaseDeleting, false, false, false},
+		{"", false, false, false},
+	}
+	for _, tt := range tests {
+		t.Run(string(tt.phase)+"-", func(t *testing.T) {
+			w := Workspace{Phase: tt.phase, RunID: "r"}
+			if w.Grantable() != tt.grantable || w.InFlight() != tt.inFlight || w.Failed() != tt.fails {
+				t.Fatalf("grantable %v in flight %v failed %v", w.Grantable(), w.InFlight(), w.Failed())
+			}
+			w.RunID = ""
+			if w.Grantable() {
+				t.Fatalf("grantable without a run")
+			}
+		})
+	}
+}

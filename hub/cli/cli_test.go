@@ -1,0 +1,232 @@
+package cli_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
+	"github.com/magosfleet/magos/hub/cli"
+	"github.com/magosfleet/magos/pkg/keys"
+	"github.com/magosfleet/magos/pkg/mirror"
+	"github.com/magosfleet/magos/pkg/testenv"
+)
+
+// run executes magosctl with args against the cluster's kubeconfig.
+func run(t *testing.T, kubeconfig string, args ...string) (string, error) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	cmd := cli.NewCommand(&out, &errOut)
+	cmd.SetArgs(append([]string{"--kubeconfig", kubeconfig}, args...))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err := cmd.ExecuteContext(ctx)
+	return out.String(), err
+}
+
+func mustRun(t *testing.T, kubeconfig string, args ...string) string {
+	t.Helper()
+	out, err := run(t, kubeconfig, args...)
+	if err != nil {
+		t.Fatalf("magosctl %v: %v", args, err)
+	}
+	return out
+}
+
+type fixture struct {
+	hub *testenv.Cluster
+	ctx context.Context
+}
+
+func setup(t *testing.T) fixture {
+	t.Helper()
+	fleet := testenv.Start(t, testenv.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	f := fixture{hub: fleet.Hub, ctx: ctx}
+	for _, name := range []string{"us-east-1", "eu-west-1"} {
+		cl := &magosv1.Cluster{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"region": name}},
+			Spec:       magosv1.ClusterSpec{Transport: magosv1.TransportAgent},
+		}
+		f.create(t, cl)
+		now := metav1.Now()
+		cl.Status.LastHeartbeatTime = &now
+		cl.Status.Workspaces = 1
+		meta.SetStatusCondition(&cl.Status.Conditions, metav1.Condition{Type: magosv1.ConditionReady, Status: metav1.ConditionTrue, Reason: "Engaged"})
+		meta.SetStatusCondition(&cl.Status.Conditions, metav1.Condition{Type: magosv1.ConditionAvailable, Status: metav1.ConditionTrue, Reason: magosv1.ReasonAgentHeartbeating})
+		if err := f.hub.Client.Status().Update(ctx, cl); err != nil {
+			t.Fatal(err)
+		}
+		f.create(t, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: mirror.Namespace(name)}})
+	}
+	r := &magosv1.Rollout{
+		ObjectMeta: metav1.ObjectMeta{Name: "cdn", Namespace: "default"},
+		Spec: magosv1.RolloutSpec{ProjectRef: "cdn", Strategy: magosv1.RolloutStrategy{Steps: []magosv1.RolloutStep{
+			{Name: "us-east-1", Selector: magosv1.MatchLabels(map[string]string{"region": "us-east-1"})},
+			{Name: "eu-west-1", Selector: magosv1.MatchLabels(map[string]string{"region": "eu-west-1"})},
+			{Name: "ap-south-1", Selector: magosv1.MatchLabels(map[string]string{"region": "ap-south-1"})},
+		}}},
+	}
+	f.create(t, r)
+	r.Status = magosv1.RolloutStatus{Phase: magosv1.PhaseReconciling, Reason: magosv1.ReasonLevelProgressing,
+		Message: "Executing step eu-west-1 (0/1 applied)", CurrentStep: 1, CurrentStepName: "eu-west-1",
+		ObservedGeneration: r.Generation, AppliedWorkspaces: 1, TotalWorkspaces: 2,
+		Steps: []magosv1.StepStatus{{Name: "us-east-1", Phase: magosv1.StepCompleted}, {Name: "eu-west-1", Phase: magosv1.StepProgressing}, {Name: "ap-south-1", Phase: magosv1.StepFailed}}}
+	if err := f.hub.Client.Status().Update(ctx, r); err != nil {
+		t.Fatal(err)
+	}
+	f.mirror(t, "us-east-1", "edge", "cdn", magosv1.PhaseApplied, strings.Repeat("a", 40))
+	f.mirror(t, "eu-west-1", "edge", "cdn", magosv1.PhasePlanning, "")
+	f.mirror(t, "eu-west-1", "other", "another-project", magosv1.PhaseApplied, "")
+	return f
+}
+
+func (f fixture) create(t *testing.T, obj client.Object) {
+	t.Helper()
+	if err := f.hub.Client.Create(f.ctx, obj); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (f fixture) mirror(t *testing.T, cluster, name, project string, phase magosv1.Phase, rev string) {
+	t.Helper()
+	spoke := &magosv1.Workspace{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name, Labels: map[string]string{"region": cluster}}}
+	m := &magosv1.Workspace{
+		ObjectMeta: metav1.ObjectMeta{Namespace: mirror.Namespace(cluster), Name: mirror.Name("default", name), Labels: mirror.Labels(cluster, spoke)},
+		Spec: magosv1.WorkspaceSpec{ProjectRef: magosv1.ProjectReference{Name: project},
+			Source: magosv1.Source{RepoURL: "file:///repo", TargetRevision: "main"}},
+	}
+	f.create(t, m)
+	m.Status = magosv1.WorkspaceStatus{Phase: phase, ObservedRevision: rev, ObservedGeneration: 1,
+		Origin: &magosv1.WorkspaceOrigin{Cluster: cluster, Namespace: "default", Name: name, Generation: 1}}
+	if err := f.hub.Client.Status().Update(f.ctx, m); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestClusters(t *testing.T) {
+	f := setup(t)
+	out := mustRun(t, f.hub.Kubeconfig, "clusters")
+	for _, want := range []string{"NAME", "eu-west-1", "us-east-1", "agent", "AgentHeartbeating", "region=us-east-1"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("clusters output lacks %q:\n%s", want, out)
+		}
+	}
+	var list magosv1.ClusterList
+	if err := json.Unmarshal([]byte(mustRun(t, f.hub.Kubeconfig, "clusters", "-o", "json")), &list); err != nil || len(list.Items) != 2 {
+		t.Fatalf("-o json: %v, %d items", err, len(list.Items))
+	}
+	if out := mustRun(t, f.hub.Kubeconfig, "clusters", "-o", "yaml"); !strings.Contains(out, "kind: ClusterList") && !strings.Contains(out, "items:") {
+		t.Errorf("-o yaml: %s", out)
+	}
+	if _, err := run(t, f.hub.Kubeconfig, "clusters", "-o", "wide"); err == nil || !strings.Contains(err.Error(), "want yaml or json") {
+		t.Errorf("bad --output: %v", err)
+	}
+}
+
+func TestRolloutStatus(t *testing.T) {
+	f := setup(t)
+	out := mustRun(t, f.hub.Kubeconfig, "rollout", "status", "cdn", "-n", "default")
+	for _, want := range []string{
+		"Rollout default/cdn: Reconciling (LevelProgressing), 1/2 Workspaces applied",
+		"Executing step eu-west-1",
+		"STEP", "us-east-1   Completed", "default/edge", "Applied", "aaaaaaaaaaaa",
+		"eu-west-1   Progressing", "Planning",
+		"ap-south-1  Failed", "(no Workspace matches)",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("status lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "default/other") {
+		t.Errorf("a Workspace of another project is listed:\n%s", out)
+	}
+	var r magosv1.Rollout
+	if err := json.Unmarshal([]byte(mustRun(t, f.hub.Kubeconfig, "rollout", "status", "cdn", "-o", "json")), &r); err != nil || r.Name != "cdn" {
+		t.Fatalf("-o json: %v %q", err, r.Name)
+	}
+}
+
+func TestRolloutWatchEndsWithTheRollout(t *testing.T) {
+	f := setup(t)
+	key := client.ObjectKey{Namespace: "default", Name: "cdn"}
+	set := func(phase magosv1.Phase, reason string) {
+		var r magosv1.Rollout
+		if err := f.hub.Client.Get(f.ctx, key, &r); err != nil {
+			t.Fatal(err)
+		}
+		r.Status.Phase, r.Status.Reason, r.Status.Message = phase, reason, "m"
+		if err := f.hub.Client.Status().Update(f.ctx, &r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	set(magosv1.PhaseFailed, magosv1.ReasonStepFailed)
+	var buf bytes.Buffer
+	err := cli.WatchRollout(f.ctx, f.hub.Client, key, &buf, 10*time.Millisecond)
+	if !errors.Is(err, cli.ErrRolloutFailed) || !strings.Contains(err.Error(), "StepFailed") {
+		t.Fatalf("watch on a failed rollout: %v", err)
+	}
+	set(magosv1.PhaseApplied, magosv1.ReasonRolloutCompleted)
+	if _, err := run(t, f.hub.Kubeconfig, "rollout", "status", "cdn", "-n", "default", "--watch"); err != nil {
+		t.Fatalf("watch on a completed rollout: %v", err)
+	}
+}
+
+func TestPauseResume(t *testing.T) {
+	f := setup(t)
+	key := client.ObjectKey{Namespace: "default", Name: "cdn"}
+	for _, tc := range []struct {
+		verb string
+		want bool
+	}{{"pause", true}, {"resume", false}} {
+		if out := mustRun(t, f.hub.Kubeconfig, "rollout", tc.verb, "cdn", "-n", "default"); !strings.Contains(out, tc.verb) {
+			t.Errorf("%s output: %s", tc.verb, out)
+		}
+		var r magosv1.Rollout
+		if err := f.hub.Client.Get(f.ctx, key, &r); err != nil {
+			t.Fatal(err)
+		}
+		if r.Spec.Paused != tc.want {
+			t.Errorf("after %s: paused = %v", tc.verb, r.Spec.Paused)
+		}
+	}
+}
+
+func TestRetryAndApprove(t *testing.T) {
+	f := setup(t)
+	ws := &magosv1.Workspace{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "api"},
+		Spec: magosv1.WorkspaceSpec{ProjectRef: magosv1.ProjectReference{Name: "cdn"},
+			Source: magosv1.Source{RepoURL: "file:///repo", TargetRevision: "main"}},
+	}
+	f.create(t, ws)
+	mustRun(t, f.hub.Kubeconfig, "retry", "api", "-n", "default")
+	mustRun(t, f.hub.Kubeconfig, "approve", "api", "-n", "default")
+	var got magosv1.Workspace
+	if err := f.hub.Client.Get(f.ctx, client.ObjectKeyFromObject(ws), &got); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := time.Parse(time.RFC3339Nano, got.Annotations[keys.ReconcileRequest]); err != nil {
+		t.Errorf("reconcile-request = %q: %v", got.Annotations[keys.ReconcileRequest], err)
+	}
+	if got.Annotations[keys.Approved] != "true" {
+		t.Errorf("approved = %q", got.Annotations[keys.Approved])
+	}
+	_, err := run(t, f.hub.Kubeconfig, "retry", mirror.Name("default", "edge"), "-n", mirror.Namespace("us-east-1"))
+	if err == nil || !strings.Contains(err.Error(), "run this against that cluster") {
+		t.Errorf("retry on a mirror: %v", err)
+	}
+	if _, err := run(t, f.hub.Kubeconfig, "retry", "missing", "-n", "default"); err == nil || !strings.Contains(err.Error(), "not found") {
+		t.Errorf("retry of a missing Workspace: %v", err)
+	}
+}

@@ -1,0 +1,271 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
+	"github.com/magosfleet/magos/pkg/keys"
+	"github.com/magosfleet/magos/pkg/rollout"
+)
+
+// ErrRolloutFailed is returned by `rollout status --watch` when the Rollout halts.
+var ErrRolloutFailed = errors.New("rollout failed")
+
+func newRolloutCommand(o *Options) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "rollout",
+		Short: "Inspect and steer Rollouts (run against the hub)",
+	}
+	var watch bool
+	var timeout time.Duration
+	status := &cobra.Command{
+		Use:   "status ROLLOUT",
+		Short: "Show a Rollout's steps and, per cluster, its Workspaces",
+		Long: "Show a Rollout's steps and, per cluster, its Workspaces. With --watch, redraw on every\n" +
+			"change until the Rollout completes (exit 0) or halts (exit 1).",
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := o.Client()
+			if err != nil {
+				return err
+			}
+			ns, err := o.Namespace()
+			if err != nil {
+				return err
+			}
+			key := client.ObjectKey{Namespace: ns, Name: args[0]}
+			ctx := contextFor(cmd)
+			if !watch {
+				if o.Output != "" {
+					var r magosv1.Rollout
+					if err := c.Get(ctx, key, &r); err != nil {
+						return fmt.Errorf("rollout %s: %w", key, err)
+					}
+					_, err := o.print(&r)
+					return err
+				}
+				text, _, err := RolloutStatus(ctx, c, key)
+				if err != nil {
+					return err
+				}
+				_, err = io.WriteString(o.Out, text)
+				return err
+			}
+			if timeout > 0 {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, timeout)
+				defer cancel()
+			}
+			return WatchRollout(ctx, c, key, o.Out, time.Second)
+		},
+	}
+	status.Flags().BoolVarP(&watch, "watch", "w", false, "redraw on change until the Rollout completes or halts")
+	status.Flags().DurationVar(&timeout, "timeout", 0, "with --watch, give up after this long (0: never)")
+
+	pause := &cobra.Command{
+		Use:   "pause ROLLOUT",
+		Short: "Stop new grants; runs already granted finish",
+		Args:  cobra.ExactArgs(1),
+		RunE:  func(cmd *cobra.Command, args []string) error { return o.setPaused(cmd, args[0], true) },
+	}
+	resume := &cobra.Command{
+		Use:   "resume ROLLOUT",
+		Short: "Let a paused Rollout give grants again",
+		Args:  cobra.ExactArgs(1),
+		RunE:  func(cmd *cobra.Command, args []string) error { return o.setPaused(cmd, args[0], false) },
+	}
+	cmd.AddCommand(status, pause, resume)
+	return cmd
+}
+
+func (o *Options) setPaused(cmd *cobra.Command, name string, paused bool) error {
+	c, err := o.Client()
+	if err != nil {
+		return err
+	}
+	ns, err := o.Namespace()
+	if err != nil {
+		return err
+	}
+	r := &magosv1.Rollout{}
+	r.Namespace, r.Name = ns, name
+	patch, _ := json.Marshal(map[string]any{"spec": map[string]any{"paused": paused}})
+	if err := c.Patch(contextFor(cmd), r, client.RawPatch(types.MergePatchType, patch)); err != nil {
+		return fmt.Errorf("rollout %s/%s: %w", ns, name, err)
+	}
+	verb := "resumed"
+	if paused {
+		verb = "paused"
+	}
+	_, err = fmt.Fprintf(o.Out, "rollout %s/%s %s\n", ns, name, verb)
+	return err
+}
+
+// WatchRollout redraws the Rollout's status on w whenever it changes, polling every interval,
+// until the Rollout completes (nil), halts (ErrRolloutFailed) or ctx ends.
+func WatchRollout(ctx context.Context, c client.Client, key client.ObjectKey, w io.Writer, interval time.Duration) error {
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	last := ""
+	for {
+		text, r, err := RolloutStatus(ctx, c, key)
+		if err != nil && ctx.Err() == nil {
+			text = "error: " + err.Error() + "\n"
+		}
+		if text != last {
+			if last != "" {
+				_, _ = io.WriteString(w, "\n")
+			}
+			if _, werr := io.WriteString(w, text); werr != nil {
+				return werr
+			}
+			last = text
+		}
+		if r != nil && r.Status.ObservedGeneration == r.Generation {
+			switch r.Status.Phase {
+			case magosv1.PhaseApplied:
+				return nil
+			case magosv1.PhaseFailed:
+				return fmt.Errorf("%w: %s: %s", ErrRolloutFailed, r.Status.Reason, r.Status.Message)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+		}
+	}
+}
+
+// RolloutStatus renders where a Rollout stands: its phase and message, then one row per step
+// and Workspace with the Workspace's cluster, phase and revision. It reads the Rollout, the
+// Cluster objects and the mirrors from the hub.
+func RolloutStatus(ctx context.Context, c client.Client, key client.ObjectKey) (string, *magosv1.Rollout, error) {
+	var r magosv1.Rollout
+	if err := c.Get(ctx, key, &r); err != nil {
+		return "", nil, fmt.Errorf("rollout %s: %w", key, err)
+	}
+	var clusters magosv1.ClusterList
+	if err := c.List(ctx, &clusters); err != nil {
+		return "", nil, fmt.Errorf("listing clusters: %w", err)
+	}
+	var mirrors magosv1.WorkspaceList
+	if err := c.List(ctx, &mirrors, client.MatchingLabels{keys.Mirror: "true"}); err != nil {
+		return "", nil, fmt.Errorf("listing workspaces: %w", err)
+	}
+	return renderRollout(&r, clusters.Items, mirrors.Items), &r, nil
+}
+
+type row struct {
+	step, state, cluster, workspace, phase, revision string
+}
+
+func renderRollout(r *magosv1.Rollout, clusters []magosv1.Cluster, mirrors []magosv1.Workspace) string {
+	clusterLabels := map[string]labels.Set{}
+	for _, cl := range clusters {
+		clusterLabels[cl.Name] = cl.Labels
+	}
+	var members []rollout.Workspace
+	byKey := map[rollout.Key]*magosv1.Workspace{}
+	for i := range mirrors {
+		m := &mirrors[i]
+		w := rollout.FromWorkspace(m.Labels[keys.Cluster], m)
+		if w.ProjectRef != r.Spec.ProjectRef || w.Key.Namespace != r.Namespace {
+			continue
+		}
+		members = append(members, w)
+		byKey[w.Key] = m
+	}
+	sort.Slice(members, func(i, j int) bool { return members[i].Key.String() < members[j].Key.String() })
+
+	var b bytes.Buffer
+	phase := string(r.Status.Phase)
+	if phase == "" {
+		phase = "Unknown"
+	}
+	fmt.Fprintf(&b, "Rollout %s/%s: %s", r.Namespace, r.Name, phase)
+	if r.Status.Reason != "" {
+		fmt.Fprintf(&b, " (%s)", r.Status.Reason)
+	}
+	fmt.Fprintf(&b, ", %d/%d Workspaces applied", r.Status.AppliedWorkspaces, r.Status.TotalWorkspaces)
+	if r.Spec.Paused {
+		b.WriteString(", paused")
+	}
+	b.WriteString("\n")
+	if r.Status.Message != "" {
+		fmt.Fprintf(&b, "  %s\n", r.Status.Message)
+	}
+	if c := meta.FindStatusCondition(r.Status.Conditions, magosv1.ConditionReady); c != nil && c.ObservedGeneration != r.Generation {
+		b.WriteString("  (status is for an older generation of the Rollout; the hub has not caught up yet)\n")
+	}
+
+	stepState := map[string]string{}
+	for _, s := range r.Status.Steps {
+		stepState[s.Name] = s.Phase
+	}
+	var rows []row
+	for _, step := range r.Spec.Strategy.Steps {
+		sel, err := step.Selector.AsSelector()
+		if err != nil {
+			rows = append(rows, row{step.Name, "InvalidSelector", "-", "-", "-", "-"})
+			continue
+		}
+		var csel labels.Selector
+		if step.ClusterSelector != nil {
+			if csel, err = step.ClusterSelector.AsSelector(); err != nil {
+				rows = append(rows, row{step.Name, "InvalidSelector", "-", "-", "-", "-"})
+				continue
+			}
+		}
+		state := stepState[step.Name]
+		if state == "" {
+			state = "-"
+		}
+		matched := 0
+		for _, w := range members {
+			if !sel.Matches(labels.Set(w.Labels)) || (csel != nil && !csel.Matches(clusterLabels[w.Key.Cluster])) {
+				continue
+			}
+			matched++
+			ws := byKey[w.Key]
+			rev := ws.Status.ObservedRevision
+			if len(rev) > 12 {
+				rev = rev[:12]
+			}
+			rows = append(rows, row{step.Name, state, w.Key.Cluster, w.Key.Namespace + "/" + w.Key.Name,
+				orDash(string(ws.Status.Phase)), orDash(rev)})
+		}
+		if matched == 0 {
+			rows = append(rows, row{step.Name, state, "-", "(no Workspace matches)", "-", "-"})
+		}
+	}
+	b.WriteString("\n")
+	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "STEP\tSTATE\tCLUSTER\tWORKSPACE\tPHASE\tREVISION")
+	for _, r := range rows {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.step, r.state, r.cluster, r.workspace, r.phase, r.revision)
+	}
+	_ = tw.Flush()
+	return b.String()
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}

@@ -17,7 +17,7 @@ KUBE_VERSION=${KUBE_VERSION:-v1.36.3}
 TOFU_VERSION=${TOFU_VERSION:-v1.10.6}
 ASSETS=${MAGOS_ASSETS_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/magos/assets}
 
-export CGO_ENABLED=0 GOFLAGS=-mod=mod GOWORK=off
+export CGO_ENABLED=0 GOFLAGS=-mod=mod GOWORK=off GOTOOLCHAIN=local
 mkdir -p "$ASSETS"
 
 log() { printf '[assets] %s\n' "$*" >&2; }
@@ -107,6 +107,14 @@ build_tofu() {
     go build -trimpath -ldflags='-s -w -X github.com/opentofu/opentofu/version.dev=no' -o "$out/tofu" github.com/opentofu/opentofu/cmd/tofu >&2)
   finish tofu "$out" "$t0"
 }
+
+# MAGOS_ASSETS_ONLY=tofu builds only OpenTofu (the runner image does this, for its own
+# GOOS/GOARCH) and prints only MAGOS_TOFU.
+if [[ ${MAGOS_ASSETS_ONLY:-} == tofu ]]; then
+  build_tofu
+  echo "MAGOS_TOFU=$ASSETS/tofu-$TOFU_VERSION/tofu"
+  exit 0
+fi
 
 build_etcd
 build_tofu

@@ -16,10 +16,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"sync"
 	"testing"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
@@ -281,24 +281,36 @@ func (c *Cluster) startControllerManager(assets, dir string) error {
 // ApplyFile creates every object of a multi-document YAML file (objects that exist are left
 // as they are).
 func ApplyFile(ctx context.Context, c client.Client, path string) error {
-	raw, err := os.ReadFile(path)
+	objs, err := DecodeFile(path)
 	if err != nil {
 		return err
 	}
+	for _, obj := range objs {
+		if err := c.Create(ctx, obj); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("%s: creating %s %s: %w", path, obj.GetKind(), obj.GetName(), err)
+		}
+	}
+	return nil
+}
+
+// DecodeFile reads every object of a multi-document YAML file.
+func DecodeFile(path string) ([]*unstructured.Unstructured, error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var out []*unstructured.Unstructured
 	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(raw), 4096)
 	for {
 		obj := &unstructured.Unstructured{}
 		if err := dec.Decode(&obj.Object); err != nil {
 			if errors.Is(err, io.EOF) {
-				return nil
+				return out, nil
 			}
-			return fmt.Errorf("%s: %w", path, err)
+			return nil, fmt.Errorf("%s: %w", path, err)
 		}
-		if len(obj.Object) == 0 {
-			continue
-		}
-		if err := c.Create(ctx, obj); err != nil && !strings.Contains(err.Error(), "already exists") {
-			return fmt.Errorf("%s: creating %s %s: %w", path, obj.GetKind(), obj.GetName(), err)
+		if len(obj.Object) > 0 {
+			out = append(out, obj)
 		}
 	}
 }

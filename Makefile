@@ -14,6 +14,14 @@ WITH_ASSETS := eval "$$(tools/provision-assets.sh)" && export KUBEBUILDER_ASSETS
 help: ## List the targets.
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
 
+.PHONY: demo
+demo: ## Start a local hub and three regional spokes and roll a change out region by region.
+	go run ./tools/cmd/magos-dev demo $(DEMO_FLAGS)
+
+.PHONY: dev
+dev: ## Start the local fleet and keep it running (kubeconfigs under ~/.cache/magos/dev).
+	go run ./tools/cmd/magos-dev up $(DEV_FLAGS)
+
 .PHONY: generate
 generate: ## Regenerate deepcopy code and the CRDs of both charts.
 	go tool controller-gen object paths=./apis/...

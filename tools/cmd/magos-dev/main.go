@@ -1,0 +1,107 @@
+// Command magos-dev runs Magos Fleet on one machine.
+//
+//	magos-dev up   [--spokes us-east-1,eu-west-1,ap-south-1] [--single] [--dir DIR]
+//	magos-dev demo [--spokes ...] [--fail-region REGION] [--dir DIR]
+//
+// up starts a hub API server and spoke API servers, registers the spokes with the hub as agent
+// clusters, runs the hub and one agent per spoke (Workspaces run as local processes), writes
+// hub.kubeconfig and <spoke>.kubeconfig into --dir, prints "ready" and runs until interrupted.
+// demo does the same, then rolls a small module out region by region and exits.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/pflag"
+
+	"github.com/magosfleet/magos/tools/demo"
+	"github.com/magosfleet/magos/tools/devfleet"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "magos-dev:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, args []string) error {
+	if len(args) == 0 || (args[0] != "up" && args[0] != "demo") {
+		return errors.New("usage: magos-dev up|demo [flags] (see --help)")
+	}
+	cmd := args[0]
+	fs := pflag.NewFlagSet("magos-dev "+cmd, pflag.ContinueOnError)
+	spokes := fs.StringSlice("spokes", devfleet.DefaultSpokes, "spoke clusters to start")
+	single := fs.Bool("single", false, "one cluster that is both hub and spoke")
+	dir := fs.String("dir", defaultDir(), "folder for kubeconfigs, logs and run data")
+	failRegion := fs.String("fail-region", "", "demo: make this region's Workspace fail, to show the Rollout halting")
+	timeout := fs.Duration("timeout", 10*time.Minute, "demo: give up after this long")
+	if err := fs.Parse(args[1:]); err != nil {
+		return err
+	}
+	for _, s := range *spokes {
+		if s == "" || s == "hub" || strings.ContainsAny(s, " /") {
+			return fmt.Errorf("--spokes: %q is not a usable cluster name", s)
+		}
+	}
+	if cmd == "demo" && *single {
+		return errors.New("demo: --single has no regions to roll out to; use up --single")
+	}
+	if err := os.RemoveAll(*dir); err != nil {
+		return err
+	}
+	started := time.Now()
+	fleet, err := devfleet.Start(ctx, devfleet.Options{Dir: *dir, Spokes: *spokes, Single: *single, Progress: os.Stderr})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		fmt.Fprintln(os.Stderr, "magos-dev: stopping")
+		if err := fleet.Stop(); err != nil {
+			fmt.Fprintln(os.Stderr, "magos-dev:", err)
+		}
+	}()
+	fmt.Fprintf(os.Stderr, "magos-dev: fleet up in %s; kubeconfigs in %s, logs in %s\n",
+		time.Since(started).Round(time.Second), *dir, filepath.Join(*dir, "logs"))
+	if cmd == "up" {
+		fmt.Println("ready")
+		fmt.Printf("  kubectl --kubeconfig %s get clusters\n", fleet.Kubeconfig("hub"))
+		for _, s := range fleet.Order {
+			fmt.Printf("  kubectl --kubeconfig %s get workspaces -A\n", fleet.Kubeconfig(s))
+		}
+		<-ctx.Done()
+		return nil
+	}
+	summary, err := demo.Run(ctx, fleet, demo.Options{FailRegion: *failRegion, Out: os.Stdout, Timeout: *timeout})
+	if err != nil {
+		return err
+	}
+	summary.Print(os.Stdout)
+	fmt.Printf("\ndemo: total wall time %s (including start-up)\n", time.Since(started).Round(time.Second))
+	switch {
+	case *failRegion == "" && !summary.Completed:
+		return errors.New("demo: the Rollout did not complete")
+	case *failRegion != "" && summary.HaltedAt != *failRegion:
+		return fmt.Errorf("demo: expected the Rollout to halt at %s, it halted at %q", *failRegion, summary.HaltedAt)
+	}
+	return nil
+}
+
+func defaultDir() string {
+	base := os.Getenv("XDG_CACHE_HOME")
+	if base == "" {
+		home, _ := os.UserHomeDir()
+		base = filepath.Join(home, ".cache")
+	}
+	return filepath.Join(base, "magos", "dev")
+}

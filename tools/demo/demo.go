@@ -1,0 +1,288 @@
+// Package demo runs the Magos Fleet demo on a local fleet: a small OpenTofu module in a local
+// git repository, a Project and a region-by-region Rollout on the hub, one Workspace in every
+// spoke, and a live view of the Rollout as it moves from region to region.
+package demo
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/go-git/go-git/v5"
+	"github.com/go-git/go-git/v5/plumbing/object"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
+	"github.com/magosfleet/magos/hub/cli"
+	"github.com/magosfleet/magos/pkg/keys"
+	"github.com/magosfleet/magos/tools/devfleet"
+)
+
+// Project is the name of the demo's Project and Rollout.
+const Project = "cdn-platform"
+
+// Options configures Run.
+type Options struct {
+	// FailRegion makes the Workspace of that spoke fail its plan, to show the Rollout halting.
+	FailRegion string
+	// Out receives the live view and the summary.
+	Out io.Writer
+	// Timeout bounds the whole scenario (default 10 minutes).
+	Timeout time.Duration
+	// Refresh is how often the view is redrawn when something changed (default 500ms).
+	Refresh time.Duration
+}
+
+// StepTime is when a step completed, from the start of the Rollout.
+type StepTime struct {
+	Step  string
+	After time.Duration
+}
+
+// Summary is the outcome of the demo.
+type Summary struct {
+	// Completed is true when the Rollout reached Applied.
+	Completed bool
+	// HaltedAt is the step where the Rollout halted ("" if it did not).
+	HaltedAt string
+	// Steps lists the steps in the order they completed.
+	Steps []StepTime
+	// NeverGranted lists the spokes whose Workspace never got a grant (after a halt).
+	NeverGranted []string
+	// Wall is the time from applying the Rollout to its end.
+	Wall time.Duration
+	// Final is the last rendering of the Rollout's status.
+	Final string
+}
+
+// module is the demo's root module: it needs no provider download, and refuses to deploy to a
+// region marked unhealthy (a precondition, so the plan fails).
+const module = `variable "region" {
+  type = string
+}
+
+variable "healthy" {
+  type    = bool
+  default = true
+}
+
+resource "terraform_data" "edge" {
+  input = {
+    region  = var.region
+    release = "v1"
+  }
+
+  lifecycle {
+    precondition {
+      condition     = var.healthy
+      error_message = "region ${var.region} is marked unhealthy: refusing to deploy"
+    }
+  }
+}
+
+output "endpoint" {
+  value = "https://edge.${var.region}.example.com"
+}
+`
+
+// Run sets up the demo on fleet and follows the Rollout until it completes or halts.
+func Run(ctx context.Context, fleet *devfleet.Fleet, opts Options) (Summary, error) {
+	if opts.Timeout == 0 {
+		opts.Timeout = 10 * time.Minute
+	}
+	if opts.Refresh == 0 {
+		opts.Refresh = 500 * time.Millisecond
+	}
+	if opts.Out == nil {
+		opts.Out = io.Discard
+	}
+	if opts.FailRegion != "" && fleet.Spokes[opts.FailRegion] == nil {
+		return Summary{}, fmt.Errorf("--fail-region %s: no such spoke (have %s)", opts.FailRegion, strings.Join(fleet.Order, ", "))
+	}
+	ctx, cancel := context.WithTimeout(ctx, opts.Timeout)
+	defer cancel()
+
+	repo, branch, err := makeRepository(filepath.Join(fleet.Dir, "repo"))
+	if err != nil {
+		return Summary{}, err
+	}
+	fmt.Fprintf(opts.Out, "demo: module committed to %s\n", repo)
+	if err := applyHub(ctx, fleet); err != nil {
+		return Summary{}, err
+	}
+	for _, name := range fleet.Order {
+		if err := applySpoke(ctx, fleet, name, repo, branch, name == opts.FailRegion); err != nil {
+			return Summary{}, err
+		}
+	}
+	fmt.Fprintf(opts.Out, "demo: Project and Rollout %s applied on the hub, one Workspace in each of %s\n\n",
+		Project, strings.Join(fleet.Order, ", "))
+	return follow(ctx, fleet, opts)
+}
+
+func follow(ctx context.Context, fleet *devfleet.Fleet, opts Options) (Summary, error) {
+	start := time.Now()
+	key := client.ObjectKey{Namespace: corev1.NamespaceDefault, Name: Project}
+	var s Summary
+	done := map[string]bool{}
+	last := ""
+	tick := time.NewTicker(opts.Refresh)
+	defer tick.Stop()
+	for {
+		text, r, err := cli.RolloutStatus(ctx, fleet.Client("hub"), key)
+		if err == nil {
+			if text != last {
+				fmt.Fprintf(opts.Out, "[+%s]\n%s\n", time.Since(start).Round(time.Second), text)
+				last = text
+			}
+			for _, st := range r.Status.Steps {
+				if st.Phase == magosv1.StepCompleted && !done[st.Name] {
+					done[st.Name] = true
+					s.Steps = append(s.Steps, StepTime{Step: st.Name, After: time.Since(start)})
+				}
+			}
+			if r.Status.ObservedGeneration == r.Generation {
+				switch {
+				case r.Status.Phase == magosv1.PhaseApplied:
+					s.Completed, s.Final, s.Wall = true, text, time.Since(start)
+					return s, nil
+				case r.Status.Phase == magosv1.PhaseFailed && r.Status.Reason == magosv1.ReasonStepFailed:
+					s.HaltedAt, s.Final, s.Wall = r.Status.CurrentStepName, text, time.Since(start)
+					s.NeverGranted, err = neverGranted(ctx, fleet, r.Status.CurrentStep)
+					return s, err
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return s, fmt.Errorf("the Rollout did not finish in time (last view above; logs in %s): %w",
+				filepath.Join(fleet.Dir, "logs"), ctx.Err())
+		case <-tick.C:
+		}
+	}
+}
+
+// neverGranted lists the spokes after the halted step whose Workspace carries no grant.
+func neverGranted(ctx context.Context, fleet *devfleet.Fleet, halted int) ([]string, error) {
+	var out []string
+	for _, name := range fleet.Order[halted+1:] {
+		var ws magosv1.Workspace
+		if err := fleet.Client(name).Get(ctx, client.ObjectKey{Namespace: corev1.NamespaceDefault, Name: "cdn-edge"}, &ws); err != nil {
+			return nil, err
+		}
+		if ws.Annotations[keys.ExecutionAllowed] != "true" && ws.Status.Phase == magosv1.PhasePending {
+			out = append(out, name)
+		}
+	}
+	return out, nil
+}
+
+// Print writes the summary.
+func (s Summary) Print(w io.Writer) {
+	fmt.Fprintf(w, "\n==== Summary (%s from Rollout to result) ====\n", s.Wall.Round(time.Second))
+	for _, st := range s.Steps {
+		fmt.Fprintf(w, "  step %-12s applied after %s\n", st.Step, st.After.Round(time.Second))
+	}
+	switch {
+	case s.Completed:
+		fmt.Fprintln(w, "  Rollout completed: every region applied, one region at a time.")
+	case s.HaltedAt != "":
+		fmt.Fprintf(w, "  Rollout halted at step %s: the failure froze it before the next region was granted.\n", s.HaltedAt)
+		if len(s.NeverGranted) > 0 {
+			fmt.Fprintf(w, "  Never granted (still Pending): %s\n", strings.Join(s.NeverGranted, ", "))
+		}
+	}
+	fmt.Fprintf(w, "\n%s", s.Final)
+}
+
+// makeRepository commits the module to a new repository and returns its URL and branch.
+func makeRepository(dir string) (url, branch string, err error) {
+	if err := os.RemoveAll(dir); err != nil {
+		return "", "", err
+	}
+	r, err := git.PlainInit(dir, false)
+	if err != nil {
+		return "", "", fmt.Errorf("creating the demo repository: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "main.tf"), []byte(module), 0o644); err != nil {
+		return "", "", err
+	}
+	wt, err := r.Worktree()
+	if err != nil {
+		return "", "", err
+	}
+	if _, err := wt.Add("main.tf"); err != nil {
+		return "", "", err
+	}
+	sig := &object.Signature{Name: "Magos demo", Email: "demo@magosfleet.io", When: time.Now()}
+	if _, err := wt.Commit("edge module v1", &git.CommitOptions{Author: sig}); err != nil {
+		return "", "", fmt.Errorf("committing the demo module: %w", err)
+	}
+	head, err := r.Head()
+	if err != nil {
+		return "", "", err
+	}
+	return "file://" + dir, head.Name().Short(), nil
+}
+
+func applyHub(ctx context.Context, fleet *devfleet.Fleet) error {
+	var steps []magosv1.RolloutStep
+	for _, name := range fleet.Order {
+		steps = append(steps, magosv1.RolloutStep{Name: name,
+			Selector: magosv1.MatchLabels(map[string]string{"env": "prod", "region": name})})
+	}
+	objs := []client.Object{
+		&magosv1.Project{
+			ObjectMeta: metav1.ObjectMeta{Name: Project, Namespace: corev1.NamespaceDefault},
+			Spec:       magosv1.ProjectSpec{Description: "CDN edge, promoted region by region"},
+		},
+		&magosv1.Rollout{
+			ObjectMeta: metav1.ObjectMeta{Name: Project, Namespace: corev1.NamespaceDefault},
+			Spec:       magosv1.RolloutSpec{ProjectRef: Project, Strategy: magosv1.RolloutStrategy{Steps: steps}},
+		},
+	}
+	for _, o := range objs {
+		if err := fleet.Client("hub").Create(ctx, o); err != nil {
+			return fmt.Errorf("creating %s on the hub: %w", o.GetName(), err)
+		}
+	}
+	return nil
+}
+
+func applySpoke(ctx context.Context, fleet *devfleet.Fleet, name, repo, branch string, fail bool) error {
+	healthy := "true"
+	if fail {
+		healthy = "false"
+	}
+	objs := []client.Object{
+		&magosv1.VariableSet{
+			ObjectMeta: metav1.ObjectMeta{Name: "cdn-edge-inputs", Namespace: corev1.NamespaceDefault},
+			Spec: magosv1.VariableSetSpec{Variables: []magosv1.Variable{
+				{Name: "region", Value: ptr.To(name)},
+				{Name: "healthy", Value: ptr.To(healthy), HCL: true},
+			}},
+		},
+		&magosv1.Workspace{
+			ObjectMeta: metav1.ObjectMeta{Name: "cdn-edge", Namespace: corev1.NamespaceDefault,
+				Labels: map[string]string{"env": "prod", "region": name}},
+			Spec: magosv1.WorkspaceSpec{
+				ProjectRef:      magosv1.ProjectReference{Name: Project},
+				Source:          magosv1.Source{RepoURL: repo, TargetRevision: branch},
+				VariableSetRefs: []magosv1.LocalObjectReference{{Name: "cdn-edge-inputs"}},
+			},
+		},
+	}
+	for _, o := range objs {
+		if err := fleet.Client(name).Create(ctx, o); err != nil {
+			return fmt.Errorf("creating %s in %s: %w", o.GetName(), name, err)
+		}
+	}
+	return nil
+}

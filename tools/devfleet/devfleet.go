@@ -1,0 +1,335 @@
+// Package devfleet starts a complete Magos Fleet on one machine: a hub API server and spoke API
+// servers (real etcd + kube-apiserver, from pkg/testenv), the hub registered with every spoke
+// as an agent cluster through its config file, and the real magos-hub and magos-agent binaries
+// (built from this checkout) as child processes, the agents running Workspaces with the local
+// runner. It is what `magos-dev up` and `make demo` run.
+package devfleet
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+
+	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
+	"github.com/magosfleet/magos/pkg/testenv"
+)
+
+// DefaultSpokes are the spoke clusters started when Options.Spokes is empty.
+var DefaultSpokes = []string{"us-east-1", "eu-west-1", "ap-south-1"}
+
+// Options configures Start.
+type Options struct {
+	// Dir receives the kubeconfigs, the hub config, the binaries, logs and run data.
+	Dir string
+	// Spokes are the spoke clusters (default DefaultSpokes).
+	Spokes []string
+	// Single starts one cluster that is both hub and spoke (registered as a direct cluster).
+	Single bool
+	// Progress receives one line per step of the start-up.
+	Progress io.Writer
+}
+
+// Fleet is a running local fleet.
+type Fleet struct {
+	// Hub is the hub cluster.
+	Hub *testenv.Cluster
+	// Spokes are the spoke clusters by name (in single mode: the hub itself, as "local").
+	Spokes map[string]*testenv.Cluster
+	// Order is the spoke names in the order given.
+	Order []string
+	// Dir is Options.Dir.
+	Dir string
+
+	env   *testenv.Fleet
+	procs []*process
+	out   io.Writer
+}
+
+// process is a child process and a channel closed when it exits.
+type process struct {
+	name string
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+func (p *process) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// Start starts the fleet and returns when every cluster is registered and Ready, or an error
+// (after stopping whatever it started).
+func Start(ctx context.Context, opts Options) (*Fleet, error) {
+	if opts.Progress == nil {
+		opts.Progress = io.Discard
+	}
+	if len(opts.Spokes) == 0 {
+		opts.Spokes = DefaultSpokes
+	}
+	if opts.Single {
+		opts.Spokes = []string{"local"}
+	}
+	for _, dir := range []string{"bin", "logs", "data"} {
+		if err := os.MkdirAll(filepath.Join(opts.Dir, dir), 0o755); err != nil {
+			return nil, err
+		}
+	}
+	f := &Fleet{Dir: opts.Dir, Order: opts.Spokes, Spokes: map[string]*testenv.Cluster{}, out: opts.Progress}
+	if err := f.start(ctx, opts); err != nil {
+		return nil, errors.Join(err, f.Stop())
+	}
+	return f, nil
+}
+
+func (f *Fleet) step(format string, args ...any) {
+	fmt.Fprintf(f.out, "magos-dev: "+format+"\n", args...)
+}
+
+func (f *Fleet) start(ctx context.Context, opts Options) error {
+	f.step("provisioning etcd, kube-apiserver and tofu (built from the Go module proxy on first use, then cached)")
+	if _, err := testenv.Assets(); err != nil {
+		return err
+	}
+	tofu, err := testenv.Tofu()
+	if err != nil {
+		return err
+	}
+	f.step("building magos-hub and magos-agent")
+	if err := buildBinaries(ctx, filepath.Join(f.Dir, "bin")); err != nil {
+		return err
+	}
+	if opts.Single {
+		f.step("starting one API server (hub and spoke)")
+		f.env, err = testenv.New(testenv.Options{})
+	} else {
+		f.step("starting API servers: hub, %s", strings.Join(opts.Spokes, ", "))
+		f.env, err = testenv.New(testenv.Options{Spokes: opts.Spokes})
+	}
+	if err != nil {
+		return err
+	}
+	f.Hub = f.env.Hub
+	if opts.Single {
+		f.Spokes["local"] = f.Hub
+	} else {
+		f.Spokes = f.env.Spokes
+	}
+	if err := copyFile(f.Hub.Kubeconfig, f.Kubeconfig("hub")); err != nil {
+		return err
+	}
+	for name, c := range f.Spokes {
+		if err := copyFile(c.Kubeconfig, f.Kubeconfig(name)); err != nil {
+			return err
+		}
+	}
+	if err := f.writeHubConfig(opts); err != nil {
+		return err
+	}
+	f.step("starting the hub")
+	if err := f.run("hub", "magos-hub", nil, "controller",
+		"--kubeconfig", f.Kubeconfig("hub"), "--config", f.path("hub-config.yaml"),
+		"--metrics-bind-address", "0", "--health-probe-bind-address", "0", "--log-development"); err != nil {
+		return err
+	}
+	for _, name := range f.Order {
+		f.step("starting the agent of %s", name)
+		args := []string{"controller", "--kubeconfig", f.Kubeconfig(name), "--cluster-name", name,
+			"--runner-mode", "local", "--runner-data-dir", f.path("data", name),
+			"--runner-kubeconfig", f.Kubeconfig(name),
+			"--metrics-bind-address", "0", "--health-probe-bind-address", "0", "--log-development"}
+		if !opts.Single {
+			hubCfg, err := f.agentKubeconfig(ctx, name)
+			if err != nil {
+				return err
+			}
+			args = append(args, "--hub-kubeconfig", hubCfg)
+		}
+		if err := f.run(name, "magos-agent", []string{"MAGOS_TOFU=" + tofu}, args...); err != nil {
+			return err
+		}
+	}
+	f.step("waiting for every cluster to be Ready")
+	return f.waitReady(ctx)
+}
+
+func (f *Fleet) path(elem ...string) string {
+	return filepath.Join(append([]string{f.Dir}, elem...)...)
+}
+
+// Kubeconfig returns the path of the kubeconfig of a cluster ("hub" or a spoke name).
+func (f *Fleet) Kubeconfig(name string) string { return f.path(name + ".kubeconfig") }
+
+// hubConfig is the part of the hub's config file the dev fleet writes.
+type hubConfig struct {
+	Clusters []clusterEntry `json:"clusters"`
+}
+
+type clusterEntry struct {
+	Name       string            `json:"name"`
+	Labels     map[string]string `json:"labels,omitempty"`
+	Agent      *struct{}         `json:"agent,omitempty"`
+	Kubeconfig *kubeconfigSource `json:"kubeconfig,omitempty"`
+}
+
+type kubeconfigSource struct {
+	Path string `json:"path"`
+}
+
+func (f *Fleet) writeHubConfig(opts Options) error {
+	var cfg hubConfig
+	for _, name := range f.Order {
+		e := clusterEntry{Name: name, Labels: map[string]string{"region": name}}
+		if opts.Single {
+			e.Kubeconfig = &kubeconfigSource{Path: f.Kubeconfig("hub")}
+		} else {
+			e.Agent = &struct{}{}
+		}
+		cfg.Clusters = append(cfg.Clusters, e)
+	}
+	raw, err := yaml.Marshal(cfg)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(f.path("hub-config.yaml"), raw, 0o600)
+}
+
+// agentKubeconfig waits for the hub to set up the cluster's access, then writes the agent's
+// bootstrap kubeconfig, as an operator would with `magos-hub agent-kubeconfig`.
+func (f *Fleet) agentKubeconfig(ctx context.Context, cluster string) (string, error) {
+	out := f.path(cluster + "-hub.kubeconfig")
+	var last []byte
+	err := testenv.Poll(2*time.Minute, func() error {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		cmd := exec.CommandContext(ctx, f.path("bin", "magos-hub"), "agent-kubeconfig",
+			"--kubeconfig", f.Kubeconfig("hub"), "--cluster", cluster)
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		if err := cmd.Run(); err != nil {
+			last = stderr.Bytes()
+			return fmt.Errorf("magos-hub agent-kubeconfig --cluster %s: %w: %s", cluster, err, last)
+		}
+		return os.WriteFile(out, stdout.Bytes(), 0o600)
+	})
+	return out, err
+}
+
+func (f *Fleet) waitReady(ctx context.Context) error {
+	return testenv.Poll(3*time.Minute, func() error {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		for _, p := range f.procs {
+			if p.exited() {
+				return fmt.Errorf("%s exited: see %s", p.name, f.path("logs", p.name+".log"))
+			}
+		}
+		var list magosv1.ClusterList
+		if err := f.Hub.Client.List(ctx, &list); err != nil {
+			return err
+		}
+		ready := map[string]bool{}
+		for _, c := range list.Items {
+			ready[c.Name] = meta.IsStatusConditionTrue(c.Status.Conditions, magosv1.ConditionReady)
+		}
+		for _, name := range f.Order {
+			if !ready[name] {
+				return fmt.Errorf("cluster %s is not Ready yet (logs in %s)", name, f.path("logs"))
+			}
+		}
+		return nil
+	})
+}
+
+// run starts a binary from bin/ with its output in logs/<name>.log.
+func (f *Fleet) run(name, binary string, env []string, args ...string) error {
+	logFile, err := os.Create(f.path("logs", name+".log"))
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(f.path("bin", binary), args...)
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("starting %s: %w", binary, err)
+	}
+	p := &process{name: name, cmd: cmd, done: make(chan struct{})}
+	f.procs = append(f.procs, p)
+	go func() {
+		_ = cmd.Wait()
+		_ = logFile.Close()
+		close(p.done)
+	}()
+	return nil
+}
+
+// Client returns the client of a cluster ("hub" or a spoke name).
+func (f *Fleet) Client(name string) client.Client {
+	if name == "hub" {
+		return f.Hub.Client
+	}
+	return f.Spokes[name].Client
+}
+
+// Stop stops the agents, the hub and the API servers.
+func (f *Fleet) Stop() error {
+	for i := len(f.procs) - 1; i >= 0; i-- {
+		_ = syscall.Kill(-f.procs[i].cmd.Process.Pid, syscall.SIGTERM)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for _, p := range f.procs {
+		select {
+		case <-p.done:
+		case <-time.After(time.Until(deadline)):
+			_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+			<-p.done
+		}
+	}
+	f.procs = nil
+	if f.env != nil {
+		err := f.env.Stop()
+		f.env = nil
+		return err
+	}
+	return nil
+}
+
+func buildBinaries(ctx context.Context, dir string) error {
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		return err
+	}
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", dir+string(os.PathSeparator),
+		"./hub/cmd/magos-hub", "./agent/cmd/magos-agent")
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("building the binaries: %w\n%s", err, out)
+	}
+	return nil
+}
+
+func copyFile(from, to string) error {
+	raw, err := os.ReadFile(from)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(to, raw, 0o600)
+}

@@ -64,3 +64,10 @@ const ClusterNamespacePrefix = "magos-cluster-"
 
 // ClusterNamespace is the hub namespace that holds the mirrors of the named agent cluster.
 func ClusterNamespace(cluster string) string { return ClusterNamespacePrefix + cluster }
+
+// AgentLease is the name of the coordination.k8s.io Lease an agent renews in its cluster
+// namespace on the hub (its heartbeat).
+const AgentLease = "magos-agent"
+
+// AgentVersion is the annotation on the agent's Lease that carries the agent's version.
+const AgentVersion = Prefix + "agent-version"

@@ -12,6 +12,8 @@ package runner
 import (
 	"encoding/json"
 	"fmt"
+
+	"github.com/magosfleet/magos/pkg/policy"
 )
 
 // Environment variables of the runner protocol.
@@ -27,6 +29,8 @@ const (
 	EnvGitUsername      = "GIT_USERNAME"
 	EnvGitPassword      = "GIT_PASSWORD"
 	EnvGitSSHPrivateKey = "GIT_SSH_PRIVATE_KEY"
+	// EnvGitSSHKnownHosts holds known_hosts lines; when set, SSH host keys are verified.
+	EnvGitSSHKnownHosts = "GIT_SSH_KNOWN_HOSTS"
 )
 
 // DefaultResultFile is the Kubernetes termination message path.
@@ -100,20 +104,19 @@ type KubernetesBackend struct {
 }
 
 // Policy is one ValidatingPolicy (policies.kyverno.io/v1, JSON mode), reduced to what the
-// runner evaluates.
-type Policy struct {
-	// Name of the policy object.
-	Name string `json:"name"`
-	// Validations are CEL expressions over the plan JSON (the variable `object`); each must
-	// be true.
-	Validations []Validation `json:"validations"`
-}
+// runner evaluates: Name, Variables, MatchConditions, Validations (CEL expressions over the plan
+// JSON, the variable `object`; each must be true) and Error. It is defined by pkg/policy, which
+// evaluates it.
+type Policy = policy.Policy
 
-// Validation is one CEL rule.
-type Validation struct {
-	Expression string `json:"expression"`
-	Message    string `json:"message,omitempty"`
-}
+// Validation is one CEL rule: Expression, Message, MessageExpression.
+type Validation = policy.Validation
+
+// Variable is a named CEL expression of a Policy, usable as `variables.<name>`.
+type Variable = policy.Variable
+
+// MatchCondition is a CEL expression that decides whether a Policy applies.
+type MatchCondition = policy.MatchCondition
 
 // Outcome is how a run ended.
 type Outcome string
@@ -144,11 +147,8 @@ type Result struct {
 	Message string `json:"message,omitempty"`
 }
 
-// Violation is one failed policy rule.
-type Violation struct {
-	Policy  string `json:"policy"`
-	Message string `json:"message"`
-}
+// Violation is one failed policy rule: Policy (its name) and Message.
+type Violation = policy.Violation
 
 // Encode renders the Result as JSON of at most MaxResultBytes, shortening the message and
 // dropping violations beyond what fits (the count stays in the message).

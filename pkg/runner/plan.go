@@ -1,0 +1,64 @@
+package runner
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+)
+
+// planSummary is what a run reports of a plan.
+type planSummary struct {
+	add, change, destroy int32
+	hasChanges           bool
+}
+
+// summarizePlan counts the resource changes of a plan JSON (`tofu show -json`): create adds,
+// update changes, delete destroys, and a replacement (delete and create, either order) both adds
+// and destroys. The plan has changes when a resource is added, changed, destroyed or forgotten,
+// or an output changes (applying it changes the state).
+func summarizePlan(planJSON []byte) (planSummary, error) {
+	var p struct {
+		ResourceChanges []struct {
+			Change struct {
+				Actions []string `json:"actions"`
+			} `json:"change"`
+		} `json:"resource_changes"`
+		OutputChanges map[string]struct {
+			Actions []string `json:"actions"`
+		} `json:"output_changes"`
+	}
+	if err := json.Unmarshal(planJSON, &p); err != nil {
+		return planSummary{}, fmt.Errorf("reading the plan JSON: %w", err)
+	}
+	var s planSummary
+	for _, rc := range p.ResourceChanges {
+		a := rc.Change.Actions
+		switch {
+		case slices.Contains(a, "create") && slices.Contains(a, "delete"):
+			s.add++
+			s.destroy++
+		case slices.Contains(a, "create"):
+			s.add++
+		case slices.Contains(a, "delete"):
+			s.destroy++
+		case slices.Contains(a, "update"):
+			s.change++
+		case slices.Contains(a, "forget"):
+			s.hasChanges = true
+		}
+	}
+	for _, oc := range p.OutputChanges {
+		if !slices.Equal(oc.Actions, []string{"no-op"}) {
+			s.hasChanges = true
+		}
+	}
+	s.hasChanges = s.hasChanges || s.add+s.change+s.destroy > 0
+	return s, nil
+}
+
+func (s planSummary) String() string {
+	if !s.hasChanges {
+		return "No changes."
+	}
+	return fmt.Sprintf("Plan: %d to add, %d to change, %d to destroy.", s.add, s.change, s.destroy)
+}

@@ -1,0 +1,164 @@
+// Package app builds the hub: a multicluster-runtime manager whose provider is the fleet (every
+// registered cluster, agent or direct), with the cluster registry and its Cluster status
+// controller. The magos-hub binary, the tests and the local development environment all build
+// the hub through New.
+package app
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/spf13/pflag"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	mcmanager "sigs.k8s.io/multicluster-runtime/pkg/manager"
+
+	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
+	"github.com/magosfleet/magos/hub/fleet"
+	"github.com/magosfleet/magos/hub/registry"
+)
+
+// LeaderElectionID is the Lease the hub replicas elect their leader with.
+const LeaderElectionID = "magos-hub.magosproject.io"
+
+// Options configures a hub.
+type Options struct {
+	// RestConfig reaches the hub's API server.
+	RestConfig *rest.Config
+	// Config is the configuration loaded at start-up (registry.LoadConfig).
+	Config registry.Config
+	// ConfigFile is watched and reloaded (its clusters); empty turns reloading off.
+	ConfigFile string
+	// Flags are the command-line flags (they override the file on every reload too).
+	Flags *pflag.FlagSet
+	// LeaderElectionNamespace is where the leader Lease lives; empty: the in-cluster namespace.
+	LeaderElectionNamespace string
+	// Logger is the hub's logger.
+	Logger logr.Logger
+	// Fleet tunes the provider (its Hub and OnChange are set by New).
+	Fleet fleet.Options
+	// HealthInterval is how often a Cluster's status is re-evaluated without events.
+	HealthInterval time.Duration
+	// ConfigDebounce coalesces bursts of config file events.
+	ConfigDebounce time.Duration
+	// SkipNameValidation lets several hubs run in one process (tests). At multicluster-runtime
+	// v0.24.1 multi-cluster controllers ignore the manager-level setting: the hub's own
+	// controllers honour this flag, controllers added by the caller must set it themselves.
+	SkipNameValidation bool
+}
+
+// Hub is a hub ready to start.
+type Hub struct {
+	// Manager is the multi-cluster manager. Add the Rollout and Project controllers to it
+	// before Start. Manager.GetCluster(ctx, name) returns any engaged registered cluster.
+	Manager mcmanager.Manager
+	// Fleet is the provider: which clusters are engaged, their transport and labels.
+	Fleet *fleet.Fleet
+	// Registry keeps the registered clusters and their Cluster objects.
+	Registry *registry.Registry
+}
+
+// Scheme is the hub's scheme: the Kubernetes kinds and the Magos kinds.
+func Scheme() *runtime.Scheme {
+	s := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(s); err != nil {
+		panic(err)
+	}
+	if err := magosv1.AddToScheme(s); err != nil {
+		panic(err)
+	}
+	return s
+}
+
+// CacheOptions is the hub manager's cache: Workspaces only when they are mirrors (one informer
+// for every agent cluster), Leases only when they are agent heartbeats.
+func CacheOptions() cache.Options {
+	byObject := map[client.Object]cache.ByObject{}
+	maps.Copy(byObject, fleet.HubCacheByObject())
+	maps.Copy(byObject, registry.HubCacheByObject())
+	return cache.Options{ByObject: byObject, DefaultTransform: cache.TransformStripManagedFields()}
+}
+
+// New builds a hub: the manager, the fleet provider and the registry. Nothing runs until
+// Hub.Manager.Start.
+func New(opts Options) (*Hub, error) {
+	if opts.RestConfig == nil {
+		return nil, errors.New("hub: Options.RestConfig is required")
+	}
+	cfg := opts.Config
+	skip := opts.SkipNameValidation
+	local, err := ctrl.NewManager(opts.RestConfig, ctrl.Options{
+		Scheme:                        Scheme(),
+		Logger:                        opts.Logger,
+		Cache:                         CacheOptions(),
+		Metrics:                       metricsserver.Options{BindAddress: orDefault(cfg.MetricsBindAddress, "0")},
+		HealthProbeBindAddress:        orDefault(cfg.HealthProbeBindAddress, "0"),
+		LeaderElection:                cfg.LeaderElect,
+		LeaderElectionID:              LeaderElectionID,
+		LeaderElectionNamespace:       opts.LeaderElectionNamespace,
+		LeaderElectionReleaseOnCancel: true,
+		Controller:                    config.Controller{SkipNameValidation: &skip},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("hub: creating the manager: %w", err)
+	}
+	var reg *registry.Registry
+	fopts := opts.Fleet
+	fopts.Hub = local
+	fopts.OnChange = func(name string) {
+		if reg != nil {
+			reg.Touch(name)
+		}
+	}
+	if fopts.Logger == nil {
+		l := opts.Logger
+		fopts.Logger = &l
+	}
+	fl, err := fleet.New(fopts)
+	if err != nil {
+		return nil, fmt.Errorf("hub: %w", err)
+	}
+	mgr, err := mcmanager.WithMultiCluster(local, fl)
+	if err != nil {
+		return nil, fmt.Errorf("hub: creating the multi-cluster manager: %w", err)
+	}
+	reg, err = registry.New(local, registry.Options{
+		ConfigFile:         opts.ConfigFile,
+		Flags:              opts.Flags,
+		Initial:            cfg,
+		Fleet:              fl,
+		Debounce:           opts.ConfigDebounce,
+		HealthInterval:     opts.HealthInterval,
+		SkipNameValidation: opts.SkipNameValidation,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("hub: %w", err)
+	}
+	if err := reg.SetupWithManager(local); err != nil {
+		return nil, fmt.Errorf("hub: %w", err)
+	}
+	if err := local.AddHealthzCheck("ping", healthz.Ping); err != nil {
+		return nil, fmt.Errorf("hub: %w", err)
+	}
+	if err := local.AddReadyzCheck("ping", healthz.Ping); err != nil {
+		return nil, fmt.Errorf("hub: %w", err)
+	}
+	return &Hub{Manager: mgr, Fleet: fl, Registry: reg}, nil
+}
+
+func orDefault(v, def string) string {
+	if v == "" {
+		return def
+	}
+	return v
+}

@@ -1,0 +1,74 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
+	"github.com/magosfleet/magos/pkg/mirror"
+	"github.com/magosfleet/magos/pkg/testenv"
+)
+
+// TestCommands runs `magos-hub controller` on a test hub with a config file registering an
+// agent cluster, then `magos-hub agent-kubeconfig` for it, as an operator would.
+func TestCommands(t *testing.T) {
+	env := testenv.Start(t, testenv.Options{})
+	file := filepath.Join(t.TempDir(), "config.yaml")
+	if err := os.WriteFile(file, []byte("clusters:\n  - name: cmd-a\n    labels: {region: r1}\n    agent: {}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"controller", "--kubeconfig", env.Hub.Kubeconfig, "--config", file,
+			"--metrics-bind-address", "0", "--health-probe-bind-address", "0", "--log-level", "error"}, os.Stdout)
+	}()
+	testenv.Eventually(t, 90*time.Second, func() error {
+		cl := &magosv1.Cluster{}
+		if err := env.Hub.Client.Get(context.Background(), client.ObjectKey{Name: "cmd-a"}, cl); err != nil {
+			return err
+		}
+		if !meta.IsStatusConditionTrue(cl.Status.Conditions, magosv1.ConditionEngaged) || cl.Labels["region"] != "r1" {
+			return fmt.Errorf("cluster cmd-a: labels %v, conditions %v", cl.Labels, cl.Status.Conditions)
+		}
+		return nil
+	})
+
+	var out bytes.Buffer
+	testenv.Eventually(t, 60*time.Second, func() error {
+		out.Reset()
+		return run(context.Background(), []string{"agent-kubeconfig", "--kubeconfig", env.Hub.Kubeconfig,
+			"--cluster", "cmd-a", "--server", "https://hub.example.com:6443"}, &out)
+	})
+	kc, err := clientcmd.Load(out.Bytes())
+	if err != nil {
+		t.Fatalf("the printed kubeconfig does not load: %v", err)
+	}
+	kctx := kc.Contexts[kc.CurrentContext]
+	if kctx == nil || kctx.Namespace != mirror.Namespace("cmd-a") || kc.Clusters[kctx.Cluster].Server != "https://hub.example.com:6443" ||
+		kc.AuthInfos[kctx.AuthInfo].Token == "" || len(kc.Clusters[kctx.Cluster].CertificateAuthorityData) == 0 {
+		t.Fatalf("unexpected kubeconfig:\n%s", out.String())
+	}
+	if err := run(context.Background(), []string{"agent-kubeconfig", "--kubeconfig", env.Hub.Kubeconfig, "--cluster", "unknown"}, &out); err == nil {
+		t.Fatal("agent-kubeconfig for an unregistered cluster succeeded")
+	}
+
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("controller: %v", err)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("controller did not stop")
+	}
+}

@@ -1,0 +1,153 @@
+package fleet
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/selection"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/cluster"
+	"sigs.k8s.io/multicluster-runtime/pkg/multicluster"
+
+	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
+	"github.com/magosfleet/magos/pkg/keys"
+)
+
+// MirrorSelector selects the hub's mirrors (Workspaces labelled magosproject.io/mirror=true).
+func MirrorSelector() labels.Selector {
+	r, err := labels.NewRequirement(keys.Mirror, selection.Equals, []string{"true"})
+	if err != nil {
+		panic(err)
+	}
+	return labels.NewSelector().Add(*r)
+}
+
+// NotMirrorSelector selects Workspaces that are not mirrors.
+func NotMirrorSelector() labels.Selector {
+	r, err := labels.NewRequirement(keys.Mirror, selection.DoesNotExist, nil)
+	if err != nil {
+		panic(err)
+	}
+	return labels.NewSelector().Add(*r)
+}
+
+// HubCacheByObject is what the hub manager's cache must be told for the fleet: Workspaces are
+// cached only when they are mirrors (all namespaces, one informer shared by every agent cluster).
+// Merge it into the manager's cache.Options.ByObject.
+func HubCacheByObject() map[client.Object]cache.ByObject {
+	return map[client.Object]cache.ByObject{
+		&magosv1.Workspace{}: {Label: MirrorSelector()},
+	}
+}
+
+// DirectCacheOptions is the cache of a direct cluster: Workspaces that are not mirrors (so that
+// the hub's own cluster, registered as a direct cluster, never shows the mirrors of agent
+// clusters), without managed fields.
+func DirectCacheOptions() cache.Options {
+	return cache.Options{
+		ByObject: map[client.Object]cache.ByObject{
+			&magosv1.Workspace{}: {Label: NotMirrorSelector()},
+		},
+		DefaultTransform: cache.TransformStripManagedFields(),
+	}
+}
+
+// readKubeconfig reads a direct cluster's kubeconfig from its file or Secret (through the hub's
+// API reader: the hub keeps no Secret informer).
+func (f *Fleet) readKubeconfig(ctx context.Context, src *magosv1.KubeconfigSource) ([]byte, error) {
+	switch {
+	case src == nil:
+		return nil, errors.New("a direct cluster needs a kubeconfig")
+	case src.Path != "":
+		raw, err := os.ReadFile(src.Path)
+		if err != nil {
+			return nil, fmt.Errorf("reading kubeconfig file: %w", err)
+		}
+		return raw, nil
+	case src.SecretRef != nil:
+		ref := src.SecretRef
+		key := ref.Key
+		if key == "" {
+			key = "kubeconfig"
+		}
+		secret := &corev1.Secret{}
+		if err := f.opts.Hub.GetAPIReader().Get(ctx, client.ObjectKey{Namespace: ref.Namespace, Name: ref.Name}, secret); err != nil {
+			return nil, fmt.Errorf("reading kubeconfig Secret %s/%s: %w", ref.Namespace, ref.Name, err)
+		}
+		raw, ok := secret.Data[key]
+		if !ok || len(raw) == 0 {
+			return nil, fmt.Errorf("kubeconfig Secret %s/%s has no key %q", ref.Namespace, ref.Name, key)
+		}
+		return raw, nil
+	default:
+		return nil, errors.New("kubeconfig needs a path or a secretRef")
+	}
+}
+
+func fingerprint(raw []byte) string {
+	sum := sha256.Sum256(raw)
+	return "direct:" + hex.EncodeToString(sum[:])
+}
+
+// newDirect connects to a direct cluster: it starts a cluster.Cluster under ctx and waits until
+// its Workspace informer has synced. stopped is closed when the cluster stops.
+func (f *Fleet) newDirect(ctx context.Context, name string, raw []byte) (cluster.Cluster, <-chan struct{}, error) {
+	cfg, err := clientcmd.RESTConfigFromKubeConfig(raw)
+	if err != nil {
+		return nil, nil, fmt.Errorf("parsing kubeconfig: %w", err)
+	}
+	cfg.QPS, cfg.Burst = f.opts.QPS, f.opts.Burst
+	log := f.log.WithValues("cluster", name)
+	cl, err := cluster.New(cfg, func(o *cluster.Options) {
+		o.Scheme = f.opts.Scheme
+		o.Logger = log
+		o.Cache = DirectCacheOptions()
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("creating cluster: %w", err)
+	}
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		if err := cl.Start(ctx); err != nil {
+			log.Error(err, "cluster stopped")
+		}
+	}()
+	if _, err := cl.GetCache().GetInformer(ctx, &magosv1.Workspace{}); err != nil {
+		return nil, nil, fmt.Errorf("watching Workspaces: %w", err)
+	}
+	if !cl.GetCache().WaitForCacheSync(ctx) {
+		return nil, nil, errors.New("the Workspace cache did not sync")
+	}
+	return cl, stopped, nil
+}
+
+// Probe checks that a registered cluster answers: for a direct cluster, its API server's
+// /readyz; for an agent cluster, nothing (the agent's Lease says whether it is alive). It fails
+// when the cluster is not engaged.
+func (f *Fleet) Probe(ctx context.Context, name string) error {
+	cl, err := f.Get(ctx, multicluster.ClusterName(name))
+	if err != nil {
+		return err
+	}
+	if _, ok := cl.(*View); ok {
+		return nil
+	}
+	dc, err := discovery.NewDiscoveryClientForConfigAndClient(cl.GetConfig(), cl.GetHTTPClient())
+	if err != nil {
+		return fmt.Errorf("probing cluster %s: %w", name, err)
+	}
+	if _, err := dc.RESTClient().Get().AbsPath("/readyz").DoRaw(ctx); err != nil {
+		return fmt.Errorf("probing cluster %s: %w", name, err)
+	}
+	return nil
+}

@@ -1,0 +1,183 @@
+package registry
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"os"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
+	"github.com/magosfleet/magos/pkg/keys"
+	"github.com/magosfleet/magos/pkg/mirror"
+)
+
+// AgentServiceAccount is the ServiceAccount (and the Role and RoleBinding) the hub creates in
+// every agent cluster's namespace; the agent's bootstrap kubeconfig authenticates as it.
+const AgentServiceAccount = "magos-agent"
+
+// ManagedByLabel and ManagedByValue mark the namespaces the hub creates for agent clusters.
+const (
+	ManagedByLabel = "app.kubernetes.io/managed-by"
+	ManagedByValue = "magos-hub"
+)
+
+// AgentRules are the agent's permissions, confined to its cluster namespace by a Role: its
+// mirrors, its heartbeat Lease and Events. Nothing else on the hub.
+func AgentRules() []rbacv1.PolicyRule {
+	return []rbacv1.PolicyRule{
+		{
+			APIGroups: []string{magosv1.GroupVersion.Group},
+			Resources: []string{"workspaces"},
+			Verbs:     []string{"get", "list", "watch", "create", "update", "patch", "delete"},
+		},
+		{
+			// The status subresource serves get, update and patch only.
+			APIGroups: []string{magosv1.GroupVersion.Group},
+			Resources: []string{"workspaces/status"},
+			Verbs:     []string{"get", "update", "patch"},
+		},
+		{
+			APIGroups: []string{"coordination.k8s.io"},
+			Resources: []string{"leases"},
+			Verbs:     []string{"get", "create", "update"},
+		},
+		{
+			APIGroups: []string{"", "events.k8s.io"},
+			Resources: []string{"events"},
+			Verbs:     []string{"create", "patch"},
+		},
+	}
+}
+
+func managedLabels(cluster string) map[string]string {
+	return map[string]string{ManagedByLabel: ManagedByValue, keys.Cluster: cluster}
+}
+
+// ensureAgentAccess creates (or repairs) an agent cluster's namespace, ServiceAccount, Role and
+// RoleBinding.
+func ensureAgentAccess(ctx context.Context, c client.Client, cluster string) error {
+	ns := mirror.Namespace(cluster)
+	namespace := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}
+	if _, err := controllerutil.CreateOrPatch(ctx, c, namespace, func() error {
+		if namespace.DeletionTimestamp != nil {
+			return fmt.Errorf("namespace %s is still being deleted; it is created again once it is gone", ns)
+		}
+		namespace.Labels = mergeLabels(namespace.Labels, managedLabels(cluster))
+		return nil
+	}); err != nil {
+		return fmt.Errorf("namespace %s: %w", ns, err)
+	}
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: AgentServiceAccount}}
+	if _, err := controllerutil.CreateOrPatch(ctx, c, sa, func() error {
+		sa.Labels = mergeLabels(sa.Labels, managedLabels(cluster))
+		return nil
+	}); err != nil {
+		return fmt.Errorf("ServiceAccount %s/%s: %w", ns, AgentServiceAccount, err)
+	}
+	role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: AgentServiceAccount}}
+	if _, err := controllerutil.CreateOrPatch(ctx, c, role, func() error {
+		role.Labels = mergeLabels(role.Labels, managedLabels(cluster))
+		role.Rules = AgentRules()
+		return nil
+	}); err != nil {
+		return fmt.Errorf("Role %s/%s: %w", ns, AgentServiceAccount, err)
+	}
+	binding := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: AgentServiceAccount}}
+	if _, err := controllerutil.CreateOrPatch(ctx, c, binding, func() error {
+		binding.Labels = mergeLabels(binding.Labels, managedLabels(cluster))
+		binding.RoleRef = rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: AgentServiceAccount}
+		binding.Subjects = []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: ns, Name: AgentServiceAccount}}
+		return nil
+	}); err != nil {
+		return fmt.Errorf("RoleBinding %s/%s: %w", ns, AgentServiceAccount, err)
+	}
+	return nil
+}
+
+func mergeLabels(have, want map[string]string) map[string]string {
+	out := maps.Clone(have)
+	if out == nil {
+		out = map[string]string{}
+	}
+	maps.Copy(out, want)
+	return out
+}
+
+// AgentKubeconfigOptions says which agent's bootstrap kubeconfig to make.
+type AgentKubeconfigOptions struct {
+	// Cluster is the agent cluster's registered name.
+	Cluster string
+	// Server is the hub API server URL as the agent reaches it; defaults to the host of the
+	// hub config (inside the hub's cluster that is an in-cluster address: set it).
+	Server string
+	// CAData is the hub API server's CA bundle; defaults to the hub config's.
+	CAData []byte
+	// Duration is the token's requested lifetime (the API server may shorten it). Default one
+	// year.
+	Duration time.Duration
+}
+
+// AgentKubeconfig returns an agent's bootstrap kubeconfig: a token for its ServiceAccount (from
+// the TokenRequest API), the hub's server URL and CA, and its cluster namespace as the default
+// namespace. hub is the hub's own (privileged) configuration.
+func AgentKubeconfig(ctx context.Context, hub *rest.Config, opts AgentKubeconfigOptions) ([]byte, error) {
+	if opts.Cluster == "" {
+		return nil, fmt.Errorf("agent kubeconfig: the cluster name is required")
+	}
+	if opts.Duration <= 0 {
+		opts.Duration = 365 * 24 * time.Hour
+	}
+	ns := mirror.Namespace(opts.Cluster)
+	cs, err := kubernetes.NewForConfig(hub)
+	if err != nil {
+		return nil, fmt.Errorf("agent kubeconfig: hub client: %w", err)
+	}
+	secs := int64(opts.Duration / time.Second)
+	tr, err := cs.CoreV1().ServiceAccounts(ns).CreateToken(ctx, AgentServiceAccount,
+		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &secs}}, metav1.CreateOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, fmt.Errorf("agent kubeconfig: no ServiceAccount %s/%s: is %q registered as an agent cluster, and has the hub started since?", ns, AgentServiceAccount, opts.Cluster)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("agent kubeconfig: requesting a token for %s/%s: %w", ns, AgentServiceAccount, err)
+	}
+	server := opts.Server
+	if server == "" {
+		server = hub.Host
+	}
+	ca := opts.CAData
+	if len(ca) == 0 {
+		ca = hub.CAData
+	}
+	if len(ca) == 0 && hub.CAFile != "" {
+		if ca, err = os.ReadFile(hub.CAFile); err != nil {
+			return nil, fmt.Errorf("agent kubeconfig: reading the hub CA: %w", err)
+		}
+	}
+	const name = "magos-hub"
+	user := "magos-agent-" + opts.Cluster
+	kc := clientcmdapi.Config{
+		Clusters:       map[string]*clientcmdapi.Cluster{name: {Server: server, CertificateAuthorityData: ca}},
+		AuthInfos:      map[string]*clientcmdapi.AuthInfo{user: {Token: tr.Status.Token}},
+		Contexts:       map[string]*clientcmdapi.Context{name: {Cluster: name, AuthInfo: user, Namespace: ns}},
+		CurrentContext: name,
+	}
+	raw, err := clientcmd.Write(kc)
+	if err != nil {
+		return nil, fmt.Errorf("agent kubeconfig: writing: %w", err)
+	}
+	return raw, nil
+}

@@ -1,0 +1,187 @@
+// Package registry keeps the hub's cluster registry: it reads the registered clusters from the
+// hub's configuration file (hot-reloaded), reflects each as a Cluster object, prepares the hub
+// namespace and credentials of every agent cluster, hands the set to the fleet provider, and
+// keeps each Cluster's status (Engaged, Available, Ready) up to date.
+package registry
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/spf13/pflag"
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
+	"github.com/magosfleet/magos/hub/fleet"
+	"github.com/magosfleet/magos/pkg/config"
+)
+
+// EnvPrefix prefixes the environment variables that override the hub's configuration.
+const EnvPrefix = "MAGOS"
+
+// MaxClusterNameLength bounds a cluster name so that its hub namespace (magos-cluster-<name>)
+// stays a valid namespace name.
+const MaxClusterNameLength = 40
+
+// Config is the hub's configuration file. Only Clusters is hot-reloaded; the other keys are read
+// at start-up.
+type Config struct {
+	// Clusters are the registered clusters.
+	Clusters []ClusterConfig `mapstructure:"clusters"`
+
+	// LeaderElect runs one active hub among replicas.
+	LeaderElect bool `mapstructure:"leaderElect"`
+	// MetricsBindAddress is where Prometheus metrics are served ("0" turns them off).
+	MetricsBindAddress string `mapstructure:"metricsBindAddress"`
+	// HealthProbeBindAddress is where /healthz and /readyz are served ("0" turns them off).
+	HealthProbeBindAddress string `mapstructure:"healthProbeBindAddress"`
+	// Log configures logging.
+	Log LogConfig `mapstructure:"log"`
+}
+
+// LogConfig configures the hub's logger.
+type LogConfig struct {
+	// Level is debug, info, warn or error.
+	Level string `mapstructure:"level"`
+	// Development selects human-readable output.
+	Development bool `mapstructure:"development"`
+}
+
+// ClusterConfig registers one cluster. Exactly one of Agent and Kubeconfig is set.
+type ClusterConfig struct {
+	// Name is the cluster's registered name: a DNS label of at most 40 characters.
+	Name string `mapstructure:"name"`
+	// Labels are the cluster's labels (Rollout steps select clusters by them).
+	Labels map[string]string `mapstructure:"labels"`
+	// Agent registers an agent (pull) cluster: an agent in the spoke connects to the hub.
+	Agent *AgentConfig `mapstructure:"agent"`
+	// Kubeconfig registers a direct cluster: the hub connects to the spoke with it.
+	Kubeconfig *KubeconfigConfig `mapstructure:"kubeconfig"`
+}
+
+// AgentConfig is the (empty) configuration of an agent cluster.
+type AgentConfig struct{}
+
+// KubeconfigConfig is where the hub reads a direct cluster's kubeconfig: a file, or a key of a
+// Secret on the hub.
+type KubeconfigConfig struct {
+	// Path of a kubeconfig file readable by the hub.
+	Path string `mapstructure:"path"`
+	// SecretRef names a Secret key holding the kubeconfig.
+	SecretRef *SecretRefConfig `mapstructure:"secretRef"`
+}
+
+// SecretRefConfig names a key of a Secret.
+type SecretRefConfig struct {
+	Namespace string `mapstructure:"namespace"`
+	Name      string `mapstructure:"name"`
+	// Key defaults to "kubeconfig".
+	Key string `mapstructure:"key"`
+}
+
+// DefaultConfig returns a Config holding the defaults.
+func DefaultConfig() Config {
+	return Config{MetricsBindAddress: ":8080", HealthProbeBindAddress: ":8081", Log: LogConfig{Level: "info"}}
+}
+
+// LoadConfig reads the configuration file (and MAGOS_* variables and set flags) over the
+// defaults and validates it. The error names the offending key.
+func LoadConfig(file string, flags *pflag.FlagSet) (Config, error) {
+	cfg := DefaultConfig()
+	if err := config.Load(config.Options{File: file, EnvPrefix: EnvPrefix, Flags: flags}, &cfg); err != nil {
+		return Config{}, err
+	}
+	return cfg, nil
+}
+
+// Validate checks the configuration and fills in defaults (the Secret key).
+func (c *Config) Validate() error {
+	var errs config.Errors
+	seen := map[string]int{}
+	for i := range c.Clusters {
+		cl := &c.Clusters[i]
+		key := fmt.Sprintf("clusters[%d]", i)
+		switch msgs := validation.IsDNS1123Label(cl.Name); {
+		case cl.Name == "":
+			errs.Add(key+".name", "must be set: a DNS label (lower-case letters, digits and '-') of at most %d characters", MaxClusterNameLength)
+		case len(msgs) > 0 || len(cl.Name) > MaxClusterNameLength:
+			errs.Add(key+".name", "must be a DNS label of at most %d characters (lower-case letters, digits and '-', starting and ending with a letter or digit), got %q", MaxClusterNameLength, cl.Name)
+		default:
+			if j, dup := seen[cl.Name]; dup {
+				errs.Add(key+".name", "duplicate cluster name %q (also clusters[%d])", cl.Name, j)
+			} else {
+				seen[cl.Name] = i
+			}
+		}
+		for k, v := range cl.Labels {
+			if msgs := validation.IsQualifiedName(k); len(msgs) > 0 {
+				errs.Add(fmt.Sprintf("%s.labels[%s]", key, k), "must be a label key: %s", strings.Join(msgs, "; "))
+			}
+			if msgs := validation.IsValidLabelValue(v); len(msgs) > 0 {
+				errs.Add(fmt.Sprintf("%s.labels[%s]", key, k), "must be a label value, got %q: %s", v, strings.Join(msgs, "; "))
+			}
+		}
+		switch {
+		case cl.Agent != nil && cl.Kubeconfig != nil:
+			errs.Add(key, "set exactly one of agent (an agent connects to the hub) and kubeconfig (the hub connects to the cluster), not both")
+		case cl.Agent == nil && cl.Kubeconfig == nil:
+			errs.Add(key, "set exactly one of agent: {} (an agent connects to the hub) and kubeconfig (the hub connects to the cluster)")
+		case cl.Kubeconfig != nil:
+			kc := cl.Kubeconfig
+			switch {
+			case kc.Path != "" && kc.SecretRef != nil:
+				errs.Add(key+".kubeconfig", "set exactly one of path and secretRef, not both")
+			case kc.Path == "" && kc.SecretRef == nil:
+				errs.Add(key+".kubeconfig", "set exactly one of path (a kubeconfig file) and secretRef (a Secret key)")
+			case kc.SecretRef != nil:
+				ref := kc.SecretRef
+				if msgs := validation.IsDNS1123Label(ref.Namespace); len(msgs) > 0 {
+					errs.Add(key+".kubeconfig.secretRef.namespace", "must be a namespace name, got %q", ref.Namespace)
+				}
+				if msgs := validation.IsDNS1123Subdomain(ref.Name); len(msgs) > 0 {
+					errs.Add(key+".kubeconfig.secretRef.name", "must be a Secret name, got %q", ref.Name)
+				}
+				if ref.Key == "" {
+					ref.Key = "kubeconfig"
+				} else if msgs := validation.IsConfigMapKey(ref.Key); len(msgs) > 0 {
+					errs.Add(key+".kubeconfig.secretRef.key", "must be a Secret data key, got %q", ref.Key)
+				}
+			}
+		}
+	}
+	return errs.Err()
+}
+
+// Transport is the transport of a registered cluster: agent or direct.
+func (c ClusterConfig) Transport() string {
+	if c.Kubeconfig != nil {
+		return magosv1.TransportDirect
+	}
+	return magosv1.TransportAgent
+}
+
+// KubeconfigSource is the Cluster object's spec.kubeconfig for a direct cluster, or nil.
+func (c ClusterConfig) KubeconfigSource() *magosv1.KubeconfigSource {
+	if c.Kubeconfig == nil {
+		return nil
+	}
+	src := &magosv1.KubeconfigSource{Path: c.Kubeconfig.Path}
+	if ref := c.Kubeconfig.SecretRef; ref != nil {
+		src.SecretRef = &magosv1.SecretKeySelector{Namespace: ref.Namespace, Name: ref.Name, Key: ref.Key}
+	}
+	return src
+}
+
+// FleetSpecs turns the registered clusters into the fleet provider's desired set.
+func (c Config) FleetSpecs() []fleet.Spec {
+	out := make([]fleet.Spec, 0, len(c.Clusters))
+	for _, cl := range c.Clusters {
+		out = append(out, fleet.Spec{
+			Name:       cl.Name,
+			Transport:  cl.Transport(),
+			Labels:     cl.Labels,
+			Kubeconfig: cl.KubeconfigSource(),
+		})
+	}
+	return out
+}

@@ -1,0 +1,106 @@
+package registry_test
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/spf13/pflag"
+
+	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
+	"github.com/magosfleet/magos/hub/registry"
+)
+
+func writeConfig(t *testing.T, body string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "config.yaml")
+	if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestLoadConfigParsesBothTransports(t *testing.T) {
+	cfg, err := registry.LoadConfig(writeConfig(t, `
+clusters:
+  - name: us-east-1
+    labels: {region: us-east-1, env: prod}
+    agent: {}
+  - name: lab
+    kubeconfig: {secretRef: {namespace: magos-system, name: lab-kubeconfig}}
+  - name: local
+    kubeconfig: {path: /etc/magos/hub.kubeconfig}
+`), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.Clusters) != 3 {
+		t.Fatalf("clusters = %d, want 3", len(cfg.Clusters))
+	}
+	specs := cfg.FleetSpecs()
+	if specs[0].Transport != magosv1.TransportAgent || specs[0].Labels["region"] != "us-east-1" {
+		t.Errorf("us-east-1 = %+v", specs[0])
+	}
+	if specs[1].Transport != magosv1.TransportDirect || specs[1].Kubeconfig.SecretRef.Key != "kubeconfig" {
+		t.Errorf("lab = %+v (secretRef key must default to kubeconfig)", specs[1].Kubeconfig.SecretRef)
+	}
+	if specs[2].Kubeconfig.Path != "/etc/magos/hub.kubeconfig" {
+		t.Errorf("local = %+v", specs[2].Kubeconfig)
+	}
+}
+
+func TestLoadConfigErrorsNameTheKey(t *testing.T) {
+	long := strings.Repeat("a", 41)
+	cases := map[string]struct {
+		body string
+		want string
+	}{
+		"bad yaml":         {"clusters: [\n", "config"},
+		"unknown key":      {"clusters:\n  - name: a\n    agent: {}\n    regoin: x\n", "regoin"},
+		"missing name":     {"clusters:\n  - agent: {}\n", "clusters[0].name: must be set"},
+		"name not a label": {"clusters:\n  - name: US_East\n    agent: {}\n", "clusters[0].name: must be a DNS label of at most 40"},
+		"name too long":    {"clusters:\n  - name: " + long + "\n    agent: {}\n", "clusters[0].name: must be a DNS label of at most 40"},
+		"duplicate": {"clusters:\n  - name: a\n    agent: {}\n  - name: b\n    agent: {}\n  - name: a\n    agent: {}\n",
+			`clusters[2].name: duplicate cluster name "a" (also clusters[0])`},
+		"both transports": {"clusters:\n  - name: a\n    agent: {}\n    kubeconfig: {path: /x}\n", "clusters[0]: set exactly one of agent"},
+		"no transport":    {"clusters:\n  - name: a\n", "clusters[0]: set exactly one of agent: {}"},
+		"kubeconfig both": {"clusters:\n  - name: a\n    kubeconfig: {path: /x, secretRef: {namespace: n, name: s}}\n",
+			"clusters[0].kubeconfig: set exactly one of path and secretRef"},
+		"kubeconfig empty":  {"clusters:\n  - name: a\n    kubeconfig: {}\n", "clusters[0].kubeconfig: set exactly one of path"},
+		"secret no name":    {"clusters:\n  - name: a\n    kubeconfig: {secretRef: {namespace: n}}\n", "clusters[0].kubeconfig.secretRef.name"},
+		"bad label value":   {"clusters:\n  - name: a\n    agent: {}\n    labels: {env: 'not ok!'}\n", "clusters[0].labels[env]: must be a label value"},
+		"bad label key":     {"clusters:\n  - name: a\n    agent: {}\n    labels: {'-x': y}\n", "clusters[0].labels[-x]: must be a label key"},
+		"second entry only": {"clusters:\n  - name: ok\n    agent: {}\n  - name: Bad\n    agent: {}\n", "clusters[1].name"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			_, err := registry.LoadConfig(writeConfig(t, tc.body), nil)
+			if err == nil {
+				t.Fatalf("no error, want one containing %q", tc.want)
+			}
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %q does not contain %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestLoadConfigEnvAndFlagsOverrideTheFile(t *testing.T) {
+	file := writeConfig(t, "metricsBindAddress: ':9000'\nlog: {level: info}\nclusters: []\n")
+	t.Setenv("MAGOS_LOG_LEVEL", "debug")
+	t.Setenv("MAGOS_METRICS_BIND_ADDRESS", ":9100")
+	flags := pflag.NewFlagSet("t", pflag.ContinueOnError)
+	flags.String("metrics-bind-address", "", "")
+	flags.Bool("leader-elect", false, "")
+	if err := flags.Parse([]string{"--metrics-bind-address=:9200", "--leader-elect"}); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := registry.LoadConfig(file, flags)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Log.Level != "debug" || cfg.MetricsBindAddress != ":9200" || !cfg.LeaderElect || cfg.HealthProbeBindAddress != ":8081" {
+		t.Fatalf("precedence wrong: %+v", cfg)
+	}
+}

@@ -1,0 +1,415 @@
+package registry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"path/filepath"
+	"reflect"
+	"sync"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+	"github.com/go-logr/logr"
+	"github.com/spf13/pflag"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+
+	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
+	"github.com/magosfleet/magos/hub/fleet"
+	"github.com/magosfleet/magos/pkg/keys"
+)
+
+// Reasons of the ConfigLoaded condition and of config Events.
+const (
+	// ConditionConfigLoaded, on every Cluster, is False while the hub's config file fails to
+	// load or validate (the last good configuration stays in force).
+	ConditionConfigLoaded = "ConfigLoaded"
+	ReasonConfigLoaded    = "Loaded"
+	ReasonConfigInvalid   = "ConfigInvalid"
+)
+
+// Options configures a Registry.
+type Options struct {
+	// ConfigFile is the hub's configuration file, watched for changes. Empty: no reload.
+	ConfigFile string
+	// Flags are the command-line flags (they keep overriding the file on every reload).
+	Flags *pflag.FlagSet
+	// Initial is the configuration loaded at start-up (already validated).
+	Initial Config
+	// Fleet is the provider the registered clusters are handed to.
+	Fleet *fleet.Fleet
+	// Debounce coalesces bursts of file events. Default 500ms.
+	Debounce time.Duration
+	// Resync re-applies the configuration (repairs deleted namespaces, Roles, Clusters).
+	// Default 10m.
+	Resync time.Duration
+	// HealthInterval is how often a Cluster's status is re-evaluated without any event (direct
+	// clusters are probed that often). Default 15s.
+	HealthInterval time.Duration
+	// MaxConcurrentReconciles of the Cluster status controller. Default 4.
+	MaxConcurrentReconciles int
+	// SkipNameValidation lets several hubs run in one process (tests).
+	SkipNameValidation bool
+}
+
+// Registry reflects the configuration's clusters on the hub and into the fleet.
+type Registry struct {
+	opts     Options
+	client   client.Client // uncached: the registry's writes and the reads it must not cache
+	cache    client.Reader // the manager's cache: Clusters, Leases, mirrors
+	recorder events.EventRecorder
+	changes  chan event.GenericEvent
+
+	// applyMu serialises writing registrations (apply, and the status controller putting back a
+	// deleted Cluster) so that a removed cluster is never registered again by a late writer.
+	applyMu sync.Mutex
+
+	mu        sync.RWMutex
+	current   Config
+	byName    map[string]ClusterConfig
+	configErr error
+}
+
+// New returns a Registry for mgr (the hub's local manager). Call SetupWithManager to run it.
+func New(mgr ctrl.Manager, opts Options) (*Registry, error) {
+	if opts.Fleet == nil {
+		return nil, errors.New("registry: Options.Fleet is required")
+	}
+	if opts.Debounce <= 0 {
+		opts.Debounce = 500 * time.Millisecond
+	}
+	if opts.Resync <= 0 {
+		opts.Resync = 10 * time.Minute
+	}
+	if opts.HealthInterval <= 0 {
+		opts.HealthInterval = 15 * time.Second
+	}
+	if opts.MaxConcurrentReconciles <= 0 {
+		opts.MaxConcurrentReconciles = 4
+	}
+	c, err := client.New(mgr.GetConfig(), client.Options{Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper()})
+	if err != nil {
+		return nil, fmt.Errorf("registry: hub client: %w", err)
+	}
+	r := &Registry{
+		opts:     opts,
+		client:   c,
+		cache:    mgr.GetClient(),
+		recorder: mgr.GetEventRecorder("magos-hub"),
+		changes:  make(chan event.GenericEvent, 1024),
+	}
+	r.setConfig(opts.Initial)
+	opts.Fleet.Set(opts.Initial.FleetSpecs())
+	return r, nil
+}
+
+// SetupWithManager adds the registry (config watcher, leader only) and the Cluster status
+// controller to mgr.
+func (r *Registry) SetupWithManager(mgr ctrl.Manager) error {
+	if err := mgr.Add(r); err != nil {
+		return fmt.Errorf("registry: %w", err)
+	}
+	return r.setupStatus(mgr)
+}
+
+// Config returns the configuration in force (the last good one).
+func (r *Registry) Config() Config {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return r.current
+}
+
+// ConfigError returns why the config file last failed to load, or nil when the last load
+// succeeded.
+func (r *Registry) ConfigError() error {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return r.configErr
+}
+
+func (r *Registry) entry(name string) (ClusterConfig, bool) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	c, ok := r.byName[name]
+	return c, ok
+}
+
+func (r *Registry) setConfig(c Config) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.current = c
+	r.byName = map[string]ClusterConfig{}
+	for _, cl := range c.Clusters {
+		r.byName[cl.Name] = cl
+	}
+}
+
+// NeedLeaderElection: only the active hub writes.
+func (r *Registry) NeedLeaderElection() bool { return true }
+
+// Start applies the configuration, then watches the config file's directory (ConfigMap mounts
+// swap a ..data symlink) and the directories of kubeconfig files, reloading after a quiet
+// period; a configuration that fails to load or validate is reported and the last good one
+// stays in force.
+func (r *Registry) Start(ctx context.Context) error {
+	log := ctrl.LoggerFrom(ctx).WithName("registry")
+	ctx = ctrl.LoggerInto(ctx, log)
+
+	watcher, err := fsnotify.NewWatcher()
+	if err != nil {
+		return fmt.Errorf("registry: watching files: %w", err)
+	}
+	defer func() { _ = watcher.Close() }()
+	watched := map[string]bool{}
+	r.watchDirs(log, watcher, watched)
+
+	debounce := time.NewTimer(time.Hour)
+	debounce.Stop()
+	retry := time.NewTimer(time.Hour)
+	retry.Stop()
+	resync := time.NewTicker(r.opts.Resync)
+	defer resync.Stop()
+	failures := 0
+	applyNow := func() {
+		if err := r.apply(ctx, r.Config()); err != nil {
+			failures++
+			wait := min(time.Duration(1<<min(failures-1, 7))*time.Second, r.opts.Resync)
+			log.Error(err, "applying the cluster registry failed; retrying", "retryIn", wait.String())
+			retry.Reset(wait)
+			return
+		}
+		failures = 0
+	}
+	applyNow()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case ev, ok := <-watcher.Events:
+			if !ok {
+				return nil
+			}
+			log.V(1).Info("file event", "name", ev.Name, "op", ev.Op.String())
+			debounce.Reset(r.opts.Debounce)
+		case err, ok := <-watcher.Errors:
+			if !ok {
+				return nil
+			}
+			log.Error(err, "watching the config file")
+		case <-debounce.C:
+			if r.reload(ctx) {
+				applyNow()
+			}
+			r.opts.Fleet.Refresh()
+			r.watchDirs(log, watcher, watched)
+		case <-retry.C:
+			applyNow()
+		case <-resync.C:
+			applyNow()
+		}
+	}
+}
+
+// watchDirs watches the config file's directory and those of the kubeconfig files.
+func (r *Registry) watchDirs(log logr.Logger, w *fsnotify.Watcher, watched map[string]bool) {
+	var dirs []string
+	if r.opts.ConfigFile != "" {
+		dirs = append(dirs, filepath.Dir(r.opts.ConfigFile))
+	}
+	for _, c := range r.Config().Clusters {
+		if c.Kubeconfig != nil && c.Kubeconfig.Path != "" {
+			dirs = append(dirs, filepath.Dir(c.Kubeconfig.Path))
+		}
+	}
+	for _, d := range dirs {
+		if watched[d] {
+			continue
+		}
+		if err := w.Add(d); err != nil {
+			log.Error(err, "cannot watch directory; changes there are picked up at the next resync", "dir", d)
+			continue
+		}
+		watched[d] = true
+	}
+}
+
+// reload reads the config file again. It returns true when a new, valid configuration took
+// effect.
+func (r *Registry) reload(ctx context.Context) bool {
+	log := ctrl.LoggerFrom(ctx)
+	if r.opts.ConfigFile == "" {
+		return false
+	}
+	cfg, err := LoadConfig(r.opts.ConfigFile, r.opts.Flags)
+	if err != nil {
+		configReloads.WithLabelValues("failed").Inc()
+		log.Error(err, "the hub's config file is invalid; keeping the last good configuration")
+		r.mu.Lock()
+		r.configErr = err
+		r.mu.Unlock()
+		r.reportConfigError(ctx, err)
+		return false
+	}
+	r.mu.Lock()
+	hadErr := r.configErr != nil
+	r.configErr = nil
+	unchanged := reflect.DeepEqual(r.current.Clusters, cfg.Clusters)
+	r.mu.Unlock()
+	if hadErr {
+		r.touchAll()
+	}
+	if unchanged {
+		configReloads.WithLabelValues("unchanged").Inc()
+		return false
+	}
+	configReloads.WithLabelValues("applied").Inc()
+	r.setConfig(cfg)
+	r.opts.Fleet.Set(cfg.FleetSpecs())
+	log.Info("cluster registry reloaded", "clusters", len(cfg.Clusters))
+	return true
+}
+
+// reportConfigError records a Warning Event on every Cluster and lets their status show it.
+func (r *Registry) reportConfigError(ctx context.Context, err error) {
+	list := &magosv1.ClusterList{}
+	if lerr := r.cache.List(ctx, list); lerr != nil {
+		ctrl.LoggerFrom(ctx).Error(lerr, "listing Clusters to report the config error")
+		return
+	}
+	for i := range list.Items {
+		r.recorder.Eventf(&list.Items[i], nil, corev1.EventTypeWarning, ReasonConfigInvalid, "LoadConfig",
+			"the hub's config file is invalid; the last good configuration stays in force: %s", truncate(err.Error(), 800))
+	}
+	r.touchAll()
+}
+
+// touchAll asks the status controller to re-evaluate every Cluster.
+func (r *Registry) touchAll() {
+	for _, c := range r.Config().Clusters {
+		r.Touch(c.Name)
+	}
+}
+
+// Touch asks the status controller to re-evaluate a Cluster now (the fleet calls it when the
+// cluster is engaged or disengaged). It never blocks.
+func (r *Registry) Touch(name string) {
+	ev := event.GenericEvent{Object: &magosv1.Cluster{ObjectMeta: metav1.ObjectMeta{Name: name}}}
+	select {
+	case r.changes <- ev:
+	default: // the queue is full: the periodic re-evaluation catches up
+	}
+}
+
+// apply makes the hub match cfg: a Cluster object per entry, the namespace and credentials of
+// every agent cluster, and nothing for removed entries (their Cluster and namespace are deleted;
+// the fleet has already disengaged them).
+func (r *Registry) apply(ctx context.Context, cfg Config) error {
+	r.applyMu.Lock()
+	defer r.applyMu.Unlock()
+	var (
+		mu   sync.Mutex
+		errs []error
+		wg   sync.WaitGroup
+		sem  = make(chan struct{}, 8)
+	)
+	for _, c := range cfg.Clusters {
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			if err := r.ensure(ctx, c); err != nil {
+				mu.Lock()
+				errs = append(errs, fmt.Errorf("cluster %s: %w", c.Name, err))
+				mu.Unlock()
+			}
+			r.Touch(c.Name)
+		})
+	}
+	wg.Wait()
+	errs = append(errs, r.removeStale(ctx, cfg))
+	return errors.Join(errs...)
+}
+
+func (r *Registry) ensure(ctx context.Context, c ClusterConfig) error {
+	obj := &magosv1.Cluster{ObjectMeta: metav1.ObjectMeta{Name: c.Name}}
+	if _, err := controllerutil.CreateOrPatch(ctx, r.client, obj, func() error {
+		obj.Labels = copyLabels(c.Labels)
+		obj.Spec = magosv1.ClusterSpec{Transport: c.Transport(), Kubeconfig: c.KubeconfigSource()}
+		return nil
+	}); err != nil {
+		return fmt.Errorf("Cluster object: %w", err)
+	}
+	if c.Agent != nil {
+		return ensureAgentAccess(ctx, r.client, c.Name)
+	}
+	return nil
+}
+
+func copyLabels(in map[string]string) map[string]string {
+	if len(in) == 0 {
+		return nil
+	}
+	return maps.Clone(in)
+}
+
+// removeStale deletes the Cluster objects and the agent namespaces of clusters cfg no longer
+// registers. Deleting a namespace removes its mirrors, its Lease and the agent's ServiceAccount,
+// which revokes the agent's credentials.
+func (r *Registry) removeStale(ctx context.Context, cfg Config) error {
+	log := ctrl.LoggerFrom(ctx)
+	want := map[string]ClusterConfig{}
+	for _, c := range cfg.Clusters {
+		want[c.Name] = c
+	}
+	var errs []error
+	clusters := &magosv1.ClusterList{}
+	if err := r.client.List(ctx, clusters); err != nil {
+		return fmt.Errorf("listing Clusters: %w", err)
+	}
+	for i := range clusters.Items {
+		c := &clusters.Items[i]
+		if _, ok := want[c.Name]; ok || c.DeletionTimestamp != nil {
+			continue
+		}
+		if err := r.client.Delete(ctx, c); client.IgnoreNotFound(err) != nil {
+			errs = append(errs, fmt.Errorf("deleting Cluster %s: %w", c.Name, err))
+			continue
+		}
+		clusterAvailable.DeleteLabelValues(c.Name)
+		log.Info("cluster deregistered", "cluster", c.Name)
+	}
+	namespaces := &corev1.NamespaceList{}
+	if err := r.client.List(ctx, namespaces, client.MatchingLabels{ManagedByLabel: ManagedByValue}); err != nil {
+		return errors.Join(append(errs, fmt.Errorf("listing agent namespaces: %w", err))...)
+	}
+	for i := range namespaces.Items {
+		ns := &namespaces.Items[i]
+		name, ok := ns.Labels[keys.Cluster]
+		if !ok || ns.DeletionTimestamp != nil {
+			continue
+		}
+		if c, registered := want[name]; registered && c.Agent != nil {
+			continue
+		}
+		if err := r.client.Delete(ctx, ns); err != nil && !apierrors.IsNotFound(err) {
+			errs = append(errs, fmt.Errorf("deleting namespace %s: %w", ns.Name, err))
+			continue
+		}
+		log.Info("agent namespace deleted", "cluster", name, "namespace", ns.Name)
+	}
+	return errors.Join(errs...)
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
+}

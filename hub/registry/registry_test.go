@@ -1,0 +1,610 @@
+package registry_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/zap/zapcore"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/clientcmd"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+	"sigs.k8s.io/multicluster-runtime/pkg/multicluster"
+
+	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
+	"github.com/magosfleet/magos/hub/app"
+	"github.com/magosfleet/magos/hub/fleet"
+	"github.com/magosfleet/magos/hub/registry"
+	"github.com/magosfleet/magos/pkg/keys"
+	"github.com/magosfleet/magos/pkg/mirror"
+	"github.com/magosfleet/magos/pkg/testenv"
+)
+
+var env *testenv.Fleet
+
+func TestMain(m *testing.M) {
+	level := zapcore.ErrorLevel
+	if os.Getenv("MAGOS_TEST_DEBUG") != "" {
+		level = zapcore.DebugLevel
+	}
+	ctrl.SetLogger(zap.New(zap.UseDevMode(true), zap.Level(level)))
+	var err error
+	env, err = testenv.New(testenv.Options{Spokes: []string{"us-east-1", "eu-west-1", "ap-south-1"}, ControllerManager: true})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "starting test clusters:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	if err := env.Stop(); err != nil {
+		fmt.Fprintln(os.Stderr, "stopping test clusters:", err)
+	}
+	os.Exit(code)
+}
+
+// configDir is a config file mounted the way Kubernetes mounts a ConfigMap: config.yaml is a
+// symlink to ..data/config.yaml, and ..data a symlink swapped atomically on every update.
+type configDir struct {
+	t       *testing.T
+	dir     string
+	version int
+}
+
+func newConfigDir(t *testing.T, body string) *configDir {
+	c := &configDir{t: t, dir: t.TempDir()}
+	c.write(body)
+	if err := os.Symlink(filepath.Join("..data", "config.yaml"), c.file()); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func (c *configDir) file() string { return filepath.Join(c.dir, "config.yaml") }
+
+// write publishes a new version as the kubelet does: a new timestamped directory, a new ..data
+// symlink renamed over the old one, the old directory removed.
+func (c *configDir) write(body string) {
+	c.t.Helper()
+	c.version++
+	ver := fmt.Sprintf("..v%d", c.version)
+	if err := os.Mkdir(filepath.Join(c.dir, ver), 0o755); err != nil {
+		c.t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(c.dir, ver, "config.yaml"), []byte(body), 0o644); err != nil {
+		c.t.Fatal(err)
+	}
+	tmp := filepath.Join(c.dir, "..data_tmp")
+	if err := os.Symlink(ver, tmp); err != nil {
+		c.t.Fatal(err)
+	}
+	if err := os.Rename(tmp, filepath.Join(c.dir, "..data")); err != nil {
+		c.t.Fatal(err)
+	}
+	if c.version > 1 {
+		if err := os.RemoveAll(filepath.Join(c.dir, fmt.Sprintf("..v%d", c.version-1))); err != nil {
+			c.t.Fatal(err)
+		}
+	}
+}
+
+// startHub runs a hub (app.New) on the test hub with the config file until the test ends.
+func startHub(t *testing.T, file string) *app.Hub {
+	t.Helper()
+	cfg, err := registry.LoadConfig(file, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MetricsBindAddress, cfg.HealthProbeBindAddress = "0", "0"
+	hub, err := app.New(app.Options{
+		RestConfig:         env.Hub.Config,
+		Config:             cfg,
+		ConfigFile:         file,
+		Logger:             ctrl.Log.WithName("hub"),
+		HealthInterval:     time.Second,
+		ConfigDebounce:     200 * time.Millisecond,
+		SkipNameValidation: true,
+		Fleet:              fleet.Options{MinBackoff: 200 * time.Millisecond, MaxBackoff: 2 * time.Second},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- hub.Manager.Start(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("hub: %v", err)
+		}
+	})
+	return hub
+}
+
+func clusterYAML(entries ...string) string {
+	return "clusters:\n" + strings.Join(entries, "")
+}
+
+func agentEntry(name string, labels string) string {
+	return fmt.Sprintf("  - name: %s\n    labels: {%s}\n    agent: {}\n", name, labels)
+}
+
+func directEntry(name, path string) string {
+	return fmt.Sprintf("  - name: %s\n    kubeconfig: {path: %s}\n", name, path)
+}
+
+func getCluster(name string) (*magosv1.Cluster, error) {
+	cl := &magosv1.Cluster{}
+	return cl, env.Hub.Client.Get(context.Background(), client.ObjectKey{Name: name}, cl)
+}
+
+// condition returns a Cluster condition's status and reason, or an error if the Cluster or the
+// condition is missing.
+func condition(name, typ string) (metav1.ConditionStatus, string, error) {
+	cl, err := getCluster(name)
+	if err != nil {
+		return "", "", err
+	}
+	c := meta.FindStatusCondition(cl.Status.Conditions, typ)
+	if c == nil {
+		return "", "", fmt.Errorf("cluster %s has no %s condition yet", name, typ)
+	}
+	return c.Status, c.Reason, nil
+}
+
+func wantCondition(name, typ string, status metav1.ConditionStatus, reason string) func() error {
+	return func() error {
+		s, r, err := condition(name, typ)
+		if err != nil {
+			return err
+		}
+		if s != status || (reason != "" && r != reason) {
+			return fmt.Errorf("cluster %s: %s is %s/%s, want %s/%s", name, typ, s, r, status, reason)
+		}
+		return nil
+	}
+}
+
+func engaged(h *app.Hub, name string) error {
+	_, err := h.Manager.GetCluster(context.Background(), multicluster.ClusterName(name))
+	return err
+}
+
+func gone(obj client.Object) func() error {
+	return func() error {
+		err := env.Hub.Client.Get(context.Background(), client.ObjectKeyFromObject(obj), obj)
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		return fmt.Errorf("%s %s still exists", obj.GetObjectKind().GroupVersionKind().Kind, obj.GetName())
+	}
+}
+
+// TestRegistrationCreatesClustersAndAgentAccess registers an agent cluster and direct clusters
+// (a kubeconfig file, a kubeconfig Secret, and the hub itself) and checks every Cluster object,
+// the agent's namespace, ServiceAccount, Role and RoleBinding, and the statuses.
+func TestRegistrationCreatesClustersAndAgentAccess(t *testing.T) {
+	ctx := context.Background()
+	raw, err := os.ReadFile(env.Spokes["ap-south-1"].Kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "ap-south-1-kubeconfig"}, Data: map[string][]byte{"kubeconfig": raw}}
+	if err := env.Hub.Client.Create(ctx, secret); err != nil {
+		t.Fatal(err)
+	}
+	cfg := newConfigDir(t, clusterYAML(
+		agentEntry("us-east-1", "region: us-east-1, env: prod"),
+		directEntry("eu-west-1", env.Spokes["eu-west-1"].Kubeconfig),
+		"  - name: ap-south-1\n    kubeconfig: {secretRef: {namespace: default, name: ap-south-1-kubeconfig}}\n",
+		directEntry("local", env.Hub.Kubeconfig),
+	))
+	hub := startHub(t, cfg.file())
+
+	ns := mirror.Namespace("us-east-1")
+	testenv.Eventually(t, 60*time.Second, func() error {
+		n := &corev1.Namespace{}
+		if err := env.Hub.Client.Get(ctx, client.ObjectKey{Name: ns}, n); err != nil {
+			return err
+		}
+		if n.Labels[keys.Cluster] != "us-east-1" || n.Labels[registry.ManagedByLabel] != registry.ManagedByValue {
+			return fmt.Errorf("namespace labels %v", n.Labels)
+		}
+		role := &rbacv1.Role{}
+		if err := env.Hub.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: registry.AgentServiceAccount}, role); err != nil {
+			return err
+		}
+		if !equalRules(role.Rules, registry.AgentRules()) {
+			return fmt.Errorf("role rules %v", role.Rules)
+		}
+		rb := &rbacv1.RoleBinding{}
+		if err := env.Hub.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: registry.AgentServiceAccount}, rb); err != nil {
+			return err
+		}
+		if rb.RoleRef.Name != registry.AgentServiceAccount || len(rb.Subjects) != 1 || rb.Subjects[0].Name != registry.AgentServiceAccount {
+			return fmt.Errorf("role binding %+v", rb)
+		}
+		return env.Hub.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: registry.AgentServiceAccount}, &corev1.ServiceAccount{})
+	})
+	for _, other := range []string{"eu-west-1", "ap-south-1", "local"} {
+		if err := env.Hub.Client.Get(ctx, client.ObjectKey{Name: mirror.Namespace(other)}, &corev1.Namespace{}); !apierrors.IsNotFound(err) {
+			t.Errorf("direct cluster %s got a namespace: %v", other, err)
+		}
+	}
+
+	testenv.Eventually(t, 60*time.Second, func() error {
+		us, err := getCluster("us-east-1")
+		if err != nil {
+			return err
+		}
+		if us.Spec.Transport != magosv1.TransportAgent || us.Labels["region"] != "us-east-1" || us.Labels["env"] != "prod" || us.Status.Namespace != ns {
+			return fmt.Errorf("us-east-1: %+v %+v", us.Labels, us.Spec)
+		}
+		ap, err := getCluster("ap-south-1")
+		if err != nil {
+			return err
+		}
+		if ap.Spec.Transport != magosv1.TransportDirect || ap.Spec.Kubeconfig == nil || ap.Spec.Kubeconfig.SecretRef == nil ||
+			ap.Spec.Kubeconfig.SecretRef.Key != "kubeconfig" {
+			return fmt.Errorf("ap-south-1 spec %+v", ap.Spec)
+		}
+		for _, check := range []func() error{
+			wantCondition("us-east-1", magosv1.ConditionEngaged, metav1.ConditionTrue, magosv1.ReasonEngaged),
+			wantCondition("us-east-1", magosv1.ConditionAvailable, metav1.ConditionFalse, magosv1.ReasonAgentNeverSeen),
+			wantCondition("us-east-1", magosv1.ConditionReady, metav1.ConditionFalse, magosv1.ReasonAgentNeverSeen),
+			wantCondition("us-east-1", registry.ConditionConfigLoaded, metav1.ConditionTrue, registry.ReasonConfigLoaded),
+		} {
+			if err := check(); err != nil {
+				return err
+			}
+		}
+		for _, d := range []string{"eu-west-1", "ap-south-1", "local"} {
+			if err := wantCondition(d, magosv1.ConditionReady, metav1.ConditionTrue, registry.ReasonReady)(); err != nil {
+				return err
+			}
+			if err := wantCondition(d, magosv1.ConditionAvailable, metav1.ConditionTrue, magosv1.ReasonReachable)(); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	for _, n := range []string{"us-east-1", "eu-west-1", "ap-south-1", "local"} {
+		if err := engaged(hub, n); err != nil {
+			t.Errorf("GetCluster(%s): %v", n, err)
+		}
+	}
+	if got := hub.Fleet.ClusterNames(); len(got) != 4 {
+		t.Errorf("engaged clusters %v, want 4", got)
+	}
+
+	// The Workspaces count follows the cluster's Workspaces.
+	spoke := env.Spokes["eu-west-1"].Client
+	if err := spoke.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "payments"}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"a", "b"} {
+		ws := &magosv1.Workspace{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "payments", Name: name},
+			Spec: magosv1.WorkspaceSpec{ProjectRef: magosv1.ProjectReference{Name: "p"},
+				Source: magosv1.Source{RepoURL: "file:///tmp/repo", TargetRevision: "main"}},
+		}
+		if err := spoke.Create(ctx, ws); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testenv.Eventually(t, 60*time.Second, func() error {
+		cl, err := getCluster("eu-west-1")
+		if err != nil || cl.Status.Workspaces != 2 {
+			return fmt.Errorf("eu-west-1 counts %d Workspaces (err %v), want 2", cl.Status.Workspaces, err)
+		}
+		return nil
+	})
+
+	// The config file is the truth: a Cluster edited or deleted by hand is put back.
+	us, err := getCluster("us-east-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	us.Labels["region"] = "mars"
+	if err := env.Hub.Client.Update(ctx, us); err != nil {
+		t.Fatal(err)
+	}
+	eu, err := getCluster("eu-west-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := env.Hub.Client.Delete(ctx, eu); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 60*time.Second, func() error {
+		us, err := getCluster("us-east-1")
+		if err != nil || us.Labels["region"] != "us-east-1" {
+			return fmt.Errorf("us-east-1 labels %v (err %v), want region us-east-1 back", us.Labels, err)
+		}
+		eu, err := getCluster("eu-west-1")
+		if err != nil || eu.UID == "" || eu.Spec.Transport != magosv1.TransportDirect {
+			return fmt.Errorf("eu-west-1 not registered again: %v", err)
+		}
+		return nil
+	})
+}
+
+func equalRules(a, b []rbacv1.PolicyRule) bool {
+	return slices.EqualFunc(a, b, func(x, y rbacv1.PolicyRule) bool {
+		return slices.Equal(x.APIGroups, y.APIGroups) && slices.Equal(x.Resources, y.Resources) && slices.Equal(x.Verbs, y.Verbs)
+	})
+}
+
+// TestHotReloadAddsRemovesAndReaddsClusters edits the config file (ConfigMap-style symlink swaps)
+// and checks a cluster is registered, deregistered (disengaged, Cluster and namespace deleted)
+// and registered again, while the cluster that stays is never disengaged.
+func TestHotReloadAddsRemovesAndReaddsClusters(t *testing.T) {
+	ctx := context.Background()
+	stay := agentEntry("hr-stay", "env: prod")
+	cfg := newConfigDir(t, clusterYAML(stay))
+	hub := startHub(t, cfg.file())
+	testenv.Eventually(t, 60*time.Second, func() error { return engaged(hub, "hr-stay") })
+	stayCluster, _ := hub.Manager.GetCluster(ctx, "hr-stay")
+
+	for round := 1; round <= 2; round++ {
+		cfg.write(clusterYAML(stay, agentEntry("hr-new", "env: dev"), directEntry("hr-direct", env.Spokes["us-east-1"].Kubeconfig)))
+		testenv.Eventually(t, 90*time.Second, func() error {
+			for _, n := range []string{"hr-new", "hr-direct"} {
+				if err := engaged(hub, n); err != nil {
+					return err
+				}
+				if _, err := getCluster(n); err != nil {
+					return err
+				}
+			}
+			return env.Hub.Client.Get(ctx, client.ObjectKey{Namespace: mirror.Namespace("hr-new"), Name: registry.AgentServiceAccount}, &corev1.ServiceAccount{})
+		})
+		cl, _ := getCluster("hr-new")
+		if cl.Labels["env"] != "dev" {
+			t.Fatalf("round %d: hr-new labels %v", round, cl.Labels)
+		}
+
+		cfg.write(clusterYAML(stay))
+		testenv.Eventually(t, 120*time.Second, func() error {
+			for _, n := range []string{"hr-new", "hr-direct"} {
+				if err := engaged(hub, n); !errors.Is(err, multicluster.ErrClusterNotFound) {
+					return fmt.Errorf("%s: GetCluster = %v, want not found", n, err)
+				}
+				if err := gone(&magosv1.Cluster{ObjectMeta: metav1.ObjectMeta{Name: n}})(); err != nil {
+					return err
+				}
+			}
+			return gone(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: mirror.Namespace("hr-new")}})()
+		})
+	}
+	if cl, err := hub.Manager.GetCluster(ctx, "hr-stay"); err != nil || cl != stayCluster {
+		t.Fatalf("hr-stay was re-engaged or dropped by the reloads: %v", err)
+	}
+}
+
+// TestMalformedConfigKeepsTheFleet writes a config that is not YAML, then one with an invalid
+// entry: the running fleet stays as it is, every Cluster says so (ConfigLoaded False, a Warning
+// Event), the failed-reloads metric counts them, and a good config takes effect again.
+func TestMalformedConfigKeepsTheFleet(t *testing.T) {
+	ctx := context.Background()
+	good := clusterYAML(agentEntry("mc-a", ""), directEntry("mc-b", env.Spokes["eu-west-1"].Kubeconfig))
+	cfg := newConfigDir(t, good)
+	hub := startHub(t, cfg.file())
+	testenv.Eventually(t, 60*time.Second, func() error {
+		for _, n := range []string{"mc-a", "mc-b"} {
+			if err := wantCondition(n, magosv1.ConditionEngaged, metav1.ConditionTrue, "")(); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	before := map[string]any{}
+	for _, n := range []string{"mc-a", "mc-b"} {
+		before[n], _ = hub.Manager.GetCluster(ctx, multicluster.ClusterName(n))
+	}
+	failedBefore := counter(t, "magos_hub_config_reloads_total", "failed")
+
+	cases := []struct {
+		name, body, message string
+	}{
+		{"bad yaml", "clusters: [\n  - name: mc-a\n", "config"},
+		{"invalid entry", good + agentEntry("mc-a", ""), `clusters[2].name: duplicate cluster name "mc-a"`},
+		{"no transport", clusterYAML("  - name: mc-c\n"), "clusters[0]: set exactly one of agent"},
+	}
+	for i, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg.write(tc.body)
+			testenv.Eventually(t, 60*time.Second, func() error {
+				for _, n := range []string{"mc-a", "mc-b"} {
+					cl, err := getCluster(n)
+					if err != nil {
+						return err
+					}
+					c := meta.FindStatusCondition(cl.Status.Conditions, registry.ConditionConfigLoaded)
+					if c == nil || c.Status != metav1.ConditionFalse || c.Reason != registry.ReasonConfigInvalid || !strings.Contains(c.Message, tc.message) {
+						return fmt.Errorf("%s: ConfigLoaded = %+v, want False/%s mentioning %q", n, c, registry.ReasonConfigInvalid, tc.message)
+					}
+				}
+				if got := counter(t, "magos_hub_config_reloads_total", "failed"); got < failedBefore+float64(i+1) {
+					return fmt.Errorf("failed reloads = %v, want at least %v", got, failedBefore+float64(i+1))
+				}
+				return nil
+			})
+			testenv.Consistently(t, 2*time.Second, func() error {
+				for n, cl := range before {
+					got, err := hub.Manager.GetCluster(ctx, multicluster.ClusterName(n))
+					if err != nil || any(got) != cl {
+						return fmt.Errorf("cluster %s changed under a bad config: %v", n, err)
+					}
+				}
+				if _, err := getCluster("mc-c"); !apierrors.IsNotFound(err) {
+					return fmt.Errorf("the invalid config registered mc-c: %v", err)
+				}
+				return nil
+			})
+		})
+	}
+	testenv.Eventually(t, 30*time.Second, func() error {
+		evs := &eventsv1.EventList{}
+		if err := env.Hub.Client.List(ctx, evs, client.InNamespace("default")); err != nil {
+			return err
+		}
+		for _, e := range evs.Items {
+			if e.Regarding.Name == "mc-a" && e.Reason == registry.ReasonConfigInvalid && e.Type == corev1.EventTypeWarning {
+				return nil
+			}
+		}
+		return errors.New("no ConfigInvalid Warning Event on Cluster mc-a")
+	})
+
+	cfg.write(clusterYAML(agentEntry("mc-a", "")))
+	testenv.Eventually(t, 60*time.Second, func() error {
+		if err := wantCondition("mc-a", registry.ConditionConfigLoaded, metav1.ConditionTrue, registry.ReasonConfigLoaded)(); err != nil {
+			return err
+		}
+		return gone(&magosv1.Cluster{ObjectMeta: metav1.ObjectMeta{Name: "mc-b"}})()
+	})
+}
+
+// counter reads a counter of the controller-runtime metrics registry by its "result" label.
+func counter(t *testing.T, name, result string) float64 {
+	t.Helper()
+	families, err := metrics.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "result" && l.GetValue() == result {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
+}
+
+// gauge reads a gauge of the controller-runtime metrics registry by its "cluster" label ("" for
+// an unlabelled gauge); ok is false when it has no such series.
+func gauge(t *testing.T, name, cluster string) (float64, bool) {
+	t.Helper()
+	families, err := metrics.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			if cluster == "" && len(m.GetLabel()) == 0 {
+				return m.GetGauge().GetValue(), true
+			}
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "cluster" && l.GetValue() == cluster {
+					return m.GetGauge().GetValue(), true
+				}
+			}
+		}
+	}
+	return 0, false
+}
+
+// TestHeartbeatMakesAgentClusterAvailable renews the agent's Lease with the agent's own bootstrap
+// credentials (printed by AgentKubeconfig): the Cluster turns Available, then, once renewals stop,
+// turns unavailable within the lease duration, with no event other than the passing of time.
+func TestHeartbeatMakesAgentClusterAvailable(t *testing.T) {
+	ctx := context.Background()
+	cfg := newConfigDir(t, clusterYAML(agentEntry("hb", "")))
+	startHub(t, cfg.file())
+	ns := mirror.Namespace("hb")
+	var raw []byte
+	testenv.Eventually(t, 60*time.Second, func() (err error) {
+		raw, err = registry.AgentKubeconfig(ctx, env.Hub.Config, registry.AgentKubeconfigOptions{Cluster: "hb", Duration: time.Hour})
+		return err
+	})
+	kc, err := clientcmd.Load(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if kc.Contexts[kc.CurrentContext].Namespace != ns {
+		t.Fatalf("bootstrap kubeconfig namespace %q, want %q", kc.Contexts[kc.CurrentContext].Namespace, ns)
+	}
+	agentCfg, err := clientcmd.RESTConfigFromKubeConfig(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	agentClient, err := client.New(agentCfg, client.Options{Scheme: testenv.Scheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	const leaseSeconds = 3
+	renew := func() error {
+		now := metav1.NewMicroTime(time.Now())
+		lease := &coordinationv1.Lease{}
+		err := agentClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: keys.AgentLease}, lease)
+		if apierrors.IsNotFound(err) {
+			lease = &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: keys.AgentLease,
+				Annotations: map[string]string{keys.AgentVersion: "v9.9.9"}}}
+			lease.Spec.HolderIdentity, lease.Spec.LeaseDurationSeconds, lease.Spec.RenewTime = ptr("hb/test"), ptr(int32(leaseSeconds)), &now
+			return agentClient.Create(ctx, lease)
+		}
+		if err != nil {
+			return err
+		}
+		lease.Spec.RenewTime = &now
+		return agentClient.Update(ctx, lease)
+	}
+	testenv.Eventually(t, 60*time.Second, func() error {
+		if err := renew(); err != nil {
+			return err
+		}
+		if err := wantCondition("hb", magosv1.ConditionAvailable, metav1.ConditionTrue, magosv1.ReasonAgentHeartbeating)(); err != nil {
+			return err
+		}
+		cl, _ := getCluster("hb")
+		if cl.Status.LastHeartbeatTime == nil || cl.Status.AgentVersion != "v9.9.9" {
+			return fmt.Errorf("heartbeat %v, agent version %q", cl.Status.LastHeartbeatTime, cl.Status.AgentVersion)
+		}
+		if v, ok := gauge(t, "magos_hub_cluster_available", "hb"); !ok || v != 1 {
+			return fmt.Errorf("magos_hub_cluster_available{cluster=hb} = %v (present %v), want 1", v, ok)
+		}
+		return wantCondition("hb", magosv1.ConditionReady, metav1.ConditionTrue, registry.ReasonReady)()
+	})
+
+	// Silence: nothing happens on the hub but time passing.
+	stopped := time.Now()
+	testenv.Eventually(t, 30*time.Second, wantCondition("hb", magosv1.ConditionAvailable, metav1.ConditionFalse, magosv1.ReasonAgentSilent))
+	if took := time.Since(stopped); took > leaseSeconds*time.Second+10*time.Second {
+		t.Errorf("the silent agent turned unavailable after %s, want about its lease duration (%ds)", took, leaseSeconds)
+	}
+	if v, _ := gauge(t, "magos_hub_cluster_available", "hb"); v != 0 {
+		t.Errorf("magos_hub_cluster_available{cluster=hb} = %v, want 0", v)
+	}
+	if v, ok := gauge(t, "magos_hub_engaged_clusters", ""); !ok || v < 1 {
+		t.Errorf("magos_hub_engaged_clusters = %v (present %v), want at least 1", v, ok)
+	}
+}
+
+func ptr[T any](v T) *T { return &v }

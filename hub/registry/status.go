@@ -1,0 +1,260 @@
+package registry
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"strings"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+	"sigs.k8s.io/multicluster-runtime/pkg/multicluster"
+
+	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
+	"github.com/magosfleet/magos/pkg/keys"
+	"github.com/magosfleet/magos/pkg/mirror"
+)
+
+// Reasons the registry writes besides those of the API package.
+const (
+	// ReasonEngaging: the hub is connecting to the cluster for the first time.
+	ReasonEngaging = "Engaging"
+	// ReasonNotEngaged: a direct cluster cannot be probed because it is not engaged.
+	ReasonNotEngaged = "NotEngaged"
+	// ReasonUnreachable: a direct cluster's API server did not answer its probe.
+	ReasonUnreachable = "Unreachable"
+	// ReasonReady: the cluster is engaged and available.
+	ReasonReady = "Ready"
+)
+
+// defaultLeaseDuration is assumed when an agent's Lease does not say.
+const defaultLeaseDuration = 40 * time.Second
+
+// heartbeatGranularity: status.lastHeartbeatTime is rewritten when availability changes or
+// when it is older than this, not on every renewal (which would write every Cluster every 10s).
+const heartbeatGranularity = time.Minute
+
+// HubCacheByObject is what the hub manager's cache must be told for the registry: only the
+// agents' heartbeat Leases are cached. Merge it into the manager's cache.Options.ByObject.
+func HubCacheByObject() map[client.Object]cache.ByObject {
+	return map[client.Object]cache.ByObject{
+		&coordinationv1.Lease{}: {Field: fields.OneTermEqualSelector("metadata.name", keys.AgentLease)},
+	}
+}
+
+func (r *Registry) setupStatus(mgr ctrl.Manager) error {
+	skip := r.opts.SkipNameValidation
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("cluster-status").
+		For(&magosv1.Cluster{}).
+		Watches(&coordinationv1.Lease{}, handler.EnqueueRequestsFromMapFunc(leaseToCluster)).
+		Watches(&magosv1.Workspace{}, handler.EnqueueRequestsFromMapFunc(mirrorToCluster)).
+		WatchesRawSource(source.Channel(r.changes, &handler.EnqueueRequestForObject{})).
+		WithOptions(controller.Options{MaxConcurrentReconciles: r.opts.MaxConcurrentReconciles, SkipNameValidation: &skip}).
+		Complete(reconcile.Func(r.reconcileStatus))
+}
+
+func leaseToCluster(_ context.Context, o client.Object) []reconcile.Request {
+	name, ok := strings.CutPrefix(o.GetNamespace(), keys.ClusterNamespacePrefix)
+	if !ok || o.GetName() != keys.AgentLease || name == "" {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: name}}}
+}
+
+func mirrorToCluster(_ context.Context, o client.Object) []reconcile.Request {
+	name, ok := strings.CutPrefix(o.GetNamespace(), keys.ClusterNamespacePrefix)
+	if !ok || name == "" {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: name}}}
+}
+
+// reconcileStatus computes a Cluster's status: Engaged (the fleet), Available (the agent's
+// Lease, or the direct cluster's API server), Ready (both), ConfigLoaded, the heartbeat, the
+// agent's version and the number of Workspaces. It asks to be called again when the Lease
+// expires, so that a silent agent turns unavailable without any event.
+func (r *Registry) reconcileStatus(ctx context.Context, req reconcile.Request) (ctrl.Result, error) {
+	name := req.Name
+	entry, ok := r.entry(name)
+	if !ok {
+		return ctrl.Result{}, nil
+	}
+	cl := &magosv1.Cluster{}
+	if err := r.cache.Get(ctx, client.ObjectKey{Name: name}, cl); err != nil {
+		if !apierrors.IsNotFound(err) {
+			return ctrl.Result{}, err
+		}
+		// Registered but missing (deleted by hand, or not created yet): put it back.
+		return ctrl.Result{RequeueAfter: time.Second}, r.repair(ctx, name)
+	}
+	if !maps.Equal(cl.Labels, entry.Labels) ||
+		!equality.Semantic.DeepEqual(cl.Spec, magosv1.ClusterSpec{Transport: entry.Transport(), Kubeconfig: entry.KubeconfigSource()}) {
+		// Edited by hand: the config file is the truth.
+		return ctrl.Result{RequeueAfter: time.Second}, r.repair(ctx, name)
+	}
+	now := time.Now()
+	st := cl.Status.DeepCopy()
+	st.ObservedGeneration = cl.Generation
+	requeue := r.opts.HealthInterval
+	wasAvailable := meta.IsStatusConditionTrue(st.Conditions, magosv1.ConditionAvailable)
+
+	info, _ := r.opts.Fleet.Info(name)
+	engaged := metav1.Condition{Type: magosv1.ConditionEngaged, ObservedGeneration: cl.Generation}
+	switch {
+	case info.Engaged:
+		engaged.Status, engaged.Reason = metav1.ConditionTrue, magosv1.ReasonEngaged
+		engaged.Message = fmt.Sprintf("the hub's controllers watch the cluster (%s) since %s", entry.Transport(), info.EngagedSince.UTC().Format(time.RFC3339))
+	case info.LastError != "":
+		engaged.Status, engaged.Reason = metav1.ConditionFalse, magosv1.ReasonEngageFailed
+		engaged.Message = truncate(fmt.Sprintf("attempt %d failed: %s", info.Attempts, info.LastError), 1000)
+	default:
+		engaged.Status, engaged.Reason, engaged.Message = metav1.ConditionFalse, ReasonEngaging, "the hub is connecting to the cluster"
+	}
+	meta.SetStatusCondition(&st.Conditions, engaged)
+
+	available := metav1.Condition{Type: magosv1.ConditionAvailable, ObservedGeneration: cl.Generation}
+	if entry.Agent != nil {
+		ns := mirror.Namespace(name)
+		st.Namespace = ns
+		lease := &coordinationv1.Lease{}
+		err := r.cache.Get(ctx, client.ObjectKey{Namespace: ns, Name: keys.AgentLease}, lease)
+		switch {
+		case apierrors.IsNotFound(err):
+			available.Status, available.Reason = metav1.ConditionFalse, magosv1.ReasonAgentNeverSeen
+			available.Message = fmt.Sprintf("no heartbeat from the agent yet (Lease %s/%s)", ns, keys.AgentLease)
+		case err != nil:
+			return ctrl.Result{}, fmt.Errorf("reading the agent's Lease: %w", err)
+		default:
+			renewed, expires := leaseTimes(lease)
+			if now.Before(expires) {
+				available.Status, available.Reason = metav1.ConditionTrue, magosv1.ReasonAgentHeartbeating
+				available.Message = fmt.Sprintf("the agent heartbeats (last at %s)", renewed.UTC().Format(time.RFC3339))
+				requeue = min(requeue, expires.Sub(now)+250*time.Millisecond)
+			} else {
+				available.Status, available.Reason = metav1.ConditionFalse, magosv1.ReasonAgentSilent
+				available.Message = fmt.Sprintf("the agent's last heartbeat was at %s; its lease expired at %s",
+					renewed.UTC().Format(time.RFC3339), expires.UTC().Format(time.RFC3339))
+			}
+			flipped := wasAvailable != (available.Status == metav1.ConditionTrue)
+			if st.LastHeartbeatTime == nil || flipped || renewed.Sub(st.LastHeartbeatTime.Time) >= heartbeatGranularity ||
+				renewed.Before(st.LastHeartbeatTime.Time) {
+				st.LastHeartbeatTime = &metav1.Time{Time: renewed.Truncate(time.Second)}
+			}
+			st.AgentVersion = lease.Annotations[keys.AgentVersion]
+		}
+	} else {
+		st.Namespace = ""
+		if info.Engaged {
+			pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			err := r.opts.Fleet.Probe(pctx, name)
+			cancel()
+			if err == nil {
+				available.Status, available.Reason, available.Message = metav1.ConditionTrue, magosv1.ReasonReachable, "the cluster's API server answers"
+			} else {
+				available.Status, available.Reason, available.Message = metav1.ConditionFalse, ReasonUnreachable, truncate(err.Error(), 1000)
+			}
+		} else {
+			available.Status, available.Reason, available.Message = metav1.ConditionFalse, ReasonNotEngaged, "the hub is not connected to the cluster"
+		}
+	}
+	meta.SetStatusCondition(&st.Conditions, available)
+
+	ready := metav1.Condition{Type: magosv1.ConditionReady, ObservedGeneration: cl.Generation}
+	switch {
+	case engaged.Status != metav1.ConditionTrue:
+		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, engaged.Reason, engaged.Message
+	case available.Status != metav1.ConditionTrue:
+		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, available.Reason, available.Message
+	default:
+		ready.Status, ready.Reason, ready.Message = metav1.ConditionTrue, ReasonReady, "the cluster is engaged and available"
+	}
+	meta.SetStatusCondition(&st.Conditions, ready)
+
+	loaded := metav1.Condition{Type: ConditionConfigLoaded, ObservedGeneration: cl.Generation,
+		Status: metav1.ConditionTrue, Reason: ReasonConfigLoaded, Message: "the hub's config file is in force"}
+	if err := r.ConfigError(); err != nil {
+		loaded.Status, loaded.Reason = metav1.ConditionFalse, ReasonConfigInvalid
+		loaded.Message = truncate("the hub's config file is invalid; the last good configuration stays in force: "+err.Error(), 1000)
+	}
+	meta.SetStatusCondition(&st.Conditions, loaded)
+
+	if info.Engaged {
+		if view, err := r.opts.Fleet.Get(ctx, multicluster.ClusterName(name)); err == nil {
+			list := &magosv1.WorkspaceList{}
+			if err := view.GetCache().List(ctx, list); err == nil {
+				st.Workspaces = int32(len(list.Items))
+			}
+		}
+	}
+
+	isAvailable := available.Status == metav1.ConditionTrue
+	if isAvailable {
+		clusterAvailable.WithLabelValues(name).Set(1)
+	} else {
+		clusterAvailable.WithLabelValues(name).Set(0)
+	}
+	if equality.Semantic.DeepEqual(*st, cl.Status) {
+		return ctrl.Result{RequeueAfter: requeue}, nil
+	}
+	patch := client.MergeFrom(cl.DeepCopy())
+	cl.Status = *st
+	if err := r.client.Status().Patch(ctx, cl, patch); err != nil {
+		return ctrl.Result{}, fmt.Errorf("writing the status of Cluster %s: %w", name, err)
+	}
+	if isAvailable != wasAvailable {
+		kind := corev1.EventTypeNormal
+		if !isAvailable {
+			kind = corev1.EventTypeWarning
+		}
+		r.recorder.Eventf(cl, nil, kind, available.Reason, "Heartbeat", "%s", available.Message)
+		ctrl.LoggerFrom(ctx).Info("cluster availability changed", "cluster", name, "available", isAvailable, "reason", available.Reason)
+	}
+	return ctrl.Result{RequeueAfter: requeue}, nil
+}
+
+// repair registers a cluster again (its Cluster object and agent access), unless its
+// registration was removed meanwhile.
+func (r *Registry) repair(ctx context.Context, name string) error {
+	r.applyMu.Lock()
+	defer r.applyMu.Unlock()
+	entry, ok := r.entry(name)
+	if !ok {
+		return nil
+	}
+	if err := r.ensure(ctx, entry); err != nil {
+		return fmt.Errorf("registering cluster %s: %w", name, err)
+	}
+	return nil
+}
+
+// leaseTimes returns when a Lease was last renewed and when it expires.
+func leaseTimes(l *coordinationv1.Lease) (renewed, expires time.Time) {
+	switch {
+	case l.Spec.RenewTime != nil:
+		renewed = l.Spec.RenewTime.Time
+	case l.Spec.AcquireTime != nil:
+		renewed = l.Spec.AcquireTime.Time
+	default:
+		renewed = l.CreationTimestamp.Time
+	}
+	d := defaultLeaseDuration
+	if l.Spec.LeaseDurationSeconds != nil && *l.Spec.LeaseDurationSeconds > 0 {
+		d = time.Duration(*l.Spec.LeaseDurationSeconds) * time.Second
+	}
+	return renewed, renewed.Add(d)
+}

@@ -1,0 +1,292 @@
+// Package decisiontest is the test harness of the hub's Rollout and Project controllers: a hub
+// and spokes on real API servers (pkg/testenv), registered Cluster objects, hub managers that
+// engage the spokes as direct clusters through multicluster-runtime's clusters provider, and
+// an Agent that plays each spoke's agent by driving Workspace status.
+package decisiontest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/cluster"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	mcmanager "sigs.k8s.io/multicluster-runtime/pkg/manager"
+	"sigs.k8s.io/multicluster-runtime/pkg/multicluster"
+	clustersprovider "sigs.k8s.io/multicluster-runtime/providers/clusters"
+
+	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
+	"github.com/magosfleet/magos/pkg/logging"
+	"github.com/magosfleet/magos/pkg/testenv"
+)
+
+// Regions are the spokes every test fleet starts, in promotion order.
+var Regions = []string{"us-east-1", "eu-west-1", "ap-south-1"}
+
+var logOnce sync.Once
+
+// setLogger gives controller-runtime a logger once per process: errors only, unless
+// MAGOS_TEST_LOG is set (then info and above).
+func setLogger() {
+	logOnce.Do(func() {
+		level := "error"
+		if os.Getenv("MAGOS_TEST_LOG") != "" {
+			level = "info"
+		}
+		logger, err := logging.New(logging.Options{Development: true, Level: level})
+		if err != nil {
+			panic(err)
+		}
+		ctrllog.SetLogger(logger)
+	})
+}
+
+// Hub is a test fleet: the hub and the spokes, and the hub's client.
+type Hub struct {
+	Fleet *testenv.Fleet
+	// Client is a cluster-admin client of the hub.
+	Client client.Client
+}
+
+// Start starts a hub and the given spokes and registers each spoke on the hub as a direct
+// cluster labelled region=<name>, Available.
+func Start(t testing.TB, spokes ...string) *Hub {
+	t.Helper()
+	setLogger()
+	f := testenv.Start(t, testenv.Options{Spokes: spokes})
+	h := &Hub{Fleet: f, Client: f.Hub.Client}
+	for _, s := range spokes {
+		h.Register(t, s, map[string]string{"region": s})
+	}
+	return h
+}
+
+// Register creates the hub Cluster object of a direct cluster with the given labels and marks
+// it Available.
+func (h *Hub) Register(t testing.TB, name string, labels map[string]string) {
+	t.Helper()
+	ctx := context.Background()
+	kubeconfig := "/dev/null"
+	if s := h.Fleet.Spokes[name]; s != nil {
+		kubeconfig = s.Kubeconfig
+	}
+	c := &magosv1.Cluster{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
+		Spec: magosv1.ClusterSpec{
+			Transport:  magosv1.TransportDirect,
+			Kubeconfig: &magosv1.KubeconfigSource{Path: kubeconfig},
+		},
+	}
+	if err := h.Client.Create(ctx, c); err != nil {
+		t.Fatalf("registering cluster %s: %v", name, err)
+	}
+	h.SetAvailable(t, name, true, magosv1.ReasonReachable)
+}
+
+// RegisterAgent creates the hub Cluster object of an agent cluster and marks it Available.
+func (h *Hub) RegisterAgent(t testing.TB, name string, labels map[string]string) {
+	t.Helper()
+	c := &magosv1.Cluster{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
+		Spec:       magosv1.ClusterSpec{Transport: magosv1.TransportAgent},
+	}
+	if err := h.Client.Create(context.Background(), c); err != nil {
+		t.Fatalf("registering agent cluster %s: %v", name, err)
+	}
+	h.SetAvailable(t, name, true, magosv1.ReasonAgentHeartbeating)
+}
+
+// SetAvailable sets the Available condition of a registered cluster.
+func (h *Hub) SetAvailable(t testing.TB, name string, available bool, reason string) {
+	t.Helper()
+	status := metav1.ConditionTrue
+	if !available {
+		status = metav1.ConditionFalse
+	}
+	testenv.Eventually(t, 0, func() error {
+		c := &magosv1.Cluster{}
+		if err := h.Client.Get(context.Background(), client.ObjectKey{Name: name}, c); err != nil {
+			return err
+		}
+		meta.SetStatusCondition(&c.Status.Conditions, metav1.Condition{
+			Type: magosv1.ConditionAvailable, Status: status, Reason: reason,
+			Message: "set by the test", ObservedGeneration: c.Generation,
+		})
+		return h.Client.Status().Update(context.Background(), c)
+	})
+}
+
+// Namespace creates a namespace on the hub and on every spoke.
+func (h *Hub) Namespace(t testing.TB, name string) {
+	t.Helper()
+	all := []*testenv.Cluster{h.Fleet.Hub}
+	for _, s := range h.Fleet.Spokes {
+		all = append(all, s)
+	}
+	for _, c := range all {
+		err := c.Client.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}})
+		if err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Fatalf("creating namespace %s in %s: %v", name, c.Name, err)
+		}
+	}
+}
+
+// ManagerOptions configures StartManager.
+type ManagerOptions struct {
+	// Setup registers the controllers under test.
+	Setup func(mcmanager.Manager) error
+	// LeaderElection turns leader election on with the lease LeaseName in the hub's
+	// "default" namespace and short timings (lease 4s).
+	LeaderElection bool
+	LeaseName      string
+	// Clusters are extra clusters to engage besides the spokes, by name.
+	Clusters map[string]cluster.Cluster
+	// Requests, when set, counts every API request the manager and its clusters make.
+	Requests *atomic.Int64
+}
+
+// Manager is a running hub manager.
+type Manager struct {
+	mcmanager.Manager
+	cancel context.CancelFunc
+	done   chan struct{}
+	err    error
+}
+
+// StartManager starts a hub manager that engages every spoke of h as a direct cluster under
+// its name. The manager stops when the test ends (or with Stop).
+func (h *Hub) StartManager(t testing.TB, opts ManagerOptions) *Manager {
+	t.Helper()
+	setLogger()
+	cfg := counted(h.Fleet.Hub.Config, opts.Requests)
+	provider := clustersprovider.New()
+	mopts := mcmanager.Options{
+		Scheme:                 testenv.Scheme(),
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+	}
+	if opts.LeaderElection {
+		mopts.LeaderElection = true
+		mopts.LeaderElectionID = opts.LeaseName
+		mopts.LeaderElectionNamespace = "default"
+		mopts.LeaseDuration = ptr.To(4 * time.Second)
+		mopts.RenewDeadline = ptr.To(3 * time.Second)
+		mopts.RetryPeriod = ptr.To(500 * time.Millisecond)
+	}
+	mgr, err := mcmanager.New(cfg, provider, mopts)
+	if err != nil {
+		t.Fatalf("creating hub manager: %v", err)
+	}
+	if err := opts.Setup(mgr); err != nil {
+		t.Fatalf("setting up controllers: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	for name, s := range h.Fleet.Spokes {
+		cl, err := cluster.New(counted(s.Config, opts.Requests), func(o *cluster.Options) {
+			o.Scheme = testenv.Scheme()
+		})
+		if err != nil {
+			cancel()
+			t.Fatalf("connecting to spoke %s: %v", name, err)
+		}
+		if err := provider.Add(ctx, multicluster.ClusterName(name), cl); err != nil {
+			cancel()
+			t.Fatalf("adding spoke %s: %v", name, err)
+		}
+	}
+	for name, cl := range opts.Clusters {
+		if err := provider.Add(ctx, multicluster.ClusterName(name), cl); err != nil {
+			cancel()
+			t.Fatalf("adding cluster %s: %v", name, err)
+		}
+	}
+	m := &Manager{Manager: mgr, cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(m.done)
+		m.err = mgr.Start(ctx)
+	}()
+	t.Cleanup(m.Stop)
+	return m
+}
+
+// Stop stops the manager (as if its process were killed: a held lease is not released) and
+// waits for it to return.
+func (m *Manager) Stop() {
+	m.cancel()
+	<-m.done
+}
+
+// IsLeader reports whether the manager has been elected (always true without leader
+// election, once started).
+func (m *Manager) IsLeader() bool {
+	select {
+	case <-m.GetLocalManager().Elected():
+		return true
+	default:
+		return false
+	}
+}
+
+// NamespacedCluster returns a cluster.Cluster on cfg whose cache sees only namespace: a
+// stand-in for an agent cluster's view of its hub namespace.
+func NamespacedCluster(t testing.TB, cfg *rest.Config, namespace string, requests *atomic.Int64) cluster.Cluster {
+	t.Helper()
+	cl, err := cluster.New(counted(cfg, requests), func(o *cluster.Options) {
+		o.Scheme = testenv.Scheme()
+		o.Cache = cache.Options{DefaultNamespaces: map[string]cache.Config{namespace: {}}}
+	})
+	if err != nil {
+		t.Fatalf("cluster for namespace %s: %v", namespace, err)
+	}
+	return cl
+}
+
+// counted returns a copy of cfg whose requests increment n (cfg itself when n is nil).
+func counted(cfg *rest.Config, n *atomic.Int64) *rest.Config {
+	cfg = rest.CopyConfig(cfg)
+	if n == nil {
+		return cfg
+	}
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			if r.URL.Query().Get("watch") != "true" {
+				n.Add(1)
+			}
+			return rt.RoundTrip(r)
+		})
+	})
+	return cfg
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// WaitEngaged waits until the manager has engaged every named cluster.
+func (m *Manager) WaitEngaged(t testing.TB, names ...string) {
+	t.Helper()
+	testenv.Eventually(t, 0, func() error {
+		var errs []error
+		for _, n := range names {
+			if _, err := m.GetCluster(context.Background(), multicluster.ClusterName(n)); err != nil {
+				errs = append(errs, fmt.Errorf("cluster %s: %w", n, err))
+			}
+		}
+		return errors.Join(errs...)
+	})
+}

@@ -1,0 +1,271 @@
+// Package decision is what the hub's Rollout and Project controllers share around the pure
+// rollout.Decide: a View that gathers, for one namespace, the Workspaces the hub sees in every
+// registered cluster and the health of those clusters, and a writer that puts Decide's grants
+// and revocations on the Workspaces with JSON merge patches.
+package decision
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/cluster"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	mcmanager "sigs.k8s.io/multicluster-runtime/pkg/manager"
+	"sigs.k8s.io/multicluster-runtime/pkg/multicluster"
+
+	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
+	"github.com/magosfleet/magos/pkg/keys"
+	"github.com/magosfleet/magos/pkg/mirror"
+	"github.com/magosfleet/magos/pkg/rollout"
+)
+
+// Reasons for a cluster the hub counts unavailable although (or because) its Cluster object
+// does not say otherwise.
+const (
+	// ReasonNotEngaged: the hub's provider has not engaged the cluster (yet).
+	ReasonNotEngaged = "NotEngaged"
+	// ReasonListFailed: the cluster's Workspaces could not be read in time.
+	ReasonListFailed = "ListFailed"
+	// ReasonAvailabilityUnknown: the Cluster object has no Available condition yet.
+	ReasonAvailabilityUnknown = "AvailabilityUnknown"
+)
+
+// DefaultClusterTimeout bounds how long reading one cluster's Workspaces may take.
+const DefaultClusterTimeout = 5 * time.Second
+
+// Target is a Workspace as the hub sees it: the object to patch (a mirror in the hub for an
+// agent cluster, the spoke's Workspace for a direct cluster) and in which engaged cluster.
+type Target struct {
+	// Cluster is the engaged cluster's name.
+	Cluster string
+	// Namespace and Name of the object the hub sees.
+	Namespace string
+	Name      string
+	// Workspace is the object as read from the cluster's cache. Read-only: it may be shared
+	// with the cache.
+	Workspace *magosv1.Workspace
+}
+
+// Snapshot is what the hub sees of one namespace across the fleet, ready for rollout.Decide.
+type Snapshot struct {
+	// Namespace is the hub (and origin) namespace the snapshot covers.
+	Namespace string
+	// Clusters are the registered clusters, with the availability the hub counts.
+	Clusters map[string]rollout.Cluster
+	// Workspaces are the Workspaces of the namespace in every cluster that answered (and,
+	// for a cluster that did not, the ones last read from it).
+	Workspaces []rollout.Workspace
+	// Targets tells where each Workspace can be written.
+	Targets map[rollout.Key]Target
+
+	view    *View
+	engaged map[string]cluster.Cluster
+}
+
+// ViewOptions configures a View.
+type ViewOptions struct {
+	// ClusterTimeout bounds how long reading one cluster's Workspaces may take before the
+	// cluster counts as unavailable for this pass (default DefaultClusterTimeout).
+	ClusterTimeout time.Duration
+}
+
+// View reads the Workspaces the hub sees in every registered cluster. It remembers the last
+// good read of each cluster so that a cluster that does not answer in one pass keeps its
+// Workspaces in the decision (counted unavailable) rather than dropping out of it, which
+// would turn a slow cluster into NoWorkspacesFound.
+type View struct {
+	mgr  mcmanager.Manager
+	hub  client.Reader
+	opts ViewOptions
+
+	mu   sync.Mutex
+	last map[lastKey][]seen
+	// written remembers the decisions written on each Workspace and the version they were
+	// written on, until the cache shows a newer version.
+	written map[rollout.Key]pending
+}
+
+// pending is a decision written on a version of a Workspace.
+type pending struct {
+	resourceVersion string
+	grant           bool
+	run, by         string
+}
+
+// pending reports whether decision p was already written on the version of the Workspace
+// it names. A memory of a write on another version is dropped: the cache has moved on.
+func (v *View) pending(k rollout.Key, p pending) bool {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	w, ok := v.written[k]
+	if !ok {
+		return false
+	}
+	if w.resourceVersion != p.resourceVersion {
+		delete(v.written, k)
+		return false
+	}
+	return w == p
+}
+
+// wrote remembers that decision p was written on the version of the Workspace it names.
+func (v *View) wrote(k rollout.Key, p pending) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.written[k] = p
+}
+
+type lastKey struct{ cluster, namespace string }
+
+type seen struct {
+	ws     rollout.Workspace
+	target Target
+}
+
+// NewView returns a View over the clusters registered on mgr's hub.
+func NewView(mgr mcmanager.Manager, opts ViewOptions) *View {
+	if opts.ClusterTimeout <= 0 {
+		opts.ClusterTimeout = DefaultClusterTimeout
+	}
+	return &View{
+		mgr:     mgr,
+		hub:     mgr.GetLocalManager().GetClient(),
+		opts:    opts,
+		last:    map[lastKey][]seen{},
+		written: map[rollout.Key]pending{},
+	}
+}
+
+type clusterRead struct {
+	cl        cluster.Cluster
+	seen      []seen
+	err       error
+	notEngage bool
+}
+
+// Snapshot reads the registered clusters from the hub and the Workspaces of namespace from
+// every one of them, concurrently, each bounded by ClusterTimeout. A cluster that is not
+// engaged or fails is counted unavailable for this pass; it never blocks the others.
+func (v *View) Snapshot(ctx context.Context, namespace string) (*Snapshot, error) {
+	var registered magosv1.ClusterList
+	if err := v.hub.List(ctx, &registered); err != nil {
+		return nil, fmt.Errorf("listing registered clusters: %w", err)
+	}
+	reads := make([]clusterRead, len(registered.Items))
+	var wg sync.WaitGroup
+	for i := range registered.Items {
+		c := &registered.Items[i]
+		wg.Go(func() { reads[i] = v.read(ctx, c, namespace) })
+	}
+	wg.Wait()
+
+	total := 0
+	for _, r := range reads {
+		total += len(r.seen)
+	}
+	s := &Snapshot{
+		Namespace:  namespace,
+		Clusters:   make(map[string]rollout.Cluster, len(registered.Items)),
+		Workspaces: make([]rollout.Workspace, 0, total),
+		Targets:    make(map[rollout.Key]Target, total),
+		view:       v,
+		engaged:    make(map[string]cluster.Cluster, len(registered.Items)),
+	}
+	logger := log.FromContext(ctx)
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	live := make(map[lastKey]bool, len(reads))
+	for i := range registered.Items {
+		c, r := &registered.Items[i], reads[i]
+		rc := rollout.Cluster{Name: c.Name, Labels: c.Labels}
+		rc.Available, rc.Reason = available(c)
+		lk := lastKey{c.Name, namespace}
+		live[lk] = true
+		found := r.seen
+		switch {
+		case r.notEngage:
+			rc.Available, rc.Reason = false, ReasonNotEngaged
+			found = v.last[lk]
+		case r.err != nil:
+			logger.Info("reading Workspaces failed; counting the cluster unavailable", "cluster", c.Name, "error", r.err.Error())
+			rc.Available, rc.Reason = false, ReasonListFailed
+			found = v.last[lk]
+		default:
+			s.engaged[c.Name] = r.cl
+			v.last[lk] = r.seen
+		}
+		s.Clusters[c.Name] = rc
+		for _, f := range found {
+			if prev, dup := s.Targets[f.ws.Key]; dup {
+				logger.Info("two objects claim one Workspace; keeping the first", "workspace", f.ws.Key.String(),
+					"kept", prev.Cluster+"/"+prev.Namespace+"/"+prev.Name, "ignored", f.target.Cluster+"/"+f.target.Namespace+"/"+f.target.Name)
+				continue
+			}
+			s.Targets[f.ws.Key] = f.target
+			s.Workspaces = append(s.Workspaces, f.ws)
+		}
+	}
+	// Forget removed clusters: their Workspaces drop out of every decision.
+	for lk := range v.last {
+		if lk.namespace == namespace && !live[lk] {
+			delete(v.last, lk)
+		}
+	}
+	return s, nil
+}
+
+// read lists the Workspaces of namespace the hub sees in cluster c. For an agent cluster these
+// are the mirrors of the cluster's Workspaces (in the cluster's hub namespace); for a direct
+// cluster, the spoke's own Workspaces (mirrors there belong to other clusters and are skipped).
+func (v *View) read(ctx context.Context, c *magosv1.Cluster, namespace string) clusterRead {
+	var r clusterRead
+	cl, err := v.mgr.GetCluster(ctx, multicluster.ClusterName(c.Name))
+	if err != nil || cl == nil {
+		r.notEngage = true
+		return r
+	}
+	r.cl = cl
+	ctx, cancel := context.WithTimeout(ctx, v.opts.ClusterTimeout)
+	defer cancel()
+	agent := c.Spec.Transport != magosv1.TransportDirect
+	var list magosv1.WorkspaceList
+	opts := []client.ListOption{client.UnsafeDisableDeepCopy}
+	if agent {
+		opts = append(opts, client.MatchingLabels{keys.Mirror: "true", keys.Cluster: c.Name, keys.OriginNamespace: namespace})
+	} else {
+		opts = append(opts, client.InNamespace(namespace))
+	}
+	if err := cl.GetCache().List(ctx, &list, opts...); err != nil {
+		r.err = fmt.Errorf("listing Workspaces in cluster %s: %w", c.Name, err)
+		return r
+	}
+	r.seen = make([]seen, 0, len(list.Items))
+	for i := range list.Items {
+		ws := &list.Items[i]
+		if agent != mirror.IsMirror(ws) {
+			continue
+		}
+		if agent && ws.Namespace != mirror.Namespace(c.Name) {
+			// Only the cluster's own hub namespace speaks for it.
+			continue
+		}
+		r.seen = append(r.seen, seen{
+			ws:     rollout.FromWorkspace(c.Name, ws),
+			target: Target{Cluster: c.Name, Namespace: ws.Namespace, Name: ws.Name, Workspace: ws},
+		})
+	}
+	return r
+}
+
+// available reads the Available condition of a registered cluster.
+func available(c *magosv1.Cluster) (bool, string) {
+	cond := meta.FindStatusCondition(c.Status.Conditions, magosv1.ConditionAvailable)
+	if cond == nil {
+		return false, ReasonAvailabilityUnknown
+	}
+	return cond.Status == "True", cond.Reason
+}

@@ -1,0 +1,120 @@
+package decision
+
+import (
+	"context"
+	"maps"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/cluster"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	mchandler "sigs.k8s.io/multicluster-runtime/pkg/handler"
+	mcmanager "sigs.k8s.io/multicluster-runtime/pkg/manager"
+	"sigs.k8s.io/multicluster-runtime/pkg/multicluster"
+	mcreconcile "sigs.k8s.io/multicluster-runtime/pkg/reconcile"
+
+	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
+	"github.com/magosfleet/magos/pkg/mirror"
+)
+
+// ProjectOf returns the hub Project (and Rollout, which has the same name) a Workspace seen in
+// any cluster belongs to: spec.projectRef.name in the hub namespace named like the Workspace's
+// origin namespace.
+func ProjectOf(ws *magosv1.Workspace) (types.NamespacedName, bool) {
+	o := mirror.OriginOf("", ws)
+	if ws.Spec.ProjectRef.Name == "" || o.Namespace == "" {
+		return types.NamespacedName{}, false
+	}
+	return types.NamespacedName{Namespace: o.Namespace, Name: ws.Spec.ProjectRef.Name}, true
+}
+
+// EnqueueProject maps a Workspace event in any engaged cluster to a request for the hub
+// object (Rollout or Project) named after its Project. The request's ClusterName is the local
+// cluster (""), whatever cluster the event came from.
+func EnqueueProject() mchandler.TypedEventHandlerFunc[client.Object, mcreconcile.Request] {
+	return func(multicluster.ClusterName, cluster.Cluster) handler.TypedEventHandler[client.Object, mcreconcile.Request] {
+		return handler.TypedEnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []mcreconcile.Request {
+			ws, ok := o.(*magosv1.Workspace)
+			if !ok {
+				return nil
+			}
+			nn, ok := ProjectOf(ws)
+			if !ok {
+				return nil
+			}
+			return []mcreconcile.Request{{ClusterName: mcmanager.LocalCluster, Request: reconcile.Request{NamespacedName: nn}}}
+		})
+	}
+}
+
+// EnqueueAll maps an event to a request for every object of the hub list type list (e.g.
+// every Rollout): a registered cluster's health or labels can change any decision.
+func EnqueueAll(hub client.Reader, list client.ObjectList) mchandler.TypedEventHandlerFunc[client.Object, mcreconcile.Request] {
+	return func(multicluster.ClusterName, cluster.Cluster) handler.TypedEventHandler[client.Object, mcreconcile.Request] {
+		return handler.TypedEnqueueRequestsFromMapFunc(func(ctx context.Context, _ client.Object) []mcreconcile.Request {
+			l := list.DeepCopyObject().(client.ObjectList)
+			if err := hub.List(ctx, l); err != nil {
+				log.FromContext(ctx).Error(err, "listing hub objects to requeue after a cluster change")
+				return nil
+			}
+			items, err := meta.ExtractList(l)
+			if err != nil {
+				return nil
+			}
+			out := make([]mcreconcile.Request, 0, len(items))
+			for _, it := range items {
+				o, ok := it.(client.Object)
+				if !ok {
+					continue
+				}
+				out = append(out, mcreconcile.Request{ClusterName: mcmanager.LocalCluster,
+					Request: reconcile.Request{NamespacedName: client.ObjectKeyFromObject(o)}})
+			}
+			return out
+		})
+	}
+}
+
+// ClusterChanged passes the Cluster events that can change a decision: creation, deletion,
+// and updates of the registered labels, the transport or the Available condition. Heartbeat
+// bookkeeping (lastHeartbeatTime, counts) does not pass.
+func ClusterChanged() predicate.Predicate {
+	return predicate.Funcs{
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			o, ok1 := e.ObjectOld.(*magosv1.Cluster)
+			n, ok2 := e.ObjectNew.(*magosv1.Cluster)
+			if !ok1 || !ok2 {
+				return true
+			}
+			if !maps.Equal(o.Labels, n.Labels) || o.Spec.Transport != n.Spec.Transport {
+				return true
+			}
+			ao, an := availability(o), availability(n)
+			return ao != an
+		},
+	}
+}
+
+func availability(c *magosv1.Cluster) string {
+	cond := meta.FindStatusCondition(c.Status.Conditions, magosv1.ConditionAvailable)
+	if cond == nil {
+		return ""
+	}
+	return string(cond.Status) + "/" + cond.Reason
+}
+
+// EnqueueSame maps a hub object event to a request for the hub object of the same namespace
+// and name (a Rollout to its Project).
+func EnqueueSame() mchandler.TypedEventHandlerFunc[client.Object, mcreconcile.Request] {
+	return func(multicluster.ClusterName, cluster.Cluster) handler.TypedEventHandler[client.Object, mcreconcile.Request] {
+		return handler.TypedEnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []mcreconcile.Request {
+			return []mcreconcile.Request{{ClusterName: mcmanager.LocalCluster,
+				Request: reconcile.Request{NamespacedName: client.ObjectKeyFromObject(o)}}}
+		})
+	}
+}

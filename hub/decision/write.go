@@ -1,0 +1,221 @@
+package decision
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
+	"github.com/magosfleet/magos/pkg/keys"
+	"github.com/magosfleet/magos/pkg/rollout"
+)
+
+// Event reasons written by the writer on the object that decided.
+const (
+	EventGranted = "Granted"
+	EventRevoked = "Revoked"
+)
+
+// DefaultWriteConcurrency is how many Workspaces are written at once.
+const DefaultWriteConcurrency = 8
+
+// WriteOptions configures Snapshot.Write.
+type WriteOptions struct {
+	// By is the value of magosproject.io/granted-by: keys.GrantedByRollout or
+	// keys.GrantedByProject.
+	By string
+	// Recorder, when set, records an Event on Regarding for every grant and revocation
+	// written.
+	Recorder events.EventRecorder
+	// Regarding is the Rollout or Project that decided.
+	Regarding runtime.Object
+	// Concurrency bounds parallel writes (default DefaultWriteConcurrency).
+	Concurrency int
+}
+
+// Outcome is what a write pass did.
+type Outcome struct {
+	// Granted and Revoked are the changes actually written.
+	Granted []rollout.Change
+	Revoked []rollout.Change
+}
+
+// Write puts a decision on the Workspaces: every grant in d.Grants (all three decision
+// annotations) and every revocation in d.Revokes (all three removed), each with one JSON
+// merge patch on the object the hub sees, and nothing else: no read-modify-write. A write that
+// would change nothing is skipped: when the snapshot already shows the decision, and when the
+// View wrote that same decision on the same version of the Workspace in an earlier pass whose
+// write the cache has not shown yet (so a replayed event neither writes nor counts a grant
+// twice). A grant names the run the snapshot shows; if the Workspace moved to another run
+// meanwhile, the spoke ignores the grant and the next pass grants the new run. Writes to
+// clusters that did not answer in this pass are left for a later pass. All errors are joined
+// and returned after every write was tried.
+func (s *Snapshot) Write(ctx context.Context, d rollout.Decision, opts WriteOptions) (Outcome, error) {
+	if opts.Concurrency <= 0 {
+		opts.Concurrency = DefaultWriteConcurrency
+	}
+	type job struct {
+		change rollout.Change
+		grant  bool
+	}
+	var jobs []job
+	for _, g := range d.Grants {
+		jobs = append(jobs, job{g, true})
+	}
+	for _, r := range d.Revokes {
+		jobs = append(jobs, job{r, false})
+	}
+	if len(jobs) == 0 {
+		return Outcome{}, nil
+	}
+	reacted := s.newestChange(d.Members)
+
+	var (
+		mu   sync.Mutex
+		out  Outcome
+		errs []error
+		wg   sync.WaitGroup
+		// written are the Workspaces as the patches returned them, for the Events.
+		written = map[rollout.Key]*magosv1.Workspace{}
+	)
+	sem := make(chan struct{}, opts.Concurrency)
+	for _, j := range jobs {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			ws, err := s.writeOne(ctx, j.change, j.grant, opts.By)
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err != nil:
+				errs = append(errs, err)
+			case ws != nil && j.grant:
+				out.Granted = append(out.Granted, j.change)
+				written[j.change.Key] = ws
+			case ws != nil:
+				out.Revoked = append(out.Revoked, j.change)
+				written[j.change.Key] = ws
+			}
+		})
+	}
+	wg.Wait()
+	sortChanges(out.Granted)
+	sortChanges(out.Revoked)
+
+	now := time.Now()
+	for _, g := range out.Granted {
+		grantsTotal.WithLabelValues(opts.By).Inc()
+		if !reacted.IsZero() {
+			decisionLatency.WithLabelValues(opts.By).Observe(max(now.Sub(reacted), 0).Seconds())
+		}
+		recordEvent(opts, written[g.Key], corev1.EventTypeNormal, EventGranted, "Grant", "Granted run %s to %s", g.Run, g.Key.String())
+	}
+	for _, r := range out.Revoked {
+		revokesTotal.WithLabelValues(opts.By).Inc()
+		recordEvent(opts, written[r.Key], corev1.EventTypeNormal, EventRevoked, "Revoke", "Revoked the grant of %s", r.Key.String())
+	}
+	return out, errors.Join(errs...)
+}
+
+// recordEvent records an Event on the deciding object, related to the Workspace as the hub sees it.
+// The related object matters: the events API folds Events with the same regarding object,
+// reason, action and related object into one series and keeps only the first note.
+func recordEvent(opts WriteOptions, ws *magosv1.Workspace, kind, reason, action, note string, args ...any) {
+	if opts.Recorder == nil || opts.Regarding == nil {
+		return
+	}
+	var related runtime.Object
+	if ws != nil {
+		related = ws
+	}
+	opts.Recorder.Eventf(opts.Regarding, related, kind, reason, action, note, args...)
+}
+
+// writeOne writes one grant (run != "") or revocation and returns the Workspace as patched,
+// or nil when nothing was written.
+func (s *Snapshot) writeOne(ctx context.Context, c rollout.Change, grant bool, by string) (*magosv1.Workspace, error) {
+	t, ok := s.Targets[c.Key]
+	if !ok {
+		return nil, fmt.Errorf("writing decision for %s: the Workspace is not in the snapshot", c.Key)
+	}
+	if carries(t.Workspace, grant, c.Run, by) {
+		return nil, nil
+	}
+	cl, ok := s.engaged[t.Cluster]
+	if !ok {
+		// The cluster did not answer in this pass: nothing can be written there now.
+		return nil, nil
+	}
+	want := pending{resourceVersion: t.Workspace.ResourceVersion, grant: grant, run: c.Run, by: by}
+	if s.view.pending(c.Key, want) {
+		// This very decision was written on this very version of the Workspace, and the
+		// cache has not caught up with the write yet: writing again would change nothing.
+		return nil, nil
+	}
+	var annotations map[string]any
+	if grant {
+		annotations = map[string]any{keys.ExecutionAllowed: "true", keys.GrantedRun: c.Run, keys.GrantedBy: by}
+	} else {
+		annotations = map[string]any{keys.ExecutionAllowed: nil, keys.GrantedRun: nil, keys.GrantedBy: nil}
+	}
+	body, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": annotations}})
+	if err != nil {
+		return nil, fmt.Errorf("encoding decision for %s: %w", c.Key, err)
+	}
+	ws := &magosv1.Workspace{}
+	ws.Namespace, ws.Name = t.Namespace, t.Name
+	if err := cl.GetClient().Patch(ctx, ws, client.RawPatch(types.MergePatchType, body)); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, nil // gone: its removal triggers a new decision
+		}
+		return nil, fmt.Errorf("patching the decision of Workspace %s in cluster %s: %w", t.Name, t.Cluster, err)
+	}
+	s.view.wrote(c.Key, want)
+	return ws, nil
+}
+
+// carries reports whether ws already carries the decision: the exact grant, or (for a
+// revocation) none of the decision annotations.
+func carries(ws *magosv1.Workspace, grant bool, run, by string) bool {
+	a := ws.GetAnnotations()
+	if grant {
+		return a[keys.ExecutionAllowed] == "true" && a[keys.GrantedRun] == run && a[keys.GrantedBy] == by
+	}
+	_, e := a[keys.ExecutionAllowed]
+	_, r := a[keys.GrantedRun]
+	_, b := a[keys.GrantedBy]
+	return !e && !r && !b
+}
+
+// newestChange is the time of the newest status change among the decided Workspaces: the
+// latest Ready condition transition. Decision latency is measured from it.
+func (s *Snapshot) newestChange(members []rollout.Key) time.Time {
+	var newest time.Time
+	for _, k := range members {
+		t, ok := s.Targets[k]
+		if !ok {
+			continue
+		}
+		if c := meta.FindStatusCondition(t.Workspace.Status.Conditions, magosv1.ConditionReady); c != nil && c.LastTransitionTime.After(newest) {
+			newest = c.LastTransitionTime.Time
+		}
+	}
+	return newest
+}
+
+func sortChanges(cs []rollout.Change) {
+	slices.SortFunc(cs, func(a, b rollout.Change) int { return strings.Compare(a.Key.String(), b.Key.String()) })
+}

@@ -1,0 +1,284 @@
+// Package project is the hub's Project controller. A Project without a Rollout of the same
+// name runs its Workspaces in parallel (DefaultParallel): the controller grants every
+// Workspace of the Project that waits for a grant, in every registered cluster. With a Rollout
+// it defers to it (ManagedByRollout) and writes nothing; the Rollout controller then revokes
+// the parallel-mode grants its order does not allow.
+package project
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	mcbuilder "sigs.k8s.io/multicluster-runtime/pkg/builder"
+	mcmanager "sigs.k8s.io/multicluster-runtime/pkg/manager"
+	mcreconcile "sigs.k8s.io/multicluster-runtime/pkg/reconcile"
+
+	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
+	"github.com/magosfleet/magos/hub/decision"
+	"github.com/magosfleet/magos/pkg/keys"
+	decide "github.com/magosfleet/magos/pkg/rollout"
+)
+
+// ControllerName names the controller, its logger and its Events.
+const ControllerName = "project"
+
+// Defaults of Options.
+const (
+	DefaultMaxConcurrentReconciles = 4
+	DefaultResyncPeriod            = time.Minute
+)
+
+// Options configures the Project controller.
+type Options struct {
+	// MaxConcurrentReconciles is how many Projects are decided at once (default 4).
+	MaxConcurrentReconciles int
+	// ResyncPeriod is how often every Project is decided again even without events (default
+	// 1m).
+	ResyncPeriod time.Duration
+	// ClusterTimeout bounds reading one cluster's Workspaces (default
+	// decision.DefaultClusterTimeout).
+	ClusterTimeout time.Duration
+	// SkipNameValidation lets several hub managers run in one process (tests, tools).
+	SkipNameValidation bool
+}
+
+func (o *Options) defaults() {
+	if o.MaxConcurrentReconciles <= 0 {
+		o.MaxConcurrentReconciles = DefaultMaxConcurrentReconciles
+	}
+	if o.ResyncPeriod <= 0 {
+		o.ResyncPeriod = DefaultResyncPeriod
+	}
+}
+
+// Reconciler reconciles hub Projects.
+type Reconciler struct {
+	hub      client.Client
+	live     client.Reader
+	view     *decision.View
+	recorder events.EventRecorder
+	opts     Options
+}
+
+// NewReconciler returns a Project reconciler for the hub manager mgr, without registering a
+// controller (SetupWithManager does both).
+func NewReconciler(mgr mcmanager.Manager, opts Options) *Reconciler {
+	opts.defaults()
+	return &Reconciler{
+		hub:      mgr.GetLocalManager().GetClient(),
+		live:     mgr.GetLocalManager().GetAPIReader(),
+		view:     decision.NewView(mgr, decision.ViewOptions{ClusterTimeout: opts.ClusterTimeout}),
+		recorder: mgr.GetLocalManager().GetEventRecorder("magos-hub-" + ControllerName),
+		opts:     opts,
+	}
+}
+
+// SetupWithManager registers the Project controller with the hub manager: it reconciles hub
+// Projects and is triggered by their Workspaces in every engaged cluster, by the Rollout of
+// the same name, by registered clusters' label or availability changes, and every
+// ResyncPeriod. It runs only on the elected leader.
+func SetupWithManager(mgr mcmanager.Manager, opts Options) error {
+	return NewReconciler(mgr, opts).SetupWithManager(mgr)
+}
+
+// SetupWithManager registers r with mgr; see the package-level SetupWithManager.
+func (r *Reconciler) SetupWithManager(mgr mcmanager.Manager) error {
+	hubOnly := []mcbuilder.WatchesOption{mcbuilder.WithEngageWithLocalCluster(true), mcbuilder.WithEngageWithProviderClusters(false)}
+	return mcbuilder.ControllerManagedBy(mgr).
+		Named(ControllerName).
+		For(&magosv1.Project{},
+			mcbuilder.WithEngageWithLocalCluster(true),
+			mcbuilder.WithEngageWithProviderClusters(false),
+			mcbuilder.WithPredicates(predicate.Or[client.Object](
+				predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{},
+				predicate.LabelChangedPredicate{}, deletionChanged()))).
+		Watches(&magosv1.Workspace{}, decision.EnqueueProject(),
+			mcbuilder.WithEngageWithLocalCluster(false),
+			mcbuilder.WithEngageWithProviderClusters(true),
+			mcbuilder.WithPredicates(predicate.ResourceVersionChangedPredicate{})).
+		// A Rollout maps to the Project of the same name (decision.EnqueueProject's rule for
+		// hub objects is the identity).
+		Watches(&magosv1.Rollout{}, decision.EnqueueSame(),
+			append(hubOnly, mcbuilder.WithPredicates(predicate.ResourceVersionChangedPredicate{}))...).
+		Watches(&magosv1.Cluster{}, decision.EnqueueAll(r.hub, &magosv1.ProjectList{}),
+			append(hubOnly, mcbuilder.WithPredicates(decision.ClusterChanged()))...).
+		WithOptions(controller.TypedOptions[mcreconcile.Request]{
+			MaxConcurrentReconciles: r.opts.MaxConcurrentReconciles,
+			SkipNameValidation:      ptr.To(r.opts.SkipNameValidation),
+		}).
+		Complete(r)
+}
+
+// deletionChanged passes updates that set a deletion timestamp.
+func deletionChanged() predicate.Predicate {
+	return predicate.Funcs{
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			return e.ObjectOld.GetDeletionTimestamp().IsZero() != e.ObjectNew.GetDeletionTimestamp().IsZero()
+		},
+	}
+}
+
+// Reconcile reconciles one hub Project.
+func (r *Reconciler) Reconcile(ctx context.Context, req mcreconcile.Request) (ctrl.Result, error) {
+	if req.ClusterName != "" {
+		return ctrl.Result{}, nil // Projects live on the hub only
+	}
+	logger := ctrl.LoggerFrom(ctx).WithValues("project", req.NamespacedName.String())
+	ctx = ctrl.LoggerInto(ctx, logger)
+
+	p := &magosv1.Project{}
+	if err := r.hub.Get(ctx, req.NamespacedName, p); err != nil {
+		if apierrors.IsNotFound(err) {
+			forget(req.Namespace, req.Name)
+			return ctrl.Result{}, nil
+		}
+		reconcileTotal.WithLabelValues(req.Namespace, req.Name, resultError).Inc()
+		return ctrl.Result{}, fmt.Errorf("reading Project %s: %w", req.NamespacedName, err)
+	}
+	res, err := r.reconcile(ctx, p)
+	if err != nil {
+		reconcileTotal.WithLabelValues(p.Namespace, p.Name, resultError).Inc()
+		return ctrl.Result{}, err
+	}
+	reconcileTotal.WithLabelValues(p.Namespace, p.Name, resultSuccess).Inc()
+	return res, nil
+}
+
+func (r *Reconciler) reconcile(ctx context.Context, p *magosv1.Project) (ctrl.Result, error) {
+	if !p.DeletionTimestamp.IsZero() {
+		// Like upstream: the Project's Workspaces are left as they are (they are not owned).
+		if err := r.writeStatus(ctx, p, status{phase: magosv1.PhaseDeleting, reason: magosv1.ReasonDeleting,
+			message: "Project is being deleted", workspaces: p.Status.Workspaces, clusters: p.Status.Clusters}); err != nil {
+			return ctrl.Result{}, err
+		}
+		if controllerutil.ContainsFinalizer(p, keys.Finalizer) {
+			patched := p.DeepCopy()
+			controllerutil.RemoveFinalizer(patched, keys.Finalizer)
+			if err := r.hub.Patch(ctx, patched, client.MergeFromWithOptions(p, client.MergeFromWithOptimisticLock{})); err != nil {
+				return ctrl.Result{}, fmt.Errorf("removing the finalizer of Project %s/%s: %w", p.Namespace, p.Name, err)
+			}
+		}
+		return ctrl.Result{}, nil
+	}
+	if !controllerutil.ContainsFinalizer(p, keys.Finalizer) {
+		patched := p.DeepCopy()
+		controllerutil.AddFinalizer(patched, keys.Finalizer)
+		if err := r.hub.Patch(ctx, patched, client.MergeFromWithOptions(p, client.MergeFromWithOptimisticLock{})); err != nil {
+			return ctrl.Result{}, fmt.Errorf("adding the finalizer to Project %s/%s: %w", p.Namespace, p.Name, err)
+		}
+		p = patched
+	}
+
+	managed, err := r.hasRollout(ctx, r.hub, p)
+	if err != nil {
+		return ctrl.Result{}, r.failed(ctx, p, err)
+	}
+	snap, err := r.view.Snapshot(ctx, p.Namespace)
+	if err != nil {
+		return ctrl.Result{}, r.failed(ctx, p, err)
+	}
+	// Parallel mode's decision; under a Rollout it only counts the Project's Workspaces.
+	d := decide.Decide(decide.Input{
+		Namespace: p.Namespace, Project: p.Name, Workspaces: snap.Workspaces, Clusters: snap.Clusters,
+	})
+	if !managed && d.HasWrites() {
+		// About to let Workspaces run in parallel: make sure no Rollout was created that the
+		// cache has not seen yet (a Project and its Rollout are often applied together).
+		if managed, err = r.hasRollout(ctx, r.live, p); err != nil {
+			return ctrl.Result{}, r.failed(ctx, p, err)
+		}
+	}
+	workspaceCount.WithLabelValues(p.Namespace, p.Name).Set(float64(len(d.Members)))
+	st := status{workspaces: int32(len(d.Members)), clusters: d.Clusters}
+	var writeErr error
+	if managed {
+		managedByRollout.WithLabelValues(p.Namespace, p.Name).Set(1)
+		st.phase, st.reason = magosv1.PhaseReady, magosv1.ReasonManagedByRollout
+		st.message = fmt.Sprintf("Project orchestration is deferred to Rollout %s", p.Name)
+	} else {
+		managedByRollout.WithLabelValues(p.Namespace, p.Name).Set(0)
+		st.phase, st.reason, st.message = d.Phase, d.Reason, d.Message
+		var out decision.Outcome
+		out, writeErr = snap.Write(ctx, d, decision.WriteOptions{
+			By: keys.GrantedByProject, Recorder: r.recorder, Regarding: p,
+		})
+		if len(out.Granted)+len(out.Revoked) > 0 {
+			ctrl.LoggerFrom(ctx).Info("wrote decisions", "granted", len(out.Granted), "revoked", len(out.Revoked))
+		}
+	}
+	if err := errors.Join(writeErr, r.writeStatus(ctx, p, st)); err != nil {
+		return ctrl.Result{}, err
+	}
+	return ctrl.Result{RequeueAfter: r.opts.ResyncPeriod}, nil
+}
+
+// hasRollout reports whether the Project has a Rollout (same namespace, same name).
+func (r *Reconciler) hasRollout(ctx context.Context, c client.Reader, p *magosv1.Project) (bool, error) {
+	err := c.Get(ctx, client.ObjectKeyFromObject(p), &magosv1.Rollout{})
+	switch {
+	case err == nil:
+		return true, nil
+	case apierrors.IsNotFound(err):
+		return false, nil
+	default:
+		return false, fmt.Errorf("reading Rollout %s/%s: %w", p.Namespace, p.Name, err)
+	}
+}
+
+// failed records a reconcile error in the status (Failed/ReconcileError) and returns it.
+func (r *Reconciler) failed(ctx context.Context, p *magosv1.Project, err error) error {
+	serr := r.writeStatus(ctx, p, status{phase: magosv1.PhaseFailed, reason: magosv1.ReasonReconcileError,
+		message: err.Error(), workspaces: p.Status.Workspaces, clusters: p.Status.Clusters})
+	return errors.Join(err, serr)
+}
+
+type status struct {
+	phase           magosv1.Phase
+	reason, message string
+	workspaces      int32
+	clusters        []string
+}
+
+// writeStatus patches the Project's status when it changes.
+func (r *Reconciler) writeStatus(ctx context.Context, p *magosv1.Project, s status) error {
+	want := p.Status.DeepCopy()
+	want.ObservedGeneration = p.Generation
+	want.Phase, want.Reason, want.Message = s.phase, s.reason, s.message
+	want.Workspaces, want.Clusters = s.workspaces, s.clusters
+	meta.SetStatusCondition(&want.Conditions, decision.ReadyCondition(s.phase, s.reason, s.message, p.Generation))
+	if equality.Semantic.DeepEqual(*want, p.Status) {
+		return nil
+	}
+	if p.Status.Reason != s.reason {
+		r.recorder.Eventf(p, nil, eventType(s.phase), s.reason, "Reconcile", "%s", s.message)
+	}
+	want.LastReconcileTime = ptr.To(metav1.Now())
+	patched := p.DeepCopy()
+	patched.Status = *want
+	if err := r.hub.Status().Patch(ctx, patched, client.MergeFrom(p)); err != nil {
+		return fmt.Errorf("patching the status of Project %s/%s: %w", p.Namespace, p.Name, err)
+	}
+	patched.DeepCopyInto(p) // later patches of this pass lock on the new resourceVersion
+	return nil
+}
+
+func eventType(phase magosv1.Phase) string {
+	if phase == magosv1.PhaseFailed {
+		return "Warning"
+	}
+	return "Normal"
+}

@@ -1,0 +1,39 @@
+package rollout
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+)
+
+// Values of the result label of rollout_reconcile_total.
+const (
+	resultSuccess = "success"
+	resultError   = "error"
+)
+
+// The upstream Rollout metrics, with upstream names and labels.
+var (
+	reconcileTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "rollout_reconcile_total",
+		Help: "Rollout reconciles, by result (success or error).",
+	}, []string{"namespace", "name", "result"})
+
+	currentLevel = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "rollout_current_level",
+		Help: "Index of the Rollout's current step (the number of steps when completed).",
+	}, []string{"namespace", "name"})
+
+	levelTransitions = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "rollout_level_transitions_total",
+		Help: "Changes of the Rollout's current step.",
+	}, []string{"namespace", "name"})
+
+	activeCount = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "rollout_active_count",
+		Help: "Rollouts in phase Reconciling on the hub.",
+	})
+)
+
+func init() {
+	ctrlmetrics.Registry.MustRegister(reconcileTotal, currentLevel, levelTransitions, activeCount)
+}

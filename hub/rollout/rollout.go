@@ -1,0 +1,274 @@
+// Package rollout is the hub's Rollout controller. For each hub Rollout it reads the
+// Project's Workspaces from every registered cluster (mirrors for agent clusters, the spokes'
+// own Workspaces for direct clusters), asks the pure pkg/rollout.Decide which of them may run
+// now, writes the grants and revocations on them with merge patches, and records the Rollout's
+// status, Events and metrics.
+package rollout
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	mcbuilder "sigs.k8s.io/multicluster-runtime/pkg/builder"
+	mcmanager "sigs.k8s.io/multicluster-runtime/pkg/manager"
+	mcreconcile "sigs.k8s.io/multicluster-runtime/pkg/reconcile"
+
+	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
+	"github.com/magosfleet/magos/hub/decision"
+	"github.com/magosfleet/magos/pkg/keys"
+	decide "github.com/magosfleet/magos/pkg/rollout"
+)
+
+// ControllerName names the controller, its logger and its Events.
+const ControllerName = "rollout"
+
+// Event reasons besides decision.EventGranted and decision.EventRevoked. A change of the
+// Rollout's status reason is also recorded, with the reason itself (e.g. StepFailed).
+const (
+	EventStepChanged = "StepChanged"
+)
+
+// Defaults of Options.
+const (
+	DefaultMaxConcurrentReconciles = 4
+	DefaultResyncPeriod            = time.Minute
+)
+
+// Options configures the Rollout controller.
+type Options struct {
+	// MaxConcurrentReconciles is how many Rollouts are decided at once (default 4).
+	MaxConcurrentReconciles int
+	// ResyncPeriod is how often every Rollout is decided again even without events, a safety
+	// net for missed events (default 1m).
+	ResyncPeriod time.Duration
+	// ClusterTimeout bounds reading one cluster's Workspaces (default
+	// decision.DefaultClusterTimeout).
+	ClusterTimeout time.Duration
+	// SkipNameValidation lets several hub managers run in one process (tests, tools).
+	SkipNameValidation bool
+}
+
+func (o *Options) defaults() {
+	if o.MaxConcurrentReconciles <= 0 {
+		o.MaxConcurrentReconciles = DefaultMaxConcurrentReconciles
+	}
+	if o.ResyncPeriod <= 0 {
+		o.ResyncPeriod = DefaultResyncPeriod
+	}
+}
+
+// Reconciler decides hub Rollouts.
+type Reconciler struct {
+	hub      client.Client
+	view     *decision.View
+	recorder events.EventRecorder
+	opts     Options
+
+	mu     sync.Mutex
+	active map[types.NamespacedName]bool
+}
+
+// NewReconciler returns a Rollout reconciler for the hub manager mgr, without registering a
+// controller (SetupWithManager does both).
+func NewReconciler(mgr mcmanager.Manager, opts Options) *Reconciler {
+	opts.defaults()
+	return &Reconciler{
+		hub:      mgr.GetLocalManager().GetClient(),
+		view:     decision.NewView(mgr, decision.ViewOptions{ClusterTimeout: opts.ClusterTimeout}),
+		recorder: mgr.GetLocalManager().GetEventRecorder("magos-hub-" + ControllerName),
+		opts:     opts,
+		active:   map[types.NamespacedName]bool{},
+	}
+}
+
+// SetupWithManager registers the Rollout controller with the hub manager: it reconciles hub
+// Rollouts, and is triggered by Workspace changes in every engaged cluster (mapped to the
+// Rollout named after their Project), by changes of registered clusters' labels or
+// availability, and every ResyncPeriod. It runs only on the elected leader.
+func SetupWithManager(mgr mcmanager.Manager, opts Options) error {
+	return NewReconciler(mgr, opts).SetupWithManager(mgr)
+}
+
+// SetupWithManager registers r with mgr; see the package-level SetupWithManager.
+func (r *Reconciler) SetupWithManager(mgr mcmanager.Manager) error {
+	hubOnly := []mcbuilder.WatchesOption{mcbuilder.WithEngageWithLocalCluster(true), mcbuilder.WithEngageWithProviderClusters(false)}
+	return mcbuilder.ControllerManagedBy(mgr).
+		Named(ControllerName).
+		For(&magosv1.Rollout{},
+			mcbuilder.WithEngageWithLocalCluster(true),
+			mcbuilder.WithEngageWithProviderClusters(false),
+			mcbuilder.WithPredicates(predicate.Or[client.Object](
+				predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}, predicate.LabelChangedPredicate{}))).
+		Watches(&magosv1.Workspace{}, decision.EnqueueProject(),
+			mcbuilder.WithEngageWithLocalCluster(false),
+			mcbuilder.WithEngageWithProviderClusters(true),
+			mcbuilder.WithPredicates(predicate.ResourceVersionChangedPredicate{})).
+		Watches(&magosv1.Cluster{}, decision.EnqueueAll(r.hub, &magosv1.RolloutList{}),
+			append(hubOnly, mcbuilder.WithPredicates(decision.ClusterChanged()))...).
+		WithOptions(controller.TypedOptions[mcreconcile.Request]{
+			MaxConcurrentReconciles: r.opts.MaxConcurrentReconciles,
+			SkipNameValidation:      ptr.To(r.opts.SkipNameValidation),
+		}).
+		Complete(r)
+}
+
+// Reconcile decides one hub Rollout: read it, read the fleet, Decide, write the grants and
+// revocations, then the status.
+func (r *Reconciler) Reconcile(ctx context.Context, req mcreconcile.Request) (ctrl.Result, error) {
+	if req.ClusterName != "" {
+		return ctrl.Result{}, nil // Rollouts live on the hub only
+	}
+	logger := ctrl.LoggerFrom(ctx).WithValues("rollout", req.NamespacedName.String())
+	ctx = ctrl.LoggerInto(ctx, logger)
+
+	ro := &magosv1.Rollout{}
+	if err := r.hub.Get(ctx, req.NamespacedName, ro); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.forget(req.NamespacedName)
+			return ctrl.Result{}, nil
+		}
+		reconcileTotal.WithLabelValues(req.Namespace, req.Name, resultError).Inc()
+		return ctrl.Result{}, fmt.Errorf("reading Rollout %s: %w", req.NamespacedName, err)
+	}
+	if !ro.DeletionTimestamp.IsZero() {
+		return ctrl.Result{}, nil // no finalizer: decisions stay as they are, as upstream
+	}
+
+	snap, err := r.view.Snapshot(ctx, ro.Namespace)
+	if err != nil {
+		reconcileTotal.WithLabelValues(ro.Namespace, ro.Name, resultError).Inc()
+		return ctrl.Result{}, err
+	}
+	d := decide.Decide(decide.Input{
+		Namespace:  ro.Namespace,
+		Project:    ro.Spec.ProjectRef,
+		Rollout:    ro,
+		Workspaces: snap.Workspaces,
+		Clusters:   snap.Clusters,
+	})
+	out, writeErr := snap.Write(ctx, d, decision.WriteOptions{
+		By: keys.GrantedByRollout, Recorder: r.recorder, Regarding: ro,
+	})
+	if len(out.Granted)+len(out.Revoked) > 0 {
+		logger.Info("wrote decisions", "step", d.CurrentStepName, "granted", len(out.Granted), "revoked", len(out.Revoked))
+	}
+	r.recordTransitions(ro, d)
+	statusErr := r.writeStatus(ctx, ro, d)
+
+	r.observe(ro, d)
+	if err := errors.Join(writeErr, statusErr); err != nil {
+		reconcileTotal.WithLabelValues(ro.Namespace, ro.Name, resultError).Inc()
+		return ctrl.Result{}, err
+	}
+	reconcileTotal.WithLabelValues(ro.Namespace, ro.Name, resultSuccess).Inc()
+	return ctrl.Result{RequeueAfter: r.opts.ResyncPeriod}, nil
+}
+
+// recordTransitions records Events for a change of step and of status reason (a halt, a wait
+// on an unavailable cluster, completion...).
+func (r *Reconciler) recordTransitions(ro *magosv1.Rollout, d decide.Decision) {
+	old := ro.Status
+	first := old.Phase == ""
+	steps := len(ro.Spec.Strategy.Steps)
+	if (first || old.CurrentStep != d.CurrentStep) && d.CurrentStep < steps && d.Reason != magosv1.ReasonNoWorkspacesFound && d.Reason != magosv1.ReasonInvalidSelector {
+		// The action names the step: the events API folds Events that differ only in their
+		// note into one series, and each step change deserves its own.
+		r.recorder.Eventf(ro, nil, corev1.EventTypeNormal, EventStepChanged, "Step "+d.CurrentStepName,
+			"Step %d/%d %s is current", d.CurrentStep+1, steps, d.CurrentStepName)
+	}
+	if first || old.Reason != d.Reason {
+		kind := corev1.EventTypeNormal
+		if d.Phase == magosv1.PhaseFailed || d.Reason == magosv1.ReasonClusterUnavailable {
+			kind = corev1.EventTypeWarning
+		}
+		r.recorder.Eventf(ro, nil, kind, d.Reason, "Decide", "%s", d.Message)
+	}
+}
+
+// writeStatus patches the Rollout's status when the decision changes it.
+func (r *Reconciler) writeStatus(ctx context.Context, ro *magosv1.Rollout, d decide.Decision) error {
+	want := ro.Status.DeepCopy()
+	want.ObservedGeneration = ro.Generation
+	want.Phase, want.Reason, want.Message = d.Phase, d.Reason, d.Message
+	want.CurrentStep, want.CurrentStepName = d.CurrentStep, d.CurrentStepName
+	want.AppliedWorkspaces, want.TotalWorkspaces = d.Applied, d.Total
+	want.Steps = d.Steps
+	meta.SetStatusCondition(&want.Conditions, decision.ReadyCondition(d.Phase, d.Reason, d.Message, ro.Generation))
+	if equality.Semantic.DeepEqual(*want, ro.Status) {
+		return nil
+	}
+	want.LastReconcileTime = ptr.To(metav1.Now())
+	patched := ro.DeepCopy()
+	patched.Status = *want
+	data, err := client.MergeFrom(ro).Data(patched)
+	if err != nil {
+		return fmt.Errorf("computing the status patch of Rollout %s/%s: %w", ro.Namespace, ro.Name, err)
+	}
+	// status.currentStep is required: a merge patch computed from an unchanged 0 would leave
+	// it out, and a first status would then be refused. Always send it.
+	var body map[string]any
+	if err := json.Unmarshal(data, &body); err != nil {
+		return fmt.Errorf("decoding the status patch of Rollout %s/%s: %w", ro.Namespace, ro.Name, err)
+	}
+	status, _ := body["status"].(map[string]any)
+	if status == nil {
+		status = map[string]any{}
+		body["status"] = status
+	}
+	status["currentStep"] = want.CurrentStep
+	if data, err = json.Marshal(body); err != nil {
+		return fmt.Errorf("encoding the status patch of Rollout %s/%s: %w", ro.Namespace, ro.Name, err)
+	}
+	if err := r.hub.Status().Patch(ctx, patched, client.RawPatch(types.MergePatchType, data)); err != nil {
+		return fmt.Errorf("patching the status of Rollout %s/%s: %w", ro.Namespace, ro.Name, err)
+	}
+	return nil
+}
+
+// observe updates the level and active-count metrics.
+func (r *Reconciler) observe(ro *magosv1.Rollout, d decide.Decision) {
+	if ro.Status.Phase != "" && ro.Status.CurrentStep != d.CurrentStep {
+		levelTransitions.WithLabelValues(ro.Namespace, ro.Name).Inc()
+	}
+	currentLevel.WithLabelValues(ro.Namespace, ro.Name).Set(float64(d.CurrentStep))
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.active[client.ObjectKeyFromObject(ro)] = d.Phase == magosv1.PhaseReconciling
+	activeCount.Set(float64(r.countActive()))
+}
+
+// forget drops the metric series of a deleted Rollout.
+func (r *Reconciler) forget(nn types.NamespacedName) {
+	currentLevel.DeleteLabelValues(nn.Namespace, nn.Name)
+	levelTransitions.DeleteLabelValues(nn.Namespace, nn.Name)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.active, nn)
+	activeCount.Set(float64(r.countActive()))
+}
+
+func (r *Reconciler) countActive() int {
+	n := 0
+	for _, a := range r.active {
+		if a {
+			n++
+		}
+	}
+	return n
+}

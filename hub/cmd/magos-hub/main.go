@@ -23,7 +23,9 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/magosfleet/magos/hub/app"
+	"github.com/magosfleet/magos/hub/project"
 	"github.com/magosfleet/magos/hub/registry"
+	"github.com/magosfleet/magos/hub/rollout"
 	"github.com/magosfleet/magos/pkg/logging"
 )
 
@@ -82,6 +84,9 @@ func controller(ctx context.Context, args []string) error {
 	if err != nil {
 		return fmt.Errorf("reaching the hub's API server: %w", err)
 	}
+	// A step of many Workspaces is one merge patch each: client-go's default 20 requests/s
+	// would make a 200-Workspace step take ten seconds of writes.
+	restCfg.QPS, restCfg.Burst = 100, 200
 	hub, err := app.New(app.Options{
 		RestConfig:              restCfg,
 		Config:                  cfg,
@@ -94,13 +99,14 @@ func controller(ctx context.Context, args []string) error {
 		return err
 	}
 
-	// ---- Hook: the lead adds the hub's controllers here. ------------------------------------
-	// They are given hub.Manager (an mcmanager.Manager): mgr.GetCluster(ctx, name) returns each
-	// engaged registered cluster; hub.Fleet tells which ones are engaged and their labels, e.g.
-	//
-	//	if err := rollout.SetupWithManager(hub.Manager, rollout.Options{...}); err != nil { return err }
-	//	if err := project.SetupWithManager(hub.Manager, project.Options{...}); err != nil { return err }
-	// -----------------------------------------------------------------------------------------
+	// The decision makers: Rollouts order a Project's Workspaces across the fleet; a Project
+	// without a Rollout runs its Workspaces in parallel.
+	if err := rollout.SetupWithManager(hub.Manager, rollout.Options{}); err != nil {
+		return fmt.Errorf("setting up the Rollout controller: %w", err)
+	}
+	if err := project.SetupWithManager(hub.Manager, project.Options{}); err != nil {
+		return fmt.Errorf("setting up the Project controller: %w", err)
+	}
 
 	log.Info("starting the hub", "config", *file, "clusters", len(cfg.Clusters))
 	return hub.Manager.Start(ctx)

@@ -60,6 +60,7 @@ func NewCommand(out, errOut io.Writer) *cobra.Command {
 		newRolloutCommand(o),
 		newRetryCommand(o),
 		newApproveCommand(o),
+		newAgentKubeconfigCommand(o),
 	)
 	return root
 }

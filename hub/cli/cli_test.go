@@ -12,10 +12,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
 	"github.com/magosfleet/magos/hub/cli"
+	"github.com/magosfleet/magos/hub/registry"
 	"github.com/magosfleet/magos/pkg/keys"
 	"github.com/magosfleet/magos/pkg/mirror"
 	"github.com/magosfleet/magos/pkg/testenv"
@@ -228,5 +230,28 @@ func TestRetryAndApprove(t *testing.T) {
 	}
 	if _, err := run(t, f.hub.Kubeconfig, "retry", "missing", "-n", "default"); err == nil || !strings.Contains(err.Error(), "not found") {
 		t.Errorf("retry of a missing Workspace: %v", err)
+	}
+}
+
+func TestAgentKubeconfig(t *testing.T) {
+	f := setup(t)
+	_, err := run(t, f.hub.Kubeconfig, "agent-kubeconfig", "nowhere")
+	if err == nil || !strings.Contains(err.Error(), "registered as an agent cluster") {
+		t.Fatalf("unregistered cluster: %v", err)
+	}
+	// What the hub's registry creates for an agent cluster (the registry's own tests cover
+	// that it does): the ServiceAccount the token is for.
+	f.create(t, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: mirror.Namespace("us-east-1"), Name: registry.AgentServiceAccount}})
+	out := mustRun(t, f.hub.Kubeconfig, "agent-kubeconfig", "us-east-1", "--server", "https://hub.example.com:6443")
+	cfg, err := clientcmd.Load([]byte(out))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := cfg.Contexts[cfg.CurrentContext]
+	if ctx == nil || ctx.Namespace != mirror.Namespace("us-east-1") {
+		t.Fatalf("context %+v, want namespace %s", ctx, mirror.Namespace("us-east-1"))
+	}
+	if cfg.Clusters[ctx.Cluster].Server != "https://hub.example.com:6443" || cfg.AuthInfos[ctx.AuthInfo].Token == "" {
+		t.Fatalf("server %q, token set %v", cfg.Clusters[ctx.Cluster].Server, cfg.AuthInfos[ctx.AuthInfo].Token != "")
 	}
 }

@@ -94,36 +94,56 @@ output "endpoint" {
 
 // Run sets up the demo on fleet and follows the Rollout until it completes or halts.
 func Run(ctx context.Context, fleet *devfleet.Fleet, opts Options) (Summary, error) {
-	if opts.Timeout == 0 {
-		opts.Timeout = 10 * time.Minute
-	}
-	if opts.Refresh == 0 {
-		opts.Refresh = 500 * time.Millisecond
-	}
-	if opts.Out == nil {
-		opts.Out = io.Discard
-	}
-	if opts.FailRegion != "" && fleet.Spokes[opts.FailRegion] == nil {
-		return Summary{}, fmt.Errorf("--fail-region %s: no such spoke (have %s)", opts.FailRegion, strings.Join(fleet.Order, ", "))
-	}
+	opts = opts.withDefaults()
 	ctx, cancel := context.WithTimeout(ctx, opts.Timeout)
 	defer cancel()
+	if err := Setup(ctx, fleet, opts); err != nil {
+		return Summary{}, err
+	}
+	return Follow(ctx, fleet, opts)
+}
 
+func (o Options) withDefaults() Options {
+	if o.Timeout == 0 {
+		o.Timeout = 10 * time.Minute
+	}
+	if o.Refresh == 0 {
+		o.Refresh = 500 * time.Millisecond
+	}
+	if o.Out == nil {
+		o.Out = io.Discard
+	}
+	return o
+}
+
+// Setup commits the module to a local repository and applies the Project and Rollout to the
+// hub and a VariableSet and a Workspace (cdn-edge, in namespace default) to every spoke.
+func Setup(ctx context.Context, fleet *devfleet.Fleet, opts Options) error {
+	opts = opts.withDefaults()
+	if opts.FailRegion != "" && fleet.Spokes[opts.FailRegion] == nil {
+		return fmt.Errorf("--fail-region %s: no such spoke (have %s)", opts.FailRegion, strings.Join(fleet.Order, ", "))
+	}
 	repo, branch, err := makeRepository(filepath.Join(fleet.Dir, "repo"))
 	if err != nil {
-		return Summary{}, err
+		return err
 	}
 	fmt.Fprintf(opts.Out, "demo: module committed to %s\n", repo)
 	if err := applyHub(ctx, fleet); err != nil {
-		return Summary{}, err
+		return err
 	}
 	for _, name := range fleet.Order {
 		if err := applySpoke(ctx, fleet, name, repo, branch, name == opts.FailRegion); err != nil {
-			return Summary{}, err
+			return err
 		}
 	}
 	fmt.Fprintf(opts.Out, "demo: Project and Rollout %s applied on the hub, one Workspace in each of %s\n\n",
 		Project, strings.Join(fleet.Order, ", "))
+	return nil
+}
+
+// Follow redraws the Rollout on every change until it completes or halts.
+func Follow(ctx context.Context, fleet *devfleet.Fleet, opts Options) (Summary, error) {
+	opts = opts.withDefaults()
 	return follow(ctx, fleet, opts)
 }
 

@@ -59,9 +59,12 @@ type Fleet struct {
 
 // process is a child process and a channel closed when it exits.
 type process struct {
-	name string
-	cmd  *exec.Cmd
-	done chan struct{}
+	name   string
+	binary string
+	env    []string
+	args   []string
+	cmd    *exec.Cmd
+	done   chan struct{}
 }
 
 func (p *process) exited() bool {
@@ -258,27 +261,68 @@ func (f *Fleet) waitReady(ctx context.Context) error {
 	})
 }
 
-// run starts a binary from bin/ with its output in logs/<name>.log.
+// run starts a binary from bin/ with its output appended to logs/<name>.log.
 func (f *Fleet) run(name, binary string, env []string, args ...string) error {
-	logFile, err := os.Create(f.path("logs", name+".log"))
+	p := &process{name: name, binary: binary, env: env, args: args}
+	if err := f.launch(p); err != nil {
+		return err
+	}
+	f.procs = append(f.procs, p)
+	return nil
+}
+
+func (f *Fleet) launch(p *process) error {
+	logFile, err := os.OpenFile(f.path("logs", p.name+".log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	if err != nil {
 		return err
 	}
-	cmd := exec.Command(f.path("bin", binary), args...)
-	cmd.Env = append(os.Environ(), env...)
+	cmd := exec.Command(f.path("bin", p.binary), p.args...)
+	cmd.Env = append(os.Environ(), p.env...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("starting %s: %w", binary, err)
+		_ = logFile.Close()
+		return fmt.Errorf("starting %s: %w", p.binary, err)
 	}
-	p := &process{name: name, cmd: cmd, done: make(chan struct{})}
-	f.procs = append(f.procs, p)
-	go func() {
+	p.cmd, p.done = cmd, make(chan struct{})
+	go func(done chan struct{}) {
 		_ = cmd.Wait()
 		_ = logFile.Close()
-		close(p.done)
-	}()
+		close(done)
+	}(p.done)
 	return nil
+}
+
+// Kill stops the process of "hub" or of a spoke's agent abruptly (SIGKILL), as a crash would.
+func (f *Fleet) Kill(name string) error {
+	p, err := f.process(name)
+	if err != nil {
+		return err
+	}
+	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+	<-p.done
+	return nil
+}
+
+// Restart starts the process of "hub" or of a spoke's agent again, after Kill.
+func (f *Fleet) Restart(name string) error {
+	p, err := f.process(name)
+	if err != nil {
+		return err
+	}
+	if !p.exited() {
+		return fmt.Errorf("%s is still running", name)
+	}
+	return f.launch(p)
+}
+
+func (f *Fleet) process(name string) (*process, error) {
+	for _, p := range f.procs {
+		if p.name == name {
+			return p, nil
+		}
+	}
+	return nil, fmt.Errorf("no process %q (have the hub and the agents of %s)", name, strings.Join(f.Order, ", "))
 }
 
 // Client returns the client of a cluster ("hub" or a spoke name).

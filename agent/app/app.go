@@ -1,0 +1,237 @@
+// Package app assembles the agent: a controller-runtime manager for the spoke cluster with
+// the Workspace controller, the ref watcher and a run launcher (Jobs or local processes).
+// The magos-agent binary, tests and the local development environment all build the agent
+// with NewManager.
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/go-logr/logr"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/magosfleet/magos/agent/credentials"
+	"github.com/magosfleet/magos/agent/execution"
+	"github.com/magosfleet/magos/agent/revision"
+	"github.com/magosfleet/magos/agent/workspace"
+	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
+	"github.com/magosfleet/magos/pkg/gitrepo"
+	"github.com/magosfleet/magos/pkg/keys"
+)
+
+// Runner modes.
+const (
+	// RunnerJob runs every operation in a Kubernetes Job (production).
+	RunnerJob = "job"
+	// RunnerLocal runs every operation as a child process of the agent (development, tests).
+	RunnerLocal = "local"
+)
+
+// RunnerOptions says how runs execute.
+type RunnerOptions struct {
+	// Mode is RunnerJob (default) or RunnerLocal.
+	Mode string
+	// Image is the runner image of Jobs (required in job mode).
+	Image string
+	// ImagePullPolicy of Job containers (IfNotPresent if empty).
+	ImagePullPolicy corev1.PullPolicy
+	// Resources of Job containers.
+	Resources corev1.ResourceRequirements
+	// Command runs the runner entrypoint in local mode ([<agent executable>, "runner"] if empty).
+	Command []string
+	// DataDir holds local runs' results, logs and plans (required in local mode).
+	DataDir string
+	// Kubeconfig reaches this cluster from a local run, for the kubernetes state backend. Empty
+	// keeps state in files under DataDir.
+	Kubeconfig string
+	// BinaryPath is the tofu/terraform binary of local runs (PATH lookup if empty).
+	BinaryPath string
+	// Env is added to every local run's environment.
+	Env []string
+}
+
+// Options configures the agent.
+type Options struct {
+	// Config reaches the spoke cluster. Required.
+	Config *rest.Config
+	// Scheme is the scheme of the manager (built-in kinds and Magos kinds if nil).
+	Scheme *runtime.Scheme
+	// MetricsAddress serves /metrics ("0" or empty: off).
+	MetricsAddress string
+	// HealthAddress serves /healthz and /readyz ("0" or empty: off).
+	HealthAddress string
+	// LeaderElection runs only one active agent per cluster.
+	LeaderElection bool
+	// LeaderElectionNamespace holds the leader Lease (the agent's namespace in a cluster).
+	LeaderElectionNamespace string
+	// LeaderElectionID names the Lease (magos-agent.magosproject.io if empty).
+	LeaderElectionID string
+	// Runner says how runs execute.
+	Runner RunnerOptions
+	// DefaultReconcileInterval and MinReconcileInterval bound Workspace schedules.
+	DefaultReconcileInterval, MinReconcileInterval time.Duration
+	// MaxConcurrentReconciles of the Workspace controller.
+	MaxConcurrentReconciles int
+	// GitPollInterval is the default ref poll interval; MinGitPollInterval the shortest.
+	GitPollInterval, MinGitPollInterval time.Duration
+	// ResolveRevision overrides gitrepo.Resolve (tests).
+	ResolveRevision func(context.Context, gitrepo.ResolveOptions) (string, error)
+	// Logger is the manager's logger.
+	Logger logr.Logger
+	// SkipNameValidation allows several agents in one process (tests, the dev environment).
+	SkipNameValidation bool
+}
+
+// Scheme returns the agent's scheme: Kubernetes built-in kinds and the Magos kinds.
+func Scheme() *runtime.Scheme {
+	s := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(s); err != nil {
+		panic(err)
+	}
+	if err := magosv1.AddToScheme(s); err != nil {
+		panic(err)
+	}
+	return s
+}
+
+// CacheOptions are the agent's cache rules: Workspaces without the mirror label only (an
+// agent in the hub's own cluster never sees, let alone runs, the hub's mirrors); only the
+// Jobs and Pods of runs; only repository credential Secrets.
+func CacheOptions() (cache.Options, error) {
+	notMirror, err := labels.Parse("!" + keys.Mirror)
+	if err != nil {
+		return cache.Options{}, err
+	}
+	runs, err := labels.Parse(keys.JobType)
+	if err != nil {
+		return cache.Options{}, err
+	}
+	repoSecrets := labels.SelectorFromSet(labels.Set{credentials.SecretTypeLabel: credentials.SecretTypeRepository})
+	return cache.Options{ByObject: map[client.Object]cache.ByObject{
+		&magosv1.Workspace{}: {Label: notMirror},
+		&batchv1.Job{}:       {Label: runs},
+		&corev1.Pod{}:        {Label: runs},
+		&corev1.Secret{}:     {Label: repoSecrets},
+	}}, nil
+}
+
+// NewManager builds the agent for the cluster opts.Config reaches. Start the manager to run it.
+func NewManager(opts Options) (manager.Manager, error) {
+	if opts.Config == nil {
+		return nil, errors.New("agent: a cluster config is required")
+	}
+	scheme := opts.Scheme
+	if scheme == nil {
+		scheme = Scheme()
+	}
+	cacheOpts, err := CacheOptions()
+	if err != nil {
+		return nil, fmt.Errorf("agent: cache options: %w", err)
+	}
+	addr := func(a string) string {
+		if a == "" {
+			return "0"
+		}
+		return a
+	}
+	id := opts.LeaderElectionID
+	if id == "" {
+		id = "magos-agent.magosproject.io"
+	}
+	mopts := ctrl.Options{
+		Scheme:                  scheme,
+		Cache:                   cacheOpts,
+		Metrics:                 metricsserver.Options{BindAddress: addr(opts.MetricsAddress)},
+		HealthProbeBindAddress:  addr(opts.HealthAddress),
+		LeaderElection:          opts.LeaderElection,
+		LeaderElectionID:        id,
+		LeaderElectionNamespace: opts.LeaderElectionNamespace,
+		Logger:                  opts.Logger,
+	}
+	if opts.SkipNameValidation {
+		mopts.Controller = config.Controller{SkipNameValidation: ptr.To(true)}
+	}
+	mgr, err := ctrl.NewManager(opts.Config, mopts)
+	if err != nil {
+		return nil, fmt.Errorf("agent: creating the manager: %w", err)
+	}
+	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
+		return nil, err
+	}
+	if err := mgr.AddReadyzCheck("ping", healthz.Ping); err != nil {
+		return nil, err
+	}
+
+	launcher, err := newLauncher(mgr, opts)
+	if err != nil {
+		return nil, err
+	}
+	wopts := workspace.Options{
+		Launcher:                 launcher,
+		DefaultReconcileInterval: opts.DefaultReconcileInterval,
+		MinReconcileInterval:     opts.MinReconcileInterval,
+		MaxConcurrentReconciles:  opts.MaxConcurrentReconciles,
+	}
+	ropts := revision.Options{DefaultInterval: opts.GitPollInterval, MinInterval: opts.MinGitPollInterval}
+	if opts.ResolveRevision != nil {
+		wopts.ResolveRevision = opts.ResolveRevision
+		ropts.Resolve = opts.ResolveRevision
+	}
+	if err := workspace.SetupWithManager(mgr, wopts); err != nil {
+		return nil, fmt.Errorf("agent: workspace controller: %w", err)
+	}
+	if _, err := revision.SetupWithManager(mgr, ropts); err != nil {
+		return nil, fmt.Errorf("agent: ref watcher: %w", err)
+	}
+
+	// HUB SYNC HOOK (for the lead): mirror Workspaces to the hub and carry decisions back:
+	//   if err := hubsync.SetupWithManager(mgr, hubsync.Options{...}); err != nil { ... }
+
+	return mgr, nil
+}
+
+func newLauncher(mgr manager.Manager, opts Options) (execution.Launcher, error) {
+	switch opts.Runner.Mode {
+	case RunnerJob, "":
+		return execution.NewJobLauncher(mgr, execution.JobOptions{
+			Image:           opts.Runner.Image,
+			ImagePullPolicy: opts.Runner.ImagePullPolicy,
+			Resources:       opts.Runner.Resources,
+		})
+	case RunnerLocal:
+		l, err := execution.NewLocalLauncher(execution.LocalOptions{
+			Command:    opts.Runner.Command,
+			DataDir:    opts.Runner.DataDir,
+			Kubeconfig: opts.Runner.Kubeconfig,
+			BinaryPath: opts.Runner.BinaryPath,
+			Env:        opts.Runner.Env,
+			Reader:     mgr.GetAPIReader(),
+			Logger:     mgr.GetLogger().WithName("local-runner"),
+		})
+		if err != nil {
+			return nil, err
+		}
+		if err := mgr.Add(manager.RunnableFunc(l.Run)); err != nil {
+			return nil, err
+		}
+		return l, nil
+	default:
+		return nil, fmt.Errorf("agent: runner mode %q: want %q or %q", opts.Runner.Mode, RunnerJob, RunnerLocal)
+	}
+}

@@ -1,0 +1,258 @@
+// Command magos-agent runs in every spoke cluster. Subcommands:
+//
+//	magos-agent controller   the agent (default): runs the cluster's Workspaces
+//	magos-agent runner       one run (plan, apply or destroy); what run Jobs and local runs execute
+//
+// The controller reads its configuration from --config (YAML), MAGOS_* environment variables
+// and flags, in that order of precedence (flags win); see `magos-agent controller --help`.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/spf13/pflag"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/magosfleet/magos/agent/app"
+	"github.com/magosfleet/magos/pkg/config"
+	"github.com/magosfleet/magos/pkg/logging"
+	"github.com/magosfleet/magos/pkg/runner"
+)
+
+// Config is the agent's configuration.
+type Config struct {
+	// Kubeconfig reaches the spoke cluster (in-cluster config or $KUBECONFIG if empty).
+	Kubeconfig string `mapstructure:"kubeconfig"`
+	// MetricsAddress serves /metrics ("0" turns it off).
+	MetricsAddress string `mapstructure:"metricsAddress"`
+	// HealthAddress serves /healthz and /readyz ("0" turns it off).
+	HealthAddress string `mapstructure:"healthAddress"`
+	// LeaderElection keeps one active agent per cluster.
+	LeaderElection bool `mapstructure:"leaderElection"`
+	// LeaderElectionNamespace holds the leader Lease (the Pod's namespace in a cluster).
+	LeaderElectionNamespace string `mapstructure:"leaderElectionNamespace"`
+	// ReconcileInterval is the default Workspace schedule (3m).
+	ReconcileInterval time.Duration `mapstructure:"reconcileInterval"`
+	// GitPollInterval is the default ref poll interval (30s).
+	GitPollInterval time.Duration `mapstructure:"gitPollInterval"`
+	// Runner says how runs execute.
+	Runner RunnerConfig `mapstructure:"runner"`
+	// Log configures logging.
+	Log LogConfig `mapstructure:"log"`
+}
+
+// RunnerConfig says how runs execute.
+type RunnerConfig struct {
+	// Mode is job (a Kubernetes Job per run) or local (a child process per run).
+	Mode string `mapstructure:"mode"`
+	// Image is the runner image of Jobs (the agent's own image).
+	Image string `mapstructure:"image"`
+	// CPURequest, MemoryRequest, CPULimit, MemoryLimit are the resources of run Jobs.
+	CPURequest    string `mapstructure:"cpuRequest"`
+	MemoryRequest string `mapstructure:"memoryRequest"`
+	CPULimit      string `mapstructure:"cpuLimit"`
+	MemoryLimit   string `mapstructure:"memoryLimit"`
+	// DataDir holds local runs' results, logs and plans.
+	DataDir string `mapstructure:"dataDir"`
+	// Kubeconfig lets local runs keep state in the cluster (kubernetes backend).
+	Kubeconfig string `mapstructure:"kubeconfig"`
+	// BinaryPath is the tofu/terraform binary of local runs.
+	BinaryPath string `mapstructure:"binaryPath"`
+}
+
+// LogConfig configures logging.
+type LogConfig struct {
+	// Level is debug, info, warn or error.
+	Level string `mapstructure:"level"`
+	// Development selects readable console logs.
+	Development bool `mapstructure:"development"`
+}
+
+// Defaults returns the default configuration.
+func Defaults() *Config {
+	return &Config{
+		MetricsAddress:    ":8080",
+		HealthAddress:     ":8081",
+		ReconcileInterval: 3 * time.Minute,
+		GitPollInterval:   30 * time.Second,
+		Runner: RunnerConfig{
+			Mode:          app.RunnerJob,
+			CPURequest:    "100m",
+			MemoryRequest: "256Mi",
+			MemoryLimit:   "1Gi",
+			DataDir:       "/var/lib/magos-agent",
+		},
+		Log: LogConfig{Level: "info"},
+	}
+}
+
+// Validate checks the configuration.
+func (c *Config) Validate() error {
+	var errs config.Errors
+	switch c.Runner.Mode {
+	case app.RunnerJob:
+		if c.Runner.Image == "" {
+			errs.Add("runner.image", "is required in job mode: the image run Jobs use (the agent's own)")
+		}
+	case app.RunnerLocal:
+		if c.Runner.DataDir == "" {
+			errs.Add("runner.dataDir", "is required in local mode")
+		}
+	default:
+		errs.Add("runner.mode", "%q: want job or local", c.Runner.Mode)
+	}
+	for key, v := range map[string]string{"runner.cpuRequest": c.Runner.CPURequest, "runner.memoryRequest": c.Runner.MemoryRequest,
+		"runner.cpuLimit": c.Runner.CPULimit, "runner.memoryLimit": c.Runner.MemoryLimit} {
+		if v == "" {
+			continue
+		}
+		if _, err := resource.ParseQuantity(v); err != nil {
+			errs.Add(key, "%q is not a quantity (for example 500m or 1Gi)", v)
+		}
+	}
+	if c.ReconcileInterval <= 0 {
+		errs.Add("reconcileInterval", "must be positive, got %s", c.ReconcileInterval)
+	}
+	if c.GitPollInterval <= 0 {
+		errs.Add("gitPollInterval", "must be positive, got %s", c.GitPollInterval)
+	}
+	return errs.Err()
+}
+
+func (c *Config) resources() corev1.ResourceRequirements {
+	var r corev1.ResourceRequirements
+	set := func(list *corev1.ResourceList, name corev1.ResourceName, v string) {
+		if v == "" {
+			return
+		}
+		if *list == nil {
+			*list = corev1.ResourceList{}
+		}
+		(*list)[name] = resource.MustParse(v)
+	}
+	set(&r.Requests, corev1.ResourceCPU, c.Runner.CPURequest)
+	set(&r.Requests, corev1.ResourceMemory, c.Runner.MemoryRequest)
+	set(&r.Limits, corev1.ResourceCPU, c.Runner.CPULimit)
+	set(&r.Limits, corev1.ResourceMemory, c.Runner.MemoryLimit)
+	return r
+}
+
+func main() {
+	os.Exit(run(os.Args[1:]))
+}
+
+func run(args []string) int {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	cmd := "controller"
+	if len(args) > 0 && (args[0] == "controller" || args[0] == "runner") {
+		cmd, args = args[0], args[1:]
+	}
+	if cmd == "runner" {
+		// The runner logs through the context; its stdout and stderr are the run's log.
+		logger, err := logging.New(logging.Options{Level: os.Getenv("MAGOS_LOG_LEVEL"), Development: os.Getenv("MAGOS_LOG_DEVELOPMENT") == "true"})
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "magos-agent runner:", err)
+			return runner.ExitInvalidSpec
+		}
+		ctrl.SetLogger(logger)
+		return runner.Main(log.IntoContext(ctx, logger))
+	}
+	if err := controller(ctx, args); err != nil {
+		if errors.Is(err, pflag.ErrHelp) {
+			return 0
+		}
+		fmt.Fprintln(os.Stderr, "magos-agent:", err)
+		return 1
+	}
+	return 0
+}
+
+func controller(ctx context.Context, args []string) error {
+	flags := pflag.NewFlagSet("magos-agent controller", pflag.ContinueOnError)
+	file := flags.String("config", "", "YAML configuration file")
+	def := Defaults()
+	flags.String("kubeconfig", "", "kubeconfig of the spoke cluster (default: in-cluster or $KUBECONFIG)")
+	flags.String("metrics-address", def.MetricsAddress, `address of /metrics ("0": off)`)
+	flags.String("health-address", def.HealthAddress, `address of /healthz and /readyz ("0": off)`)
+	flags.Bool("leader-election", false, "keep one active agent per cluster")
+	flags.String("leader-election-namespace", "", "namespace of the leader Lease")
+	flags.Duration("reconcile-interval", def.ReconcileInterval, "default Workspace re-plan/retry interval")
+	flags.Duration("git-poll-interval", def.GitPollInterval, "default git ref poll interval")
+	flags.String("runner-mode", def.Runner.Mode, "job (a Kubernetes Job per run) or local (a child process per run)")
+	flags.String("runner-image", "", "image of run Jobs (the agent's own image)")
+	flags.String("runner-cpu-request", def.Runner.CPURequest, "CPU request of run Jobs")
+	flags.String("runner-memory-request", def.Runner.MemoryRequest, "memory request of run Jobs")
+	flags.String("runner-cpu-limit", def.Runner.CPULimit, "CPU limit of run Jobs")
+	flags.String("runner-memory-limit", def.Runner.MemoryLimit, "memory limit of run Jobs")
+	flags.String("runner-data-dir", def.Runner.DataDir, "folder of local runs' results, logs and plans")
+	flags.String("runner-kubeconfig", "", "kubeconfig local runs use for the kubernetes state backend")
+	flags.String("runner-binary-path", "", "tofu/terraform binary of local runs")
+	flags.String("log-level", def.Log.Level, "debug, info, warn or error")
+	flags.Bool("log-development", false, "readable console logs")
+	if err := flags.Parse(args); err != nil {
+		return err
+	}
+	cfg := def
+	if err := config.Load(config.Options{File: *file, EnvPrefix: "MAGOS", Flags: flags}, cfg); err != nil {
+		return err
+	}
+	logger, err := logging.New(logging.Options{Development: cfg.Log.Development, Level: cfg.Log.Level})
+	if err != nil {
+		return err
+	}
+	ctrl.SetLogger(logger)
+	restConfig, err := restConfig(cfg.Kubeconfig)
+	if err != nil {
+		return err
+	}
+	mgr, err := app.NewManager(app.Options{
+		Config:                   restConfig,
+		MetricsAddress:           cfg.MetricsAddress,
+		HealthAddress:            cfg.HealthAddress,
+		LeaderElection:           cfg.LeaderElection,
+		LeaderElectionNamespace:  cfg.LeaderElectionNamespace,
+		DefaultReconcileInterval: cfg.ReconcileInterval,
+		GitPollInterval:          cfg.GitPollInterval,
+		Logger:                   logger,
+		Runner: app.RunnerOptions{
+			Mode:       cfg.Runner.Mode,
+			Image:      cfg.Runner.Image,
+			Resources:  cfg.resources(),
+			DataDir:    cfg.Runner.DataDir,
+			Kubeconfig: cfg.Runner.Kubeconfig,
+			BinaryPath: cfg.Runner.BinaryPath,
+		},
+	})
+	if err != nil {
+		return err
+	}
+	logger.Info("starting magos-agent", "runnerMode", cfg.Runner.Mode)
+	return mgr.Start(ctx)
+}
+
+func restConfig(kubeconfig string) (*rest.Config, error) {
+	if kubeconfig == "" {
+		cfg, err := ctrl.GetConfig()
+		if err != nil {
+			return nil, fmt.Errorf("finding the cluster: %w", err)
+		}
+		return cfg, nil
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("reading kubeconfig %s: %w", kubeconfig, err)
+	}
+	return cfg, nil
+}

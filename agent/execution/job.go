@@ -1,0 +1,359 @@
+package execution
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"path"
+	"sort"
+	"sync"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/cluster"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
+	"github.com/magosfleet/magos/pkg/keys"
+	"github.com/magosfleet/magos/pkg/runner"
+)
+
+// Names and paths inside a run's Pod.
+const (
+	// ContainerName is the runner container of a Job.
+	ContainerName = "runner"
+	// DataMountPath holds the Workspace's data volume (the saved plan).
+	DataMountPath = "/workspace-data"
+	// DataVolumeSize is the size of a Workspace's data volume.
+	DataVolumeSize = "1Gi"
+	// JobNameLabel is the label Kubernetes puts on a Job's Pods.
+	JobNameLabel = "job-name"
+)
+
+// DataClaimName is the PersistentVolumeClaim that holds a Workspace's saved plans.
+func DataClaimName(workspace string) string { return workspace + "-data" }
+
+// JobOptions configures a JobLauncher.
+type JobOptions struct {
+	// Image is the runner image (the agent's own image: it has the runner entrypoint and the
+	// binaries).
+	Image string
+	// ImagePullPolicy of the runner container (default IfNotPresent).
+	ImagePullPolicy corev1.PullPolicy
+	// Resources of the runner container.
+	Resources corev1.ResourceRequirements
+	// RunAsUser is the non-root user of the Pod (default 65532).
+	RunAsUser int64
+	// StorageClassName of data volumes; empty uses the cluster's default.
+	StorageClassName string
+}
+
+// JobLauncher runs each operation as a Kubernetes Job in the Workspace's namespace.
+type JobLauncher struct {
+	client client.Client
+	reader client.Reader
+	cache  cluster.Cluster
+	opts   JobOptions
+
+	// created remembers Jobs this agent created until its cache has them, so that a reconcile
+	// racing the cache reads the API server instead of starting the run again.
+	created sync.Map // types.NamespacedName -> time.Time
+}
+
+// NewJobLauncher returns a JobLauncher using c's client (Jobs and Pods should be cached with
+// the job-type label only) and API reader.
+func NewJobLauncher(c cluster.Cluster, opts JobOptions) (*JobLauncher, error) {
+	if opts.Image == "" {
+		return nil, fmt.Errorf("job launcher: the runner image is required")
+	}
+	if opts.ImagePullPolicy == "" {
+		opts.ImagePullPolicy = corev1.PullIfNotPresent
+	}
+	if opts.RunAsUser == 0 {
+		opts.RunAsUser = 65532
+	}
+	return &JobLauncher{client: c.GetClient(), reader: c.GetAPIReader(), cache: c, opts: opts}, nil
+}
+
+// Sources wake the Workspace controller when one of its Jobs or their Pods change.
+func (l *JobLauncher) Sources() []source.Source {
+	owner := handler.EnqueueRequestForOwner(l.cache.GetScheme(), l.cache.GetRESTMapper(), &magosv1.Workspace{}, handler.OnlyControllerOwner())
+	byLabel := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+		ws := o.GetLabels()[keys.Workspace]
+		if ws == "" {
+			return nil
+		}
+		return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: ws}}}
+	})
+	return []source.Source{
+		source.Kind(l.cache.GetCache(), client.Object(&batchv1.Job{}), owner),
+		source.Kind(l.cache.GetCache(), client.Object(&corev1.Pod{}), byLabel),
+	}
+}
+
+// Start creates the Workspace's data volume (if missing) and the run's Job (if missing).
+func (l *JobLauncher) Start(ctx context.Context, run *Run) error {
+	if err := l.ensureClaim(ctx, run.Workspace); err != nil {
+		return err
+	}
+	job, err := l.Job(run)
+	if err != nil {
+		return err
+	}
+	// A Job whose ServiceAccount is missing never gets a Pod and would sit until its deadline
+	// (upstream's bug): refuse to start it, saying what to create.
+	sa := &corev1.ServiceAccount{}
+	saName := job.Spec.Template.Spec.ServiceAccountName
+	if err := l.reader.Get(ctx, client.ObjectKey{Namespace: job.Namespace, Name: saName}, sa); err != nil {
+		if apierrors.IsNotFound(err) {
+			return &ConfigError{Message: fmt.Sprintf("ServiceAccount %q not found in namespace %s: create it (runs use spec.serviceAccountName, default %s)",
+				saName, job.Namespace, magosv1.DefaultServiceAccountName)}
+		}
+		return fmt.Errorf("reading ServiceAccount %s/%s: %w", job.Namespace, saName, err)
+	}
+	if err := l.client.Create(ctx, job); err != nil {
+		if apierrors.IsAlreadyExists(err) {
+			return nil
+		}
+		return fmt.Errorf("creating Job %s/%s: %w", job.Namespace, job.Name, err)
+	}
+	l.created.Store(client.ObjectKeyFromObject(job), time.Now())
+	log.FromContext(ctx).Info("created run Job", "job", job.Name, "operation", run.Spec.Operation, "runID", run.Spec.RunID)
+	return nil
+}
+
+func (l *JobLauncher) ensureClaim(ctx context.Context, ws *magosv1.Workspace) error {
+	pvc := &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: DataClaimName(ws.Name), Namespace: ws.Namespace,
+			Labels: map[string]string{keys.Workspace: ws.Name},
+		},
+		Spec: corev1.PersistentVolumeClaimSpec{
+			AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{
+				corev1.ResourceStorage: resource.MustParse(DataVolumeSize),
+			}},
+		},
+	}
+	if l.opts.StorageClassName != "" {
+		pvc.Spec.StorageClassName = ptr.To(l.opts.StorageClassName)
+	}
+	if err := controllerutil.SetControllerReference(ws, pvc, l.cache.GetScheme()); err != nil {
+		return fmt.Errorf("owning data volume: %w", err)
+	}
+	if err := l.client.Create(ctx, pvc); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("creating data volume %s/%s: %w", pvc.Namespace, pvc.Name, err)
+	}
+	return nil
+}
+
+// Job builds the Job of a run (exported for tests and tools that show what would run).
+func (l *JobLauncher) Job(run *Run) (*batchv1.Job, error) {
+	ws := run.Workspace
+	spec := run.Spec
+	spec.PlanFile = path.Join(DataMountPath, spec.RunID+".tfplan")
+	if spec.Backend.Kubernetes == nil && spec.Backend.LocalPath == "" {
+		spec.Backend.Kubernetes = &runner.KubernetesBackend{Namespace: ws.Namespace, SecretSuffix: ws.Name}
+	}
+	raw, err := json.Marshal(spec)
+	if err != nil {
+		return nil, fmt.Errorf("encoding run spec: %w", err)
+	}
+	timeout := run.Timeout
+	if timeout <= 0 {
+		timeout = DefaultTimeout
+	}
+	labels := map[string]string{
+		keys.Workspace: ws.Name,
+		keys.JobType:   string(spec.Operation),
+		keys.RunID:     spec.RunID,
+	}
+	env := []corev1.EnvVar{
+		{Name: runner.EnvSpec, Value: string(raw)},
+		{Name: "HOME", Value: "/tmp"},
+		{Name: "TMPDIR", Value: "/tmp"},
+	}
+	env = append(env, run.Env...)
+	sa := run.ServiceAccountName
+	if sa == "" {
+		sa = magosv1.DefaultServiceAccountName
+	}
+	job := &batchv1.Job{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:      JobName(ws.Name, spec.Operation, spec.RunID),
+			Namespace: ws.Namespace,
+			Labels:    labels,
+		},
+		Spec: batchv1.JobSpec{
+			BackoffLimit:          ptr.To[int32](0),
+			ActiveDeadlineSeconds: ptr.To(int64(timeout.Seconds())),
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: maps.Clone(labels), Annotations: maps.Clone(run.PodAnnotations)},
+				Spec: corev1.PodSpec{
+					RestartPolicy:      corev1.RestartPolicyNever,
+					ServiceAccountName: sa,
+					SecurityContext: &corev1.PodSecurityContext{
+						RunAsNonRoot:   ptr.To(true),
+						RunAsUser:      ptr.To(l.opts.RunAsUser),
+						RunAsGroup:     ptr.To(l.opts.RunAsUser),
+						FSGroup:        ptr.To(l.opts.RunAsUser),
+						SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+					},
+					Containers: []corev1.Container{{
+						Name:            ContainerName,
+						Image:           l.opts.Image,
+						ImagePullPolicy: l.opts.ImagePullPolicy,
+						Command:         []string{"magos-agent", "runner"},
+						Env:             env,
+						Resources:       l.opts.Resources,
+						SecurityContext: &corev1.SecurityContext{
+							RunAsNonRoot:             ptr.To(true),
+							AllowPrivilegeEscalation: ptr.To(false),
+							Privileged:               ptr.To(false),
+							ReadOnlyRootFilesystem:   ptr.To(true),
+							Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+						},
+						TerminationMessagePath:   runner.DefaultResultFile,
+						TerminationMessagePolicy: corev1.TerminationMessageReadFile,
+						VolumeMounts: []corev1.VolumeMount{
+							{Name: "workspace-data", MountPath: DataMountPath},
+							{Name: "tmp", MountPath: "/tmp"},
+						},
+					}},
+					Volumes: []corev1.Volume{
+						{Name: "workspace-data", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: DataClaimName(ws.Name)}}},
+						{Name: "tmp", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+					},
+				},
+			},
+		},
+	}
+	if err := controllerutil.SetControllerReference(ws, job, l.cache.GetScheme()); err != nil {
+		return nil, fmt.Errorf("owning Job: %w", err)
+	}
+	return job, nil
+}
+
+// Status reads the Job's conditions and, once it finished, the result from its Pod's
+// termination message.
+func (l *JobLauncher) Status(ctx context.Context, ref Ref) (Status, error) {
+	job := &batchv1.Job{}
+	key := client.ObjectKey{Namespace: ref.Namespace, Name: JobName(ref.Name, ref.Operation, ref.RunID)}
+	err := l.client.Get(ctx, key, job)
+	if apierrors.IsNotFound(err) {
+		if at, ok := l.created.Load(key); ok && time.Since(at.(time.Time)) < time.Minute {
+			err = l.reader.Get(ctx, key, job) // just created: the cache may not have it yet
+		}
+	} else if err == nil {
+		l.created.Delete(key)
+	}
+	if err != nil {
+		if apierrors.IsNotFound(err) {
+			return Status{State: StateNotFound}, nil
+		}
+		return Status{}, fmt.Errorf("reading Job %s: %w", key, err)
+	}
+	if job.Labels[keys.RunID] != ref.RunID {
+		// A Job of the same name for another run (a hash collision): never report it.
+		return Status{State: StateNotFound}, nil
+	}
+	st := Status{State: StateRunning}
+	if job.Status.StartTime != nil {
+		st.StartedAt = job.Status.StartTime.Time
+	} else {
+		st.StartedAt = job.CreationTimestamp.Time
+	}
+	var done *batchv1.JobCondition
+	for i := range job.Status.Conditions {
+		c := &job.Status.Conditions[i]
+		if (c.Type == batchv1.JobComplete || c.Type == batchv1.JobFailed) && c.Status == corev1.ConditionTrue {
+			done = c
+			break
+		}
+	}
+	if done == nil {
+		return st, nil
+	}
+	st.State = StateFinished
+	st.FinishedAt = done.LastTransitionTime.Time
+	if job.Status.CompletionTime != nil {
+		st.FinishedAt = job.Status.CompletionTime.Time
+	}
+	msg, found, err := l.terminationMessage(ctx, job)
+	if err != nil {
+		return Status{}, err
+	}
+	if found && msg != "" {
+		res, err := runner.DecodeResult([]byte(msg))
+		if err == nil {
+			st.Result = res
+			return st, nil
+		}
+		log.FromContext(ctx).Info("run result unreadable", "job", job.Name, "error", err.Error())
+	}
+	st.Result = runner.Result{Operation: ref.Operation, RunID: ref.RunID}
+	if done.Type == batchv1.JobComplete {
+		st.Result.Outcome = runner.OutcomeSucceeded
+		st.Result.Message = "the run succeeded but left no result"
+		return st, nil
+	}
+	st.Result.Outcome = runner.OutcomeFailed
+	st.Result.Message = fmt.Sprintf("Job %s failed (%s): %s", job.Name, done.Reason, done.Message)
+	return st, nil
+}
+
+// terminationMessage returns the runner container's termination message of the Job's Pod.
+// A Pod missing from the cache is looked up on the API server before giving up.
+func (l *JobLauncher) terminationMessage(ctx context.Context, job *batchv1.Job) (string, bool, error) {
+	for _, r := range []client.Reader{l.client, l.reader} {
+		pods := &corev1.PodList{}
+		if err := r.List(ctx, pods, client.InNamespace(job.Namespace), client.MatchingLabels{JobNameLabel: job.Name}); err != nil {
+			return "", false, fmt.Errorf("listing Pods of Job %s/%s: %w", job.Namespace, job.Name, err)
+		}
+		// Newest first: with backoffLimit 0 there is one, but be deterministic anyway.
+		sort.Slice(pods.Items, func(i, j int) bool {
+			return pods.Items[j].CreationTimestamp.Before(&pods.Items[i].CreationTimestamp)
+		})
+		for _, p := range pods.Items {
+			for _, cs := range p.Status.ContainerStatuses {
+				if cs.Name == ContainerName && cs.State.Terminated != nil {
+					return cs.State.Terminated.Message, true, nil
+				}
+			}
+		}
+	}
+	return "", false, nil
+}
+
+// Prune deletes the Workspace's Jobs of other runs (their Pods go with them).
+func (l *JobLauncher) Prune(ctx context.Context, ws *magosv1.Workspace, keepRunID string) error {
+	jobs := &batchv1.JobList{}
+	if err := l.client.List(ctx, jobs, client.InNamespace(ws.Namespace), client.MatchingLabels{keys.Workspace: ws.Name}); err != nil {
+		return fmt.Errorf("listing Jobs of %s/%s: %w", ws.Namespace, ws.Name, err)
+	}
+	for i := range jobs.Items {
+		j := &jobs.Items[i]
+		if j.Labels[keys.RunID] == keepRunID || !metav1.IsControlledBy(j, ws) || j.DeletionTimestamp != nil {
+			continue
+		}
+		if err := l.client.Delete(ctx, j, client.PropagationPolicy(metav1.DeletePropagationBackground)); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("deleting old Job %s/%s: %w", j.Namespace, j.Name, err)
+		}
+	}
+	return nil
+}
+
+// Forget does nothing: the Workspace's Jobs and data volume are owned by it and go with it.
+func (l *JobLauncher) Forget(context.Context, string, string) error { return nil }

@@ -1,0 +1,464 @@
+package execution
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/go-logr/logr"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	"github.com/magosfleet/magos/agent/variables"
+	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
+	"github.com/magosfleet/magos/pkg/runner"
+)
+
+// LocalOptions configures a LocalLauncher.
+type LocalOptions struct {
+	// Command runs the runner entrypoint; default [<this executable>, "runner"].
+	Command []string
+	// DataDir holds results, logs, saved plans (and local state without Kubeconfig).
+	DataDir string
+	// Kubeconfig reaches the Workspaces' cluster; runs keep their state there with the
+	// kubernetes backend. Empty keeps state in a file under DataDir (development only).
+	Kubeconfig string
+	// BinaryPath is the tofu/terraform binary runs use when the Spec names none.
+	BinaryPath string
+	// Reader resolves the Secret and ConfigMap references of a run's environment.
+	Reader client.Reader
+	// Env is added to the environment of every run.
+	Env []string
+	// StopGrace is how long a run may take to stop when the agent stops (default 10s).
+	StopGrace time.Duration
+	// Logger logs process starts and ends.
+	Logger logr.Logger
+}
+
+// LocalLauncher runs each operation as a child process of the agent. Results are files, so
+// they survive an agent restart: a result file means the run finished, a running process
+// means it is running, and neither means it was lost (and Status says NotFound).
+type LocalLauncher struct {
+	opts   LocalOptions
+	events chan event.GenericEvent
+
+	mu       sync.Mutex
+	procs    map[Ref]*localProc
+	started  map[Ref]time.Time
+	stopping bool
+	stopCh   chan struct{}
+	wg       sync.WaitGroup
+}
+
+type localProc struct {
+	cmd      *exec.Cmd
+	started  time.Time
+	killed   bool // stopped by the agent: the run is lost, not failed
+	timedOut bool
+	done     chan struct{}
+}
+
+// NewLocalLauncher returns a LocalLauncher. Call Run (a manager Runnable) so that runs stop
+// with the agent.
+func NewLocalLauncher(opts LocalOptions) (*LocalLauncher, error) {
+	if opts.DataDir == "" {
+		return nil, errors.New("local launcher: a data folder is required")
+	}
+	if opts.Reader == nil {
+		return nil, errors.New("local launcher: a reader for Secrets and ConfigMaps is required")
+	}
+	if len(opts.Command) == 0 {
+		self, err := os.Executable()
+		if err != nil {
+			return nil, fmt.Errorf("local launcher: finding the agent executable: %w", err)
+		}
+		opts.Command = []string{self, "runner"}
+	}
+	if opts.StopGrace <= 0 {
+		opts.StopGrace = 10 * time.Second
+	}
+	dir, err := filepath.Abs(opts.DataDir)
+	if err != nil {
+		return nil, fmt.Errorf("local launcher: data folder: %w", err)
+	}
+	opts.DataDir = dir
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("local launcher: creating data folder: %w", err)
+	}
+	return &LocalLauncher{
+		opts:    opts,
+		events:  make(chan event.GenericEvent, 1024),
+		procs:   map[Ref]*localProc{},
+		started: map[Ref]time.Time{},
+		stopCh:  make(chan struct{}),
+	}, nil
+}
+
+// Run waits for ctx to end, then stops every running run (SIGTERM, then SIGKILL after
+// StopGrace) and forgets their results: a run the agent stopped is lost, and the next agent
+// starts it again.
+func (l *LocalLauncher) Run(ctx context.Context) error {
+	<-ctx.Done()
+	l.mu.Lock()
+	l.stopping = true
+	close(l.stopCh)
+	procs := make([]*localProc, 0, len(l.procs))
+	for _, p := range l.procs {
+		p.killed = true
+		procs = append(procs, p)
+	}
+	l.mu.Unlock()
+	for _, p := range procs {
+		l.stop(p)
+	}
+	l.wg.Wait()
+	return nil
+}
+
+// Sources wake the Workspace controller when a run ends.
+func (l *LocalLauncher) Sources() []source.Source {
+	return []source.Source{source.Channel(l.events, &handler.EnqueueRequestForObject{})}
+}
+
+func (l *LocalLauncher) dir(namespace, name string) string {
+	return filepath.Join(l.opts.DataDir, namespace, name)
+}
+
+// ResultPath is where the result of a run is written.
+func (l *LocalLauncher) ResultPath(ref Ref) string {
+	return filepath.Join(l.dir(ref.Namespace, ref.Name), ref.RunID+"-"+string(ref.Operation)+".json")
+}
+
+// LogPath is where the output of a run is written.
+func (l *LocalLauncher) LogPath(ref Ref) string {
+	return filepath.Join(l.dir(ref.Namespace, ref.Name), ref.RunID+"-"+string(ref.Operation)+".log")
+}
+
+// Start starts the run as a child process, unless it is running or has a result.
+func (l *LocalLauncher) Start(ctx context.Context, run *Run) error {
+	ref := RefOf(run)
+	l.mu.Lock()
+	if l.stopping {
+		l.mu.Unlock()
+		return errors.New("local launcher is stopping")
+	}
+	if _, ok := l.procs[ref]; ok {
+		l.mu.Unlock()
+		return nil
+	}
+	if _, err := os.Stat(l.ResultPath(ref)); err == nil {
+		l.mu.Unlock()
+		return nil
+	}
+	p := &localProc{started: time.Now(), done: make(chan struct{})}
+	l.procs[ref] = p // reserve: a concurrent Start sees it running
+	l.mu.Unlock()
+
+	cmd, logFile, err := l.command(ctx, run, ref)
+	if err == nil {
+		p.cmd = cmd
+		err = cmd.Start()
+		if err != nil {
+			err = fmt.Errorf("starting the runner %s: %w", l.opts.Command[0], err)
+		}
+	}
+	if err != nil {
+		if logFile != nil {
+			_ = logFile.Close()
+		}
+		l.mu.Lock()
+		delete(l.procs, ref)
+		l.mu.Unlock()
+		close(p.done)
+		return err
+	}
+	l.opts.Logger.V(1).Info("started local run", "workspace", ref.Namespace+"/"+ref.Name, "runID", ref.RunID, "operation", ref.Operation, "pid", cmd.Process.Pid)
+	timeout := run.Timeout
+	if timeout <= 0 {
+		timeout = DefaultTimeout
+	}
+	l.wg.Add(1)
+	go l.wait(ref, p, logFile, timeout)
+	return nil
+}
+
+func (l *LocalLauncher) command(ctx context.Context, run *Run, ref Ref) (*exec.Cmd, *os.File, error) {
+	dir := l.dir(ref.Namespace, ref.Name)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, nil, fmt.Errorf("creating run folder: %w", err)
+	}
+	spec := run.Spec
+	spec.PlanFile = filepath.Join(dir, spec.RunID+".tfplan")
+	if spec.Backend.Kubernetes == nil && spec.Backend.LocalPath == "" {
+		if l.opts.Kubeconfig != "" {
+			spec.Backend.Kubernetes = &runner.KubernetesBackend{Namespace: ref.Namespace, SecretSuffix: ref.Name, ConfigPath: l.opts.Kubeconfig}
+		} else {
+			spec.Backend.LocalPath = filepath.Join(dir, "terraform.tfstate")
+		}
+	}
+	if spec.BinaryPath == "" {
+		spec.BinaryPath = l.opts.BinaryPath
+	}
+	raw, err := json.Marshal(spec)
+	if err != nil {
+		return nil, nil, fmt.Errorf("encoding run spec: %w", err)
+	}
+	resolved, err := variables.Resolve(ctx, l.opts.Reader, ref.Namespace, run.Env)
+	if err != nil {
+		return nil, nil, err
+	}
+	env := inheritedEnv()
+	env = append(env, l.opts.Env...)
+	env = append(env, runner.EnvSpec+"="+string(raw), runner.EnvResultFile+"="+l.ResultPath(ref))
+	env = append(env, resolved...)
+
+	_ = os.Remove(l.ResultPath(ref))
+	logFile, err := os.OpenFile(l.LogPath(ref), os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
+	if err != nil {
+		return nil, nil, fmt.Errorf("creating run log: %w", err)
+	}
+	cmd := exec.Command(l.opts.Command[0], l.opts.Command[1:]...)
+	cmd.Env = env
+	cmd.Dir = dir
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	cmd.SysProcAttr = sysProcAttr()
+	return cmd, logFile, nil
+}
+
+// inheritedEnv is the agent's environment without anything that belongs to a run.
+func inheritedEnv() []string {
+	var out []string
+	for _, kv := range os.Environ() {
+		name, _, _ := strings.Cut(kv, "=")
+		switch {
+		case name == runner.EnvSpec, name == runner.EnvResultFile,
+			strings.HasPrefix(name, "TF_VAR_"), strings.HasPrefix(name, runner.EnvHCLVariablePrefix),
+			strings.HasPrefix(name, "GIT_"):
+			continue
+		}
+		out = append(out, kv)
+	}
+	return out
+}
+
+func (l *LocalLauncher) wait(ref Ref, p *localProc, logFile *os.File, timeout time.Duration) {
+	defer l.wg.Done()
+	timer := time.AfterFunc(timeout, func() {
+		l.mu.Lock()
+		p.timedOut = true
+		l.mu.Unlock()
+		l.stop(p)
+	})
+	waitErr := p.cmd.Wait()
+	timer.Stop()
+	_ = logFile.Close()
+	close(p.done)
+
+	l.mu.Lock()
+	killed, timedOut := p.killed, p.timedOut
+	l.mu.Unlock()
+	path := l.ResultPath(ref)
+	switch {
+	case killed:
+		// Stopped with the agent: lost, so the next agent runs it again.
+		_ = os.Remove(path)
+	case timedOut:
+		l.writeResult(path, runner.Result{Operation: ref.Operation, RunID: ref.RunID, Outcome: runner.OutcomeFailed,
+			Message: fmt.Sprintf("the run exceeded its timeout of %s and was stopped", timeout)})
+	default:
+		if _, err := readResult(path); err != nil {
+			msg := fmt.Sprintf("the runner ended without a result (%v)", waitErr)
+			if tail := logTail(l.LogPath(ref), 800); tail != "" {
+				msg += ": " + tail
+			}
+			l.writeResult(path, runner.Result{Operation: ref.Operation, RunID: ref.RunID, Outcome: runner.OutcomeFailed, Message: msg})
+		}
+	}
+	l.opts.Logger.V(1).Info("local run ended", "workspace", ref.Namespace+"/"+ref.Name, "runID", ref.RunID, "operation", ref.Operation, "error", fmt.Sprint(waitErr))
+
+	l.mu.Lock()
+	delete(l.procs, ref)
+	if !killed {
+		l.started[ref] = p.started
+	}
+	l.mu.Unlock()
+	if killed {
+		return
+	}
+	ws := &magosv1.Workspace{ObjectMeta: metav1.ObjectMeta{Namespace: ref.Namespace, Name: ref.Name}}
+	select {
+	case l.events <- event.GenericEvent{Object: ws}:
+	case <-l.stopCh:
+	}
+}
+
+// stop asks a run to stop (SIGTERM to its process group) and kills it after StopGrace.
+func (l *LocalLauncher) stop(p *localProc) {
+	if p.cmd == nil || p.cmd.Process == nil {
+		return
+	}
+	signalGroup(p.cmd.Process.Pid, syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(l.opts.StopGrace):
+		signalGroup(p.cmd.Process.Pid, syscall.SIGKILL)
+	}
+}
+
+func (l *LocalLauncher) writeResult(path string, res runner.Result) {
+	b, err := res.Encode()
+	if err != nil {
+		l.opts.Logger.Error(err, "encoding run result", "path", path)
+		return
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o600); err == nil {
+		err = os.Rename(tmp, path)
+		if err != nil {
+			l.opts.Logger.Error(err, "writing run result", "path", path)
+		}
+	}
+}
+
+func readResult(path string) (runner.Result, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return runner.Result{}, err
+	}
+	return runner.DecodeResult(b)
+}
+
+func logTail(path string, n int64) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return ""
+	}
+	if st.Size() > n {
+		if _, err := f.Seek(st.Size()-n, io.SeekStart); err != nil {
+			return ""
+		}
+	}
+	b, _ := io.ReadAll(f)
+	return strings.TrimSpace(string(b))
+}
+
+// Status reports a run: running while its process lives, finished once its result file
+// exists, not found otherwise.
+func (l *LocalLauncher) Status(_ context.Context, ref Ref) (Status, error) {
+	l.mu.Lock()
+	p, running := l.procs[ref]
+	startedAt, known := l.started[ref]
+	l.mu.Unlock()
+	if running {
+		return Status{State: StateRunning, StartedAt: p.started}, nil
+	}
+	path := l.ResultPath(ref)
+	res, err := readResult(path)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return Status{State: StateNotFound}, nil
+		}
+		// Unreadable and no process writes it: the run is lost; start it again.
+		return Status{State: StateNotFound}, nil
+	}
+	st := Status{State: StateFinished, Result: res}
+	if fi, err := os.Stat(path); err == nil {
+		st.FinishedAt = fi.ModTime()
+	}
+	if known {
+		st.StartedAt = startedAt
+	}
+	return st, nil
+}
+
+// Prune removes the files of the Workspace's other runs.
+func (l *LocalLauncher) Prune(_ context.Context, ws *magosv1.Workspace, keepRunID string) error {
+	dir := l.dir(ws.Namespace, ws.Name)
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		return fmt.Errorf("reading run folder: %w", err)
+	}
+	l.mu.Lock()
+	busy := map[string]bool{}
+	for ref := range l.procs {
+		if ref.Namespace == ws.Namespace && ref.Name == ws.Name {
+			busy[ref.RunID] = true
+		}
+	}
+	for ref := range l.started {
+		if ref.Namespace == ws.Namespace && ref.Name == ws.Name && ref.RunID != keepRunID {
+			delete(l.started, ref)
+		}
+	}
+	l.mu.Unlock()
+	for _, e := range entries {
+		name := e.Name()
+		if name == "terraform.tfstate" || name == "terraform.tfstate.backup" || (keepRunID != "" && strings.HasPrefix(name, keepRunID)) {
+			continue
+		}
+		if busy[runIDOf(name)] {
+			continue
+		}
+		if err := os.RemoveAll(filepath.Join(dir, name)); err != nil {
+			return fmt.Errorf("removing old run file: %w", err)
+		}
+	}
+	return nil
+}
+
+// runIDOf returns the run ID a run file is named after (<runID>-<op>.<ext> or <runID>.tfplan).
+func runIDOf(file string) string {
+	base := strings.TrimSuffix(file, filepath.Ext(file))
+	for _, op := range []runner.Operation{runner.OperationPlan, runner.OperationApply, runner.OperationDestroy} {
+		if s, ok := strings.CutSuffix(base, "-"+string(op)); ok {
+			return s
+		}
+	}
+	return base
+}
+
+// Forget stops the Workspace's runs, if any, and removes its folder.
+func (l *LocalLauncher) Forget(_ context.Context, namespace, name string) error {
+	l.mu.Lock()
+	var procs []*localProc
+	for ref, p := range l.procs {
+		if ref.Namespace == namespace && ref.Name == name {
+			p.killed = true
+			procs = append(procs, p)
+		}
+	}
+	for ref := range l.started {
+		if ref.Namespace == namespace && ref.Name == name {
+			delete(l.started, ref)
+		}
+	}
+	l.mu.Unlock()
+	for _, p := range procs {
+		l.stop(p)
+		<-p.done
+	}
+	if err := os.RemoveAll(l.dir(namespace, name)); err != nil {
+		return fmt.Errorf("removing run folder: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,192 @@
+package revision_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/magosfleet/magos/agent/app"
+	"github.com/magosfleet/magos/agent/credentials"
+	"github.com/magosfleet/magos/agent/revision"
+	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
+	"github.com/magosfleet/magos/pkg/gitrepo"
+	"github.com/magosfleet/magos/pkg/gitrepo/gitrepotest"
+	"github.com/magosfleet/magos/pkg/keys"
+	"github.com/magosfleet/magos/pkg/testenv"
+)
+
+// resolveLog counts the polls per ref and records the credentials they used.
+type resolveLog struct {
+	mu    sync.Mutex
+	calls map[string]int
+	users map[string]string
+}
+
+func (r *resolveLog) resolve(ctx context.Context, o gitrepo.ResolveOptions) (string, error) {
+	r.mu.Lock()
+	r.calls[o.URL+"#"+o.Ref]++
+	r.users[o.URL+"#"+o.Ref] = o.Auth.Username
+	r.mu.Unlock()
+	return gitrepo.Resolve(ctx, o)
+}
+
+func (r *resolveLog) count(ref string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.calls[ref]
+}
+
+// TestWatcher: Workspaces tracking the same ref share one poll per interval, made with the
+// repository's credentials; a new commit marks every one of them that has not run it; a
+// pinned commit is never polled; a Workspace that moves to another ref moves its polling too.
+func TestWatcher(t *testing.T) {
+	fleet := testenv.Start(t, testenv.Options{NoHub: true, Spokes: []string{"git"}})
+	cluster := fleet.Spokes["git"]
+	c := cluster.Client
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+
+	cacheOpts, err := app.CacheOptions()
+	if err != nil {
+		t.Fatal(err)
+	}
+	mgr, err := ctrl.NewManager(cluster.Config, ctrl.Options{
+		Scheme:     app.Scheme(),
+		Cache:      cacheOpts,
+		Metrics:    metricsserver.Options{BindAddress: "0"},
+		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := &resolveLog{calls: map[string]int{}, users: map[string]string{}}
+	if _, err := revision.SetupWithManager(mgr, revision.Options{DefaultInterval: time.Second, MinInterval: time.Second, Resolve: log.resolve}); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("manager: %v", err)
+		}
+	}()
+
+	repo := gitrepotest.New(t)
+	first := repo.Commit(t, "first", map[string]string{"main.tf": "# v1\n"})
+	repo.Switch(t, "dev")
+	dev := repo.Commit(t, "dev", map[string]string{"main.tf": "# dev\n"})
+	repo.Switch(t, "main")
+	url := repo.URL()
+
+	ns := "team"
+	objects := []client.Object{
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}},
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "repo-creds",
+			Labels: map[string]string{credentials.SecretTypeLabel: credentials.SecretTypeRepository}},
+			StringData: map[string]string{"repoURL": url, "username": "bot", "password": "token"}},
+	}
+	for _, o := range objects {
+		if err := testenv.Poll(30*time.Second, func() error { return c.Create(ctx, o) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tracking := []string{"a", "b", "c"}
+	for _, name := range append(tracking, "pinned") {
+		ref := "main"
+		if name == "pinned" {
+			ref = first
+		}
+		ws := &magosv1.Workspace{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+			Spec: magosv1.WorkspaceSpec{ProjectRef: magosv1.ProjectReference{Name: "p"},
+				Source: magosv1.Source{RepoURL: url, TargetRevision: ref, Path: "."}},
+		}
+		if err := testenv.Poll(30*time.Second, func() error { return c.Create(ctx, ws) }); err != nil {
+			t.Fatal(err)
+		}
+		ws.Status.ObservedRevision, ws.Status.CurrentRevision = first, first // it ran the first commit
+		if err := c.Status().Update(ctx, ws); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	mainRef := url + "#main"
+	testenv.Eventually(t, 30*time.Second, func() error {
+		if log.count(mainRef) < 3 {
+			return fmt.Errorf("%d polls of main", log.count(mainRef))
+		}
+		return nil
+	})
+	startPolls, start := log.count(mainRef), time.Now()
+	testenv.Consistently(t, 4*time.Second, func() error {
+		// One poll per second for the three Workspaces together (+-10% jitter), never one each.
+		if n, limit := log.count(mainRef)-startPolls, int(time.Since(start).Seconds()*1.2)+2; n > limit {
+			return fmt.Errorf("%d polls of main in %s: not shared", n, time.Since(start))
+		}
+		return nil
+	})
+	if u := log.users[mainRef]; u != "bot" {
+		t.Errorf("polled with user %q, want the repository Secret's bot", u)
+	}
+	if n := log.count(url + "#" + first); n != 0 {
+		t.Errorf("a pinned commit was polled %d times", n)
+	}
+	for _, name := range tracking {
+		if d := annotation(t, c, ns, name); d != "" {
+			t.Errorf("%s marked with %s although it ran the tip", name, d)
+		}
+	}
+
+	second := repo.Commit(t, "second", map[string]string{"main.tf": "# v2\n"})
+	for _, name := range tracking {
+		testenv.Eventually(t, 30*time.Second, func() error {
+			if d := annotation(t, c, ns, name); d != second {
+				return fmt.Errorf("%s: detected-revision %q, want %s", name, d, second)
+			}
+			return nil
+		})
+	}
+	testenv.Consistently(t, 2*time.Second, func() error {
+		if d := annotation(t, c, ns, "pinned"); d != "" {
+			return fmt.Errorf("pinned Workspace marked with %s", d)
+		}
+		return nil
+	})
+
+	// "a" moves to the dev branch: it is polled there at once, and marked with dev's commit.
+	ws := &magosv1.Workspace{}
+	if err := c.Get(ctx, types.NamespacedName{Namespace: ns, Name: "a"}, ws); err != nil {
+		t.Fatal(err)
+	}
+	ws.Spec.Source.TargetRevision = "dev"
+	if err := c.Update(ctx, ws); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 30*time.Second, func() error {
+		if d := annotation(t, c, ns, "a"); d != dev {
+			return fmt.Errorf("a: detected-revision %q, want dev's %s", d, dev)
+		}
+		return nil
+	})
+}
+
+func annotation(t *testing.T, c client.Client, ns, name string) string {
+	t.Helper()
+	ws := &magosv1.Workspace{}
+	if err := c.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, ws); err != nil {
+		t.Fatal(err)
+	}
+	return ws.Annotations[keys.DetectedRevision]
+}

@@ -1,0 +1,145 @@
+package workspace
+
+import (
+	"context"
+	"fmt"
+
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/magosfleet/magos/agent/execution"
+	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
+	"github.com/magosfleet/magos/pkg/keys"
+	"github.com/magosfleet/magos/pkg/runner"
+)
+
+// stepDelete makes one transition of a Workspace being deleted: an in-flight plan or apply
+// finishes first (nothing new starts); then, with spec.destroyOnDelete, a destroy runs and the
+// finalizer goes only once it succeeded; without, the finalizer goes at once.
+func (r *Reconciler) stepDelete(ctx context.Context, ws *magosv1.Workspace, sched Schedule) (step, error) {
+	if !controllerutil.ContainsFinalizer(ws, keys.Finalizer) {
+		return step{done: true}, nil
+	}
+	switch ws.Status.Phase {
+	case magosv1.PhasePlanning, magosv1.PhaseApplying:
+		st, err := r.observe(ctx, ws, sched, true)
+		if err != nil || st.again || !st.lost {
+			return st, err
+		}
+		// Lost with the previous agent: nothing runs any more.
+	case magosv1.PhaseDeleting:
+		switch ws.Status.Reason {
+		case magosv1.ReasonDestroying:
+			return r.observeDestroy(ctx, ws, sched)
+		case magosv1.ReasonDestroyFailed:
+			req := ws.Annotations[keys.ReconcileRequest]
+			if req == "" {
+				return step{}, nil
+			}
+			if err := r.removeAnnotations(ctx, ws, map[string]string{keys.ReconcileRequest: req}); err != nil {
+				return step{}, err
+			}
+			return r.startDestroy(ctx, ws, sched)
+		}
+	}
+	if !ws.Spec.DestroyOnDelete {
+		return r.letGo(ctx, ws, sched)
+	}
+	return r.startDestroy(ctx, ws, sched)
+}
+
+// startDestroy destroys what the Workspace applied, at the last applied commit (or the last
+// one it ran, after a failed apply). A Workspace that never ran has nothing to destroy.
+func (r *Reconciler) startDestroy(ctx context.Context, ws *magosv1.Workspace, sched Schedule) (step, error) {
+	revision := ws.Status.ObservedRevision
+	if revision == "" {
+		revision = ws.Status.CurrentRevision
+	}
+	if revision == "" {
+		return r.letGo(ctx, ws, sched)
+	}
+	from := ws.Status.Phase
+	ws.Status.CurrentRunID = NewRunID(r.opts.Now())
+	ws.Status.CurrentRevision = revision
+	run, err := r.prepare(ctx, ws, runner.OperationDestroy, revision)
+	if err != nil {
+		if fail, ok := asRunFailure(err); ok {
+			setPhase(ws, magosv1.PhaseDeleting, magosv1.ReasonDestroyFailed, destroyFailedMessage(ws, fail.message))
+			return step{}, r.commit(ctx, ws, sched, from)
+		}
+		return step{}, err
+	}
+	setPhase(ws, magosv1.PhaseDeleting, magosv1.ReasonDestroying,
+		fmt.Sprintf("Destroying the resources of commit %s before deletion (run %s)", short(revision), ws.Status.CurrentRunID))
+	if err := r.commit(ctx, ws, sched, from); err != nil {
+		return step{}, err
+	}
+	run.Workspace = ws
+	return r.launch(ctx, ws, sched, run)
+}
+
+func (r *Reconciler) observeDestroy(ctx context.Context, ws *magosv1.Workspace, sched Schedule) (step, error) {
+	ref := execution.Ref{Namespace: ws.Namespace, Name: ws.Name, RunID: ws.Status.CurrentRunID, Operation: runner.OperationDestroy}
+	st, err := r.opts.Launcher.Status(ctx, ref)
+	if err != nil {
+		return step{}, transient(ReasonRunStatusUnavailable, err)
+	}
+	switch st.State {
+	case execution.StateRunning:
+		r.active.update(statusKey(ws), true)
+		return step{}, nil
+	case execution.StateNotFound:
+		run, err := r.prepare(ctx, ws, runner.OperationDestroy, ws.Status.CurrentRevision)
+		if err != nil {
+			if fail, ok := asRunFailure(err); ok {
+				setPhase(ws, magosv1.PhaseDeleting, magosv1.ReasonDestroyFailed, destroyFailedMessage(ws, fail.message))
+				return step{}, r.commit(ctx, ws, sched, ws.Status.Phase)
+			}
+			return step{}, err
+		}
+		return r.launch(ctx, ws, sched, run)
+	}
+	done := &finishedRun{op: runner.OperationDestroy, status: st}
+	if st.Result.Outcome == runner.OutcomeSucceeded {
+		done.record(ws)
+		log.FromContext(ctx).Info("destroyed before deletion", "runID", ref.RunID)
+		return r.letGo(ctx, ws, sched)
+	}
+	setPhase(ws, magosv1.PhaseDeleting, magosv1.ReasonDestroyFailed, destroyFailedMessage(ws, messageOr(st.Result.Message, "the destroy failed")))
+	if err := r.commit(ctx, ws, sched, ws.Status.Phase); err != nil {
+		return step{}, err
+	}
+	done.record(ws)
+	r.recorder.Eventf(ws, nil, "Warning", magosv1.ReasonDestroyFailed, "Destroy", "%s", ws.Status.Message)
+	r.active.update(statusKey(ws), false)
+	return step{}, nil
+}
+
+func destroyFailedMessage(ws *magosv1.Workspace, cause string) string {
+	return fmt.Sprintf("Destroy failed: %s. The finalizer %s keeps the Workspace until a destroy succeeds: fix the cause "+
+		"and set the annotation %s to retry, or remove the finalizer to delete the Workspace without destroying "+
+		"(kubectl -n %s patch workspace %s --type=json -p '[{\"op\":\"remove\",\"path\":\"/metadata/finalizers\"}]')",
+		cause, keys.Finalizer, keys.ReconcileRequest, ws.Namespace, ws.Name)
+}
+
+// letGo removes the finalizer, after writing phase Deleting.
+func (r *Reconciler) letGo(ctx context.Context, ws *magosv1.Workspace, sched Schedule) (step, error) {
+	if ws.Status.Phase != magosv1.PhaseDeleting || ws.Status.Reason != magosv1.ReasonDeleting {
+		from := ws.Status.Phase
+		setPhase(ws, magosv1.PhaseDeleting, magosv1.ReasonDeleting, "Workspace is being deleted")
+		if err := r.commit(ctx, ws, sched, from); err != nil {
+			return step{}, err
+		}
+	}
+	if err := r.opts.Launcher.Forget(ctx, ws.Namespace, ws.Name); err != nil {
+		return step{}, err
+	}
+	patch := client.MergeFromWithOptions(ws.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	controllerutil.RemoveFinalizer(ws, keys.Finalizer)
+	if err := r.client.Patch(ctx, ws, patch); err != nil {
+		return step{}, fmt.Errorf("removing the finalizer: %w", err)
+	}
+	r.active.update(statusKey(ws), false)
+	return step{done: true}, nil
+}

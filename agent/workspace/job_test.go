@@ -1,0 +1,445 @@
+package workspace_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	admissionv1 "k8s.io/api/admissionregistration/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/magosfleet/magos/agent/app"
+	"github.com/magosfleet/magos/agent/credentials"
+	"github.com/magosfleet/magos/agent/execution"
+	"github.com/magosfleet/magos/agent/workspace"
+	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
+	"github.com/magosfleet/magos/pkg/keys"
+	"github.com/magosfleet/magos/pkg/runner"
+	"github.com/magosfleet/magos/pkg/testenv"
+)
+
+const runnerImage = "registry.example/magos-agent:test"
+
+// TestJobLauncher runs a Workspace with the production launcher on an API server without a
+// kubelet: the test checks every Job the agent creates, then plays kubelet and Job controller
+// (Pod with a terminated container and its termination message, Job conditions) to drive the
+// Workspace through plan, a failed apply, a plan Job that dies without a result, and finally a
+// successful run.
+func TestJobLauncher(t *testing.T) {
+	t.Parallel()
+	fleet := testenv.Start(t, testenv.Options{NoHub: true, Spokes: []string{"jobs"}})
+	cluster := fleet.Spokes["jobs"]
+	c := cluster.Client
+	mgr, err := app.NewManager(app.Options{
+		Config: cluster.Config,
+		Runner: app.RunnerOptions{Mode: app.RunnerJob, Image: runnerImage, Resources: corev1.ResourceRequirements{
+			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m")},
+			Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("1Gi")},
+		}},
+		SkipNameValidation: true,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("agent: %v", err)
+		}
+	})
+
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "jobs"}}
+	if err := createWithRetry(ctx, c, ns); err != nil {
+		t.Fatal(err)
+	}
+	repo, sha := newRepo(t, map[string]string{"main.tf": moduleOK})
+	objects := []client.Object{
+		&corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "jobs", Name: "git-creds",
+				Labels: map[string]string{credentials.SecretTypeLabel: credentials.SecretTypeRepository}},
+			StringData: map[string]string{"repoURL": repo.URL(), "username": "bot", "password": "hunter2"},
+		},
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "jobs", Name: "app-secrets"}, StringData: map[string]string{"token": "s3cr3t"}},
+		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: "jobs", Name: "runner-sa"}},
+		&magosv1.VariableSet{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "jobs", Name: "vars"},
+			Spec: magosv1.VariableSetSpec{
+				Variables: []magosv1.Variable{
+					{Name: "greeting", Value: ptr.To("hi")},
+					{Name: "token", ValueFrom: &magosv1.ValueSource{SecretKeyRef: &magosv1.KeyReference{Name: "app-secrets", Key: "token"}}},
+				},
+				Env: []magosv1.EnvironmentVariable{{Name: "AWS_REGION", Value: ptr.To("eu-west-1")}},
+			},
+		},
+	}
+	for _, o := range objects {
+		if err := createWithRetry(ctx, c, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	name := strings.Repeat("w", 63) // the longest name a Workspace may have
+	key := newWorkspace(t, c, "jobs", name, repo.URL(), func(ws *magosv1.Workspace) {
+		ws.Spec.Annotations = map[string]string{"a": "workspace", "b": "workspace"}
+		ws.Spec.Plan = &magosv1.JobOverrides{Annotations: map[string]string{"b": "plan"}, TimeoutSeconds: ptr.To[int64](600)}
+		ws.Spec.VariableSetRefs = []magosv1.LocalObjectReference{{Name: "vars"}}
+		ws.Spec.ServiceAccountName = "runner-sa"
+	})
+
+	// Plan.
+	ws := pendingRun(t, c, key, magosv1.ReasonAwaitingRollout, "")
+	grant(t, c, key, ws.Status.CurrentRunID)
+	ws = waitFor(t, c, key, 60*time.Second, inPhase(magosv1.PhasePlanning, ""))
+	plan := runJob(t, c, ws, runner.OperationPlan)
+	checkJob(t, c, ws, plan, runner.OperationPlan, sha, 600, map[string]string{"a": "workspace", "b": "plan"})
+	finishJob(t, c, plan, &runner.Result{Operation: runner.OperationPlan, RunID: ws.Status.CurrentRunID, Outcome: runner.OutcomeSucceeded,
+		Revision: sha, HasChanges: true, Add: 1}, "")
+
+	// Apply, which fails with a result.
+	ws = waitFor(t, c, key, 60*time.Second, inPhase(magosv1.PhaseApplying, ""))
+	if rc := ws.Status.ResourceChanges; rc == nil || rc.Add != 1 {
+		t.Errorf("resourceChanges %+v from the plan result, want 1 to add", rc)
+	}
+	apply := runJob(t, c, ws, runner.OperationApply)
+	checkJob(t, c, ws, apply, runner.OperationApply, sha, 86400, map[string]string{"a": "workspace", "b": "workspace"})
+	finishJob(t, c, apply, &runner.Result{Operation: runner.OperationApply, RunID: ws.Status.CurrentRunID, Outcome: runner.OutcomeFailed,
+		Message: "apply exploded: resource busy"}, "")
+	ws = waitFor(t, c, key, 60*time.Second, inPhase(magosv1.PhaseFailed, magosv1.ReasonApplyFailed))
+	if err := contains(ws.Status.Message, "apply exploded: resource busy"); err != nil {
+		t.Error(err)
+	}
+
+	// A plan Job that dies without a result (deadline) fails with the Job's own message.
+	annotate(t, c, key, map[string]any{keys.ReconcileRequest: "retry-1"})
+	ws = pendingRun(t, c, key, magosv1.ReasonManualReconcileRequested, ws.Status.CurrentRunID)
+	grant(t, c, key, ws.Status.CurrentRunID)
+	ws = waitFor(t, c, key, 60*time.Second, inPhase(magosv1.PhasePlanning, ""))
+	plan = runJob(t, c, ws, runner.OperationPlan)
+	finishJob(t, c, plan, nil, "Job was active longer than specified deadline")
+	ws = waitFor(t, c, key, 60*time.Second, inPhase(magosv1.PhaseFailed, magosv1.ReasonPlanFailed))
+	if err := contains(ws.Status.Message, "Job was active longer than specified deadline"); err != nil {
+		t.Error(err)
+	}
+	// The Jobs of earlier runs are pruned when a new run starts.
+	testenv.Eventually(t, 30*time.Second, func() error {
+		jobs := &batchv1.JobList{}
+		if err := c.List(ctx, jobs, client.InNamespace("jobs")); err != nil {
+			return err
+		}
+		for _, j := range jobs.Items {
+			if j.Labels[keys.RunID] != ws.Status.CurrentRunID && j.DeletionTimestamp == nil {
+				return fmt.Errorf("Job %s of run %s kept", j.Name, j.Labels[keys.RunID])
+			}
+		}
+		return nil
+	})
+
+	// A successful run.
+	annotate(t, c, key, map[string]any{keys.ReconcileRequest: "retry-2"})
+	ws = pendingRun(t, c, key, magosv1.ReasonManualReconcileRequested, ws.Status.CurrentRunID)
+	grant(t, c, key, ws.Status.CurrentRunID)
+	ws = waitFor(t, c, key, 60*time.Second, inPhase(magosv1.PhasePlanning, ""))
+	finishJob(t, c, runJob(t, c, ws, runner.OperationPlan), &runner.Result{Operation: runner.OperationPlan, RunID: ws.Status.CurrentRunID,
+		Outcome: runner.OutcomeSucceeded, Revision: sha}, "")
+	ws = waitFor(t, c, key, 60*time.Second, inPhase(magosv1.PhaseApplying, ""))
+	finishJob(t, c, runJob(t, c, ws, runner.OperationApply), &runner.Result{Operation: runner.OperationApply, RunID: ws.Status.CurrentRunID,
+		Outcome: runner.OutcomeSucceeded, Revision: sha}, "")
+	ws = waitFor(t, c, key, 60*time.Second, inPhase(magosv1.PhaseApplied, magosv1.ReasonApplySucceeded))
+	if ws.Status.ObservedRevision != sha {
+		t.Errorf("observedRevision %q, want %s", ws.Status.ObservedRevision, sha)
+	}
+
+	t.Run("selected policies without their CRD fail closed", func(t *testing.T) {
+		crd := &unstructured.Unstructured{}
+		crd.SetAPIVersion("apiextensions.k8s.io/v1")
+		crd.SetKind("CustomResourceDefinition")
+		crd.SetName("validatingpolicies.policies.kyverno.io")
+		if err := c.Delete(ctx, crd); err != nil {
+			t.Fatal(err)
+		}
+		testenv.Eventually(t, 60*time.Second, func() error {
+			list := &unstructured.UnstructuredList{}
+			list.SetGroupVersionKind(workspace.PolicyListGVK)
+			if err := c.List(ctx, list); err == nil {
+				return fmt.Errorf("ValidatingPolicies still served")
+			}
+			return nil
+		})
+		key := newWorkspace(t, c, "jobs", "unchecked", repo.URL(), func(ws *magosv1.Workspace) {
+			ws.Spec.ServiceAccountName = "runner-sa"
+			ws.Spec.Validation = &magosv1.ValidationSpec{PolicySelector: &magosv1.LabelSelector{}}
+		})
+		ws := pendingRun(t, c, key, magosv1.ReasonAwaitingRollout, "")
+		grant(t, c, key, ws.Status.CurrentRunID)
+		ws = waitFor(t, c, key, 60*time.Second, inPhase(magosv1.PhaseValidationFailed, magosv1.ReasonPolicyViolation))
+		if len(ws.Status.PolicyViolations) != 1 || !strings.Contains(ws.Status.PolicyViolations[0].Message, "CRD") {
+			t.Errorf("policyViolations %+v, want one saying the CRD is missing", ws.Status.PolicyViolations)
+		}
+		jobs := &batchv1.JobList{}
+		if err := c.List(ctx, jobs, client.InNamespace("jobs"), client.MatchingLabels{keys.Workspace: "unchecked"}); err != nil || len(jobs.Items) != 0 {
+			t.Errorf("%d Jobs (%v) for a plan that must not run", len(jobs.Items), err)
+		}
+	})
+
+	t.Run("missing ServiceAccount fails the plan", func(t *testing.T) {
+		key := newWorkspace(t, c, "jobs", "no-sa", repo.URL(), func(ws *magosv1.Workspace) { ws.Spec.ServiceAccountName = "absent-sa" })
+		ws := pendingRun(t, c, key, magosv1.ReasonAwaitingRollout, "")
+		grant(t, c, key, ws.Status.CurrentRunID)
+		ws = waitFor(t, c, key, 60*time.Second, inPhase(magosv1.PhaseFailed, magosv1.ReasonPlanFailed))
+		if err := contains(ws.Status.Message, `ServiceAccount "absent-sa" not found`); err != nil {
+			t.Error(err)
+		}
+	})
+
+	t.Run("a Job that cannot be created is Degraded, not Failed", func(t *testing.T) {
+		policy := &admissionv1.ValidatingAdmissionPolicy{
+			ObjectMeta: metav1.ObjectMeta{Name: "deny-jobs"},
+			Spec: admissionv1.ValidatingAdmissionPolicySpec{
+				FailurePolicy: ptr.To(admissionv1.Fail),
+				MatchConstraints: &admissionv1.MatchResources{
+					NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": "blocked"}},
+					ResourceRules: []admissionv1.NamedRuleWithOperations{{RuleWithOperations: admissionv1.RuleWithOperations{
+						Operations: []admissionv1.OperationType{admissionv1.Create},
+						Rule:       admissionv1.Rule{APIGroups: []string{"batch"}, APIVersions: []string{"v1"}, Resources: []string{"jobs"}},
+					}}},
+				},
+				Validations: []admissionv1.Validation{{Expression: "false", Message: "Jobs are blocked in this namespace"}},
+			},
+		}
+		binding := &admissionv1.ValidatingAdmissionPolicyBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: "deny-jobs"},
+			Spec:       admissionv1.ValidatingAdmissionPolicyBindingSpec{PolicyName: "deny-jobs", ValidationActions: []admissionv1.ValidationAction{admissionv1.Deny}},
+		}
+		objects := []client.Object{
+			&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "blocked"}},
+			&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: "blocked", Name: magosv1.DefaultServiceAccountName}},
+			policy, binding,
+		}
+		for _, o := range objects {
+			if err := createWithRetry(ctx, c, o); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// Wait until the API server enforces the policy.
+		testenv.Eventually(t, 30*time.Second, func() error {
+			probe := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: "blocked", Name: "probe"}, Spec: batchv1.JobSpec{
+				Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever,
+					Containers: []corev1.Container{{Name: "c", Image: "x"}}}}}}
+			if err := c.Create(ctx, probe, client.DryRunAll); err == nil {
+				return fmt.Errorf("Job creation not blocked yet")
+			}
+			return nil
+		})
+		key := newWorkspace(t, c, "blocked", "blocked", repo.URL(), nil)
+		ws := pendingRun(t, c, key, magosv1.ReasonAwaitingRollout, "")
+		grant(t, c, key, ws.Status.CurrentRunID)
+		ws = waitFor(t, c, key, 60*time.Second, func(ws *magosv1.Workspace) error {
+			cond := condition(ws, magosv1.ConditionDegraded)
+			if cond == nil || cond.Status != metav1.ConditionTrue || cond.Reason != "LaunchFailed" {
+				return fmt.Errorf("Degraded %+v, want True/LaunchFailed", cond)
+			}
+			return inPhase(magosv1.PhasePlanning, "")(ws)
+		})
+		if err := contains(condition(ws, magosv1.ConditionDegraded).Message, "Jobs are blocked in this namespace"); err != nil {
+			t.Error(err)
+		}
+		if err := c.Delete(ctx, binding); err != nil {
+			t.Fatal(err)
+		}
+		runJob(t, c, ws, runner.OperationPlan) // the retry creates it
+		testenv.Consistently(t, time.Second, func() error { return expectPhase(c, key, magosv1.PhasePlanning) })
+	})
+}
+
+// runJob waits for the Job of the Workspace's current run and operation.
+func runJob(t *testing.T, c client.Client, ws *magosv1.Workspace, op runner.Operation) *batchv1.Job {
+	t.Helper()
+	job := &batchv1.Job{}
+	key := types.NamespacedName{Namespace: ws.Namespace, Name: execution.JobName(ws.Name, op, ws.Status.CurrentRunID)}
+	testenv.Eventually(t, 60*time.Second, func() error { return c.Get(context.Background(), key, job) })
+	return job
+}
+
+// checkJob asserts the Job's spec.
+func checkJob(t *testing.T, c client.Client, ws *magosv1.Workspace, job *batchv1.Job, op runner.Operation, sha string, deadline int64, podAnnotations map[string]string) {
+	t.Helper()
+	if len(job.Name) > 63 || !regexp.MustCompile(`^w+-`+string(op)+`-[0-9a-f]{8}$`).MatchString(job.Name) {
+		t.Errorf("Job name %q (%d chars): want <name cut>-%s-<8 hex>, at most 63", job.Name, len(job.Name), op)
+	}
+	wantLabels := map[string]string{keys.Workspace: ws.Name, keys.JobType: string(op), keys.RunID: ws.Status.CurrentRunID}
+	for k, v := range wantLabels {
+		if job.Labels[k] != v || job.Spec.Template.Labels[k] != v {
+			t.Errorf("label %s: Job %q Pod %q, want %q", k, job.Labels[k], job.Spec.Template.Labels[k], v)
+		}
+	}
+	if owner := metav1.GetControllerOf(job); owner == nil || owner.UID != ws.UID || owner.Kind != "Workspace" {
+		t.Errorf("controller owner %+v, want the Workspace", owner)
+	}
+	spec := job.Spec
+	if ptr.Deref(spec.BackoffLimit, -1) != 0 || ptr.Deref(spec.ActiveDeadlineSeconds, 0) != deadline {
+		t.Errorf("backoffLimit %v activeDeadlineSeconds %v, want 0 and %d", spec.BackoffLimit, spec.ActiveDeadlineSeconds, deadline)
+	}
+	pod := spec.Template.Spec
+	if pod.RestartPolicy != corev1.RestartPolicyNever || pod.ServiceAccountName != "runner-sa" {
+		t.Errorf("restartPolicy %s serviceAccountName %s", pod.RestartPolicy, pod.ServiceAccountName)
+	}
+	for k, v := range podAnnotations {
+		if spec.Template.Annotations[k] != v {
+			t.Errorf("pod annotation %s = %q, want %q", k, spec.Template.Annotations[k], v)
+		}
+	}
+	psc := pod.SecurityContext
+	if psc == nil || !ptr.Deref(psc.RunAsNonRoot, false) || psc.SeccompProfile == nil || psc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
+		t.Errorf("pod security context %+v: want runAsNonRoot and seccomp RuntimeDefault", psc)
+	}
+	if len(pod.Containers) != 1 {
+		t.Fatalf("%d containers, want 1", len(pod.Containers))
+	}
+	ctr := pod.Containers[0]
+	if ctr.Image != runnerImage || strings.Join(ctr.Command, " ") != "magos-agent runner" {
+		t.Errorf("image %q command %v, want %s [magos-agent runner]", ctr.Image, ctr.Command, runnerImage)
+	}
+	sc := ctr.SecurityContext
+	if sc == nil || ptr.Deref(sc.AllowPrivilegeEscalation, true) || !ptr.Deref(sc.ReadOnlyRootFilesystem, false) ||
+		sc.Capabilities == nil || len(sc.Capabilities.Drop) != 1 || sc.Capabilities.Drop[0] != "ALL" {
+		t.Errorf("container security context %+v: want no privilege escalation, read-only root, drop ALL", sc)
+	}
+	if ctr.Resources.Requests.Cpu().String() != "100m" || ctr.Resources.Limits.Memory().String() != "1Gi" {
+		t.Errorf("resources %+v", ctr.Resources)
+	}
+	mounts := map[string]string{}
+	for _, m := range ctr.VolumeMounts {
+		mounts[m.MountPath] = m.Name
+	}
+	volumes := map[string]corev1.Volume{}
+	for _, v := range pod.Volumes {
+		volumes[v.Name] = v
+	}
+	if v := volumes[mounts["/workspace-data"]]; v.PersistentVolumeClaim == nil || v.PersistentVolumeClaim.ClaimName != ws.Name+"-data" {
+		t.Errorf("/workspace-data is %+v, want the PVC %s-data", v, ws.Name)
+	}
+	if v := volumes[mounts["/tmp"]]; v.EmptyDir == nil {
+		t.Errorf("/tmp is %+v, want an emptyDir", v)
+	}
+	pvc := &corev1.PersistentVolumeClaim{}
+	if err := c.Get(context.Background(), types.NamespacedName{Namespace: ws.Namespace, Name: ws.Name + "-data"}, pvc); err != nil {
+		t.Errorf("data PVC: %v", err)
+	} else if owner := metav1.GetControllerOf(pvc); owner == nil || owner.UID != ws.UID ||
+		pvc.Spec.AccessModes[0] != corev1.ReadWriteOnce || pvc.Spec.Resources.Requests.Storage().String() != "1Gi" {
+		t.Errorf("data PVC %+v: want RWO 1Gi owned by the Workspace", pvc.Spec)
+	}
+
+	env := map[string]corev1.EnvVar{}
+	for _, e := range ctr.Env {
+		env[e.Name] = e
+	}
+	var rs runner.Spec
+	if err := json.Unmarshal([]byte(env[runner.EnvSpec].Value), &rs); err != nil {
+		t.Fatalf("%s: %v", runner.EnvSpec, err)
+	}
+	if rs.Operation != op || rs.RunID != ws.Status.CurrentRunID || rs.Revision != sha || rs.RepoURL != ws.Spec.Source.RepoURL ||
+		rs.PlanFile != "/workspace-data/"+rs.RunID+".tfplan" || rs.Backend.Kubernetes == nil || rs.Backend.Kubernetes.Namespace != ws.Namespace {
+		t.Errorf("run spec %+v", rs)
+	}
+	if e := env["TF_VAR_greeting"]; e.Value != "hi" {
+		t.Errorf("TF_VAR_greeting = %+v, want the literal hi", e)
+	}
+	if e := env["AWS_REGION"]; e.Value != "eu-west-1" {
+		t.Errorf("AWS_REGION = %+v", e)
+	}
+	secretRef := func(name, secret, key string) {
+		e := env[name]
+		if e.Value != "" || e.ValueFrom == nil || e.ValueFrom.SecretKeyRef == nil ||
+			e.ValueFrom.SecretKeyRef.Name != secret || e.ValueFrom.SecretKeyRef.Key != key {
+			t.Errorf("%s = %+v: want a reference to Secret %s key %s, never the value", name, e, secret, key)
+		}
+	}
+	secretRef("TF_VAR_token", "app-secrets", "token")
+	secretRef(runner.EnvGitUsername, "git-creds", "username")
+	secretRef(runner.EnvGitPassword, "git-creds", "password")
+	raw, _ := json.Marshal(job)
+	for _, secret := range []string{"s3cr3t", "hunter2"} {
+		if strings.Contains(string(raw), secret) {
+			t.Errorf("the Job holds the secret value %q", secret)
+		}
+	}
+}
+
+// finishJob plays kubelet and Job controller: a Pod whose runner container terminated with
+// the result as its termination message (none when result is nil), then the Job's final
+// conditions (Failed with failMessage when it is set or the result is not a success).
+func finishJob(t *testing.T, c client.Client, job *batchv1.Job, result *runner.Result, failMessage string) {
+	t.Helper()
+	ctx := context.Background()
+	succeeded := result != nil && result.Outcome == runner.OutcomeSucceeded && failMessage == ""
+	now := metav1.Now()
+	start := metav1.NewTime(now.Add(-5 * time.Second))
+	if result != nil {
+		msg, err := result.Encode()
+		if err != nil {
+			t.Fatal(err)
+		}
+		pod := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Namespace: job.Namespace, Name: job.Name + "-abcde", Labels: map[string]string{execution.JobNameLabel: job.Name}},
+			Spec:       *job.Spec.Template.Spec.DeepCopy(),
+		}
+		for k, v := range job.Spec.Template.Labels {
+			pod.Labels[k] = v
+		}
+		if err := createWithRetry(ctx, c, pod); err != nil {
+			t.Fatalf("creating the Pod: %v", err)
+		}
+		exit, phase := int32(0), corev1.PodSucceeded
+		if !succeeded {
+			exit, phase = 1, corev1.PodFailed
+		}
+		pod.Status = corev1.PodStatus{Phase: phase, StartTime: &start, ContainerStatuses: []corev1.ContainerStatus{{
+			Name: execution.ContainerName, Image: runnerImage, ImageID: runnerImage,
+			State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
+				ExitCode: exit, Message: string(msg), StartedAt: start, FinishedAt: now, Reason: "Completed",
+			}},
+		}}}
+		if err := c.Status().Update(ctx, pod); err != nil {
+			t.Fatalf("setting the Pod status: %v", err)
+		}
+	}
+	testenv.Eventually(t, 30*time.Second, func() error {
+		cur := &batchv1.Job{}
+		if err := c.Get(ctx, client.ObjectKeyFromObject(job), cur); err != nil {
+			return err
+		}
+		cur.Status.StartTime = &start
+		if succeeded {
+			cur.Status.Succeeded = 1
+			cur.Status.CompletionTime = &now
+			cur.Status.Conditions = []batchv1.JobCondition{
+				{Type: batchv1.JobSuccessCriteriaMet, Status: corev1.ConditionTrue, LastTransitionTime: now, Reason: "CompletionsReached"},
+				{Type: batchv1.JobComplete, Status: corev1.ConditionTrue, LastTransitionTime: now, Reason: "CompletionsReached"},
+			}
+		} else {
+			reason, msg := "BackoffLimitExceeded", "Job has reached the specified backoff limit"
+			if failMessage != "" {
+				reason, msg = "DeadlineExceeded", failMessage
+			}
+			cur.Status.Failed = 1
+			cur.Status.Conditions = []batchv1.JobCondition{
+				{Type: batchv1.JobFailureTarget, Status: corev1.ConditionTrue, LastTransitionTime: now, Reason: reason, Message: msg},
+				{Type: batchv1.JobFailed, Status: corev1.ConditionTrue, LastTransitionTime: now, Reason: reason, Message: msg},
+			}
+		}
+		return c.Status().Update(ctx, cur)
+	})
+}

@@ -1,0 +1,395 @@
+package workspace
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/magosfleet/magos/agent/execution"
+	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
+	"github.com/magosfleet/magos/pkg/gitrepo"
+	"github.com/magosfleet/magos/pkg/keys"
+	"github.com/magosfleet/magos/pkg/runner"
+)
+
+// NewRunID mints a run ID: YYYYMMDDTHHMMSS-<8 lowercase hex>, UTC.
+func NewRunID(now time.Time) string {
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	return now.UTC().Format("20060102T150405") + "-" + hex.EncodeToString(b)
+}
+
+// resetKind is why a new run becomes due.
+type resetKind struct {
+	reason, trigger, message string
+}
+
+func resetInitial(*magosv1.Workspace) resetKind {
+	return resetKind{magosv1.ReasonAwaitingRollout, magosv1.TriggerInitial,
+		"Waiting for the Rollout controller to schedule this Workspace for execution"}
+}
+
+func resetConfiguration(ws *magosv1.Workspace) resetKind {
+	return resetKind{magosv1.ReasonConfigurationChanged, magosv1.TriggerConfiguration,
+		fmt.Sprintf("Spec changed (generation %d); waiting for a grant to run it", ws.Generation)}
+}
+
+// resetReason says whether a settled Workspace needs a new run, first match wins:
+// configuration changed, schedule due (re-plan or retry), new revision, manual request.
+func (r *Reconciler) resetReason(ws *magosv1.Workspace, sched Schedule) (resetKind, bool) {
+	phase := ws.Status.Phase
+	if !settled(phase) {
+		return resetKind{}, false
+	}
+	if ws.Generation != ws.Status.ObservedGeneration {
+		return resetConfiguration(ws), true
+	}
+	if sched.Due {
+		every := fmt.Sprintf(" (every %s)", sched.Interval)
+		switch {
+		case phase == magosv1.PhaseApplied:
+			return resetKind{magosv1.ReasonScheduledReconcile, magosv1.TriggerScheduled, "Scheduled re-plan" + every}, true
+		case phase == magosv1.PhaseFailed && ws.Status.Reason == magosv1.ReasonApplyFailed:
+			return resetKind{magosv1.ReasonRetryApply, magosv1.TriggerRetry, "Retrying after a failed apply" + every}, true
+		case phase == magosv1.PhaseFailed || phase == magosv1.PhaseValidationFailed:
+			return resetKind{magosv1.ReasonRetryPlan, magosv1.TriggerRetry, "Retrying after a failed plan" + every}, true
+		}
+	}
+	if d := ws.Annotations[keys.DetectedRevision]; d != "" && d != ws.Status.ObservedRevision && d != ws.Status.CurrentRevision {
+		return resetKind{magosv1.ReasonNewRevisionDetected, magosv1.TriggerRevision, "RefWatcher detected new revision " + d}, true
+	}
+	if req := ws.Annotations[keys.ReconcileRequest]; req != "" {
+		return resetKind{magosv1.ReasonManualReconcileRequested, magosv1.TriggerManual, "Manual reconcile requested at " + req}, true
+	}
+	return resetKind{}, false
+}
+
+// reset starts a new run: a new run ID, phase Pending written first, then the annotations the
+// new run satisfies are consumed (reconcile-request; a manual grant the abandoned run used).
+func (r *Reconciler) reset(ctx context.Context, ws *magosv1.Workspace, sched Schedule, why resetKind) (step, error) {
+	from := ws.Status.Phase
+	ws.Status.CurrentRunID = NewRunID(r.opts.Now())
+	ws.Status.CurrentRunTrigger = why.trigger
+	ws.Status.PolicyViolations = nil
+	setPhase(ws, magosv1.PhasePending, why.reason, why.message)
+	if err := r.commit(ctx, ws, sched, from); err != nil {
+		return step{}, err
+	}
+	log.FromContext(ctx).Info("run due", "runID", ws.Status.CurrentRunID, "reason", why.reason)
+	remove := map[string]string{}
+	if v := ws.Annotations[keys.ReconcileRequest]; v != "" {
+		remove[keys.ReconcileRequest] = v
+	}
+	if d := ws.Annotations[keys.DetectedRevision]; d != "" && why.reason == magosv1.ReasonConfigurationChanged {
+		// The spec (maybe the repository or ref) changed: the new run resolves its ref afresh
+		// rather than trust a commit detected for the old one.
+		remove[keys.DetectedRevision] = d
+	}
+	if from == magosv1.PhasePlanned && manualGrant(ws) {
+		// The abandoned run's plan used it.
+		remove[keys.ExecutionAllowed] = "true"
+	}
+	if err := r.removeAnnotations(ctx, ws, remove); err != nil {
+		return step{}, err
+	}
+	return step{again: true}, nil
+}
+
+// manualGrant reports a grant without granted-run (a person or upstream tooling wrote it):
+// honoured once, then removed when its run ends.
+func manualGrant(ws *magosv1.Workspace) bool {
+	_, fenced := ws.Annotations[keys.GrantedRun]
+	return ws.Annotations[keys.ExecutionAllowed] == "true" && !fenced
+}
+
+// startPlan starts the plan of a Pending Workspace that holds a grant for its current run.
+func (r *Reconciler) startPlan(ctx context.Context, ws *magosv1.Workspace, sched Schedule) (step, error) {
+	if ws.Annotations[keys.ExecutionAllowed] != "true" {
+		return step{}, nil
+	}
+	if granted, fenced := ws.Annotations[keys.GrantedRun]; fenced && granted != ws.Status.CurrentRunID {
+		r.reportStaleGrant(ws, granted)
+		return step{}, nil
+	}
+	from := ws.Status.Phase
+	run, err := r.prepare(ctx, ws, runner.OperationPlan, "")
+	if err != nil {
+		if fail, ok := asRunFailure(err); ok {
+			ws.Status.ObservedGeneration = ws.Generation
+			return r.failRun(ctx, ws, sched, from, fail)
+		}
+		return step{}, err
+	}
+	ws.Status.CurrentRevision = run.Spec.Revision
+	ws.Status.ObservedGeneration = ws.Generation
+	ws.Status.PolicyViolations = nil
+	ws.Status.ResourceChanges = nil
+	setPhase(ws, magosv1.PhasePlanning, magosv1.ReasonPlanJobCreated,
+		fmt.Sprintf("Planning commit %s (run %s)", short(run.Spec.Revision), ws.Status.CurrentRunID))
+	if err := r.commit(ctx, ws, sched, from); err != nil {
+		return step{}, err
+	}
+	remove := map[string]string{}
+	if v := ws.Annotations[keys.ReconcileRequest]; v != "" {
+		remove[keys.ReconcileRequest] = v // this run satisfies it
+	}
+	if err := r.removeAnnotations(ctx, ws, remove); err != nil {
+		return step{}, err
+	}
+	if err := r.opts.Launcher.Prune(ctx, ws, ws.Status.CurrentRunID); err != nil {
+		log.FromContext(ctx).Error(err, "pruning old runs")
+	}
+	run.Workspace = ws
+	return r.launch(ctx, ws, sched, run)
+}
+
+// launch starts a run. A launch the user must fix (a missing ServiceAccount) fails the run;
+// any other launch error is retried and reported as Degraded.
+func (r *Reconciler) launch(ctx context.Context, ws *magosv1.Workspace, sched Schedule, run *execution.Run) (step, error) {
+	err := r.opts.Launcher.Start(ctx, run)
+	switch {
+	case err == nil:
+		return step{}, nil
+	case execution.IsConfigError(err):
+		from := ws.Status.Phase
+		switch run.Spec.Operation {
+		case runner.OperationDestroy:
+			setPhase(ws, magosv1.PhaseDeleting, magosv1.ReasonDestroyFailed, destroyFailedMessage(ws, err.Error()))
+			return step{}, r.commit(ctx, ws, sched, from)
+		case runner.OperationApply:
+			return r.failRun(ctx, ws, sched, from, &runFailure{phase: magosv1.PhaseFailed, reason: magosv1.ReasonApplyFailed, message: err.Error()})
+		default:
+			return r.failRun(ctx, ws, sched, from, &runFailure{phase: magosv1.PhaseFailed, reason: magosv1.ReasonPlanFailed, message: err.Error()})
+		}
+	default:
+		return step{}, transient(ReasonLaunchFailed, fmt.Errorf("starting the %s of run %s: %w", run.Spec.Operation, run.Spec.RunID, err))
+	}
+}
+
+// startApply moves a successful plan to Applying and starts the apply. plan, when not nil, is
+// the plan run that just ended (recorded once the status says so).
+func (r *Reconciler) startApply(ctx context.Context, ws *magosv1.Workspace, sched Schedule, plan *finishedRun) (step, error) {
+	from := ws.Status.Phase
+	setPhase(ws, magosv1.PhaseApplying, magosv1.ReasonApplyJobCreated,
+		fmt.Sprintf("Applying commit %s (run %s)", short(ws.Status.CurrentRevision), ws.Status.CurrentRunID))
+	if err := r.commit(ctx, ws, sched, from); err != nil {
+		return step{}, err
+	}
+	plan.record(ws)
+	return r.launchApply(ctx, ws)
+}
+
+// launchApply consumes the approval and starts (or restarts) the apply of the current run.
+func (r *Reconciler) launchApply(ctx context.Context, ws *magosv1.Workspace) (step, error) {
+	if v, ok := ws.Annotations[keys.Approved]; ok {
+		if err := r.removeAnnotations(ctx, ws, map[string]string{keys.Approved: v}); err != nil {
+			return step{}, err
+		}
+	}
+	run, err := r.prepare(ctx, ws, runner.OperationApply, ws.Status.CurrentRevision)
+	if err != nil {
+		if fail, ok := asRunFailure(err); ok {
+			fail.phase, fail.reason = magosv1.PhaseFailed, magosv1.ReasonApplyFailed
+			return r.failRun(ctx, ws, r.schedule(ws), ws.Status.Phase, fail)
+		}
+		return step{}, err
+	}
+	return r.launch(ctx, ws, r.schedule(ws), run)
+}
+
+// failRun ends the current run without running it (a configuration error found before the
+// launch) or after it failed.
+func (r *Reconciler) failRun(ctx context.Context, ws *magosv1.Workspace, sched Schedule, from magosv1.Phase, fail *runFailure) (step, error) {
+	ws.Status.PolicyViolations = fail.violations
+	setPhase(ws, fail.phase, fail.reason, fail.message)
+	if err := r.commit(ctx, ws, sched, from); err != nil {
+		return step{}, err
+	}
+	return step{}, r.endRun(ctx, ws)
+}
+
+// endRun removes what a finished run consumed: a manual grant.
+func (r *Reconciler) endRun(ctx context.Context, ws *magosv1.Workspace) error {
+	if manualGrant(ws) {
+		return r.removeAnnotations(ctx, ws, map[string]string{keys.ExecutionAllowed: "true"})
+	}
+	return nil
+}
+
+func opOf(phase magosv1.Phase) runner.Operation {
+	if phase == magosv1.PhaseApplying {
+		return runner.OperationApply
+	}
+	return runner.OperationPlan
+}
+
+// finishedRun is a run that ended, recorded in the metrics once its end is written.
+type finishedRun struct {
+	op     runner.Operation
+	status execution.Status
+}
+
+func (f *finishedRun) record(ws *magosv1.Workspace) {
+	if f == nil {
+		return
+	}
+	outcome := string(f.status.Result.Outcome)
+	runsTotal.WithLabelValues(string(f.op), outcome).Inc()
+	if d := f.status.Duration(); d > 0 {
+		runDurationSeconds.WithLabelValues(string(f.op), outcome).Observe(d.Seconds())
+		if f.status.Result.Outcome == runner.OutcomeSucceeded && f.op != runner.OperationDestroy {
+			jobDurationSeconds.WithLabelValues(ws.Namespace, ws.Name, string(f.op)).Observe(d.Seconds())
+		}
+	}
+}
+
+// observe follows the in-flight plan or apply of the current run. While deleting, a lost run
+// is not started again and a successful plan is not applied.
+func (r *Reconciler) observe(ctx context.Context, ws *magosv1.Workspace, sched Schedule, deleting bool) (step, error) {
+	from := ws.Status.Phase
+	op := opOf(from)
+	ref := execution.Ref{Namespace: ws.Namespace, Name: ws.Name, RunID: ws.Status.CurrentRunID, Operation: op}
+	st, err := r.opts.Launcher.Status(ctx, ref)
+	if err != nil {
+		return step{}, transient(ReasonRunStatusUnavailable, err)
+	}
+	r.active.update(statusKey(ws), true)
+	switch st.State {
+	case execution.StateNotFound:
+		if deleting {
+			return step{lost: true}, nil
+		}
+		if !gitrepo.IsSHA(ws.Status.CurrentRevision) || ref.RunID == "" {
+			// Never started by this agent (every run it starts has its commit recorded first):
+			// an old or foreign status. Start over with a fresh run, which needs a grant.
+			return r.reset(ctx, ws, sched, resetConfiguration(ws))
+		}
+		log.FromContext(ctx).Info("run not found, starting it", "runID", ref.RunID, "operation", op)
+		if op == runner.OperationApply {
+			return r.launchApply(ctx, ws)
+		}
+		run, err := r.prepare(ctx, ws, runner.OperationPlan, ws.Status.CurrentRevision)
+		if err != nil {
+			if fail, ok := asRunFailure(err); ok {
+				return r.failRun(ctx, ws, sched, from, fail)
+			}
+			return step{}, err
+		}
+		return r.launch(ctx, ws, sched, run)
+	case execution.StateRunning:
+		if ws.Status.Reason == magosv1.ReasonPlanJobCreated || ws.Status.Reason == magosv1.ReasonApplyJobCreated {
+			reason := magosv1.ReasonPlanning
+			if op == runner.OperationApply {
+				reason = magosv1.ReasonApplying
+			}
+			setPhase(ws, from, reason, ws.Status.Message)
+			return step{}, r.commit(ctx, ws, sched, from)
+		}
+		return step{}, nil
+	}
+	done := &finishedRun{op: op, status: st}
+	res := st.Result
+	if op == runner.OperationPlan {
+		switch res.Outcome {
+		case runner.OutcomeSucceeded:
+			ws.Status.ResourceChanges = &magosv1.ResourceChanges{Add: res.Add, Change: res.Change, Destroy: res.Destroy}
+			if !deleting && (ws.Spec.AutoApplies() || ws.Annotations[keys.Approved] == "true") {
+				return r.startApply(ctx, ws, sched, done)
+			}
+			setPhase(ws, magosv1.PhasePlanned, magosv1.ReasonPlanSucceeded, fmt.Sprintf(
+				"Plan of commit %s: %d to add, %d to change, %d to destroy; set magosproject.io/approved=true to apply",
+				short(ws.Status.CurrentRevision), res.Add, res.Change, res.Destroy))
+			if err := r.commit(ctx, ws, sched, from); err != nil {
+				return step{}, err
+			}
+			done.record(ws)
+			return step{again: deleting}, nil
+		case runner.OutcomePolicyViolation:
+			ws.Status.ResourceChanges = &magosv1.ResourceChanges{Add: res.Add, Change: res.Change, Destroy: res.Destroy}
+			fail := &runFailure{phase: magosv1.PhaseValidationFailed, reason: magosv1.ReasonPolicyViolation,
+				message: fmt.Sprintf("Plan violated %d policy rule(s)", len(res.Violations)), violations: violations(res)}
+			if res.Message != "" && len(res.Violations) == 0 {
+				fail.message = res.Message
+			}
+			next, err := r.failRun(ctx, ws, sched, from, fail)
+			if err == nil {
+				done.record(ws)
+			}
+			next.again = deleting
+			return next, err
+		default:
+			next, err := r.failRun(ctx, ws, sched, from, &runFailure{phase: magosv1.PhaseFailed, reason: magosv1.ReasonPlanFailed,
+				message: messageOr(res.Message, "the plan failed")})
+			if err == nil {
+				done.record(ws)
+			}
+			next.again = deleting
+			return next, err
+		}
+	}
+	if res.Outcome == runner.OutcomeSucceeded {
+		ws.Status.ObservedRevision = ws.Status.CurrentRevision
+		msg := fmt.Sprintf("Applied commit %s (run %s)", short(ws.Status.CurrentRevision), ws.Status.CurrentRunID)
+		if rc := ws.Status.ResourceChanges; rc != nil {
+			msg += fmt.Sprintf(": %d added, %d changed, %d destroyed", rc.Add, rc.Change, rc.Destroy)
+		}
+		setPhase(ws, magosv1.PhaseApplied, magosv1.ReasonApplySucceeded, msg)
+		if err := r.commit(ctx, ws, sched, from); err != nil {
+			return step{}, err
+		}
+		done.record(ws)
+		remove := map[string]string{}
+		if d := ws.Annotations[keys.DetectedRevision]; d != "" && d == ws.Status.ObservedRevision {
+			remove[keys.DetectedRevision] = d
+		}
+		if manualGrant(ws) {
+			remove[keys.ExecutionAllowed] = "true"
+		}
+		return step{again: deleting}, r.removeAnnotations(ctx, ws, remove)
+	}
+	next, err := r.failRun(ctx, ws, sched, from, &runFailure{phase: magosv1.PhaseFailed, reason: magosv1.ReasonApplyFailed,
+		message: messageOr(res.Message, "the apply failed")})
+	if err == nil {
+		done.record(ws)
+	}
+	next.again = deleting
+	return next, err
+}
+
+func violations(res runner.Result) []magosv1.PolicyViolation {
+	out := make([]magosv1.PolicyViolation, 0, len(res.Violations))
+	for _, v := range res.Violations {
+		out = append(out, magosv1.PolicyViolation{Policy: v.Policy, Message: v.Message})
+	}
+	return out
+}
+
+func messageOr(msg, def string) string {
+	if msg == "" {
+		return def
+	}
+	return msg
+}
+
+func short(sha string) string {
+	if len(sha) > 12 {
+		return sha[:12]
+	}
+	return sha
+}
+
+// reportStaleGrant emits one StaleGrant event per stale grant seen.
+func (r *Reconciler) reportStaleGrant(ws *magosv1.Workspace, granted string) {
+	mark := granted + "/" + ws.Status.CurrentRunID
+	if prev, ok := r.staleGrants.Load(statusKey(ws)); ok && prev == mark {
+		return
+	}
+	r.staleGrants.Store(statusKey(ws), mark)
+	r.recorder.Eventf(ws, nil, corev1.EventTypeNormal, "StaleGrant", "Ignore",
+		"Ignoring the grant for run %s: the current run is %s", granted, ws.Status.CurrentRunID)
+}

@@ -1,0 +1,214 @@
+package workspace
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/go-git/go-git/v5/plumbing/transport"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/magosfleet/magos/agent/credentials"
+	"github.com/magosfleet/magos/agent/execution"
+	"github.com/magosfleet/magos/agent/variables"
+	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
+	"github.com/magosfleet/magos/pkg/gitrepo"
+	"github.com/magosfleet/magos/pkg/keys"
+	"github.com/magosfleet/magos/pkg/policy"
+	"github.com/magosfleet/magos/pkg/runner"
+)
+
+// PolicyListGVK is the list kind of Kyverno ValidatingPolicies the agent reads.
+var PolicyListGVK = schema.GroupVersionKind{Group: policy.Group, Version: "v1", Kind: policy.Kind + "List"}
+
+// prepare builds the run of op for the Workspace's current run ID at revision (resolved when
+// empty). A *runFailure error is the user's to fix; any other error is transient.
+func (r *Reconciler) prepare(ctx context.Context, ws *magosv1.Workspace, op runner.Operation, revision string) (*execution.Run, error) {
+	creds, err := credentials.Find(ctx, r.client, ws.Namespace, ws.Spec.Source.RepoURL)
+	if err != nil {
+		return nil, transient(ReasonAPIError, err)
+	}
+	if revision == "" {
+		if revision, err = r.resolveRevision(ctx, ws, creds); err != nil {
+			return nil, err
+		}
+	}
+	project, err := r.project(ctx, ws)
+	if err != nil {
+		return nil, err
+	}
+	env, err := variables.Build(ctx, r.reader, ws, project)
+	if err != nil {
+		if variables.IsConfigError(err) {
+			return nil, planFailure("%s", err.Error())
+		}
+		return nil, transient(ReasonAPIError, err)
+	}
+	env = append(env, creds.EnvVars()...)
+
+	spec := runner.Spec{
+		Operation:  op,
+		RunID:      ws.Status.CurrentRunID,
+		Namespace:  ws.Namespace,
+		Name:       ws.Name,
+		RepoURL:    ws.Spec.Source.RepoURL,
+		Revision:   revision,
+		Path:       ws.Spec.Source.Path,
+		TfvarsPath: ws.Spec.Terraform.TfvarsPath,
+		Binary:     ws.Spec.Terraform.Binary,
+		Version:    ws.Spec.Terraform.Version,
+	}
+	if spec.Path == "" {
+		spec.Path = "."
+	}
+	if spec.Binary == "" {
+		spec.Binary = magosv1.BinaryOpenTofu
+	}
+	overrides := ws.Spec.Apply
+	if op == runner.OperationPlan {
+		overrides = ws.Spec.Plan
+		if spec.Policies, err = r.policies(ctx, ws, project); err != nil {
+			return nil, err
+		}
+	}
+	annotations := maps.Clone(ws.Spec.Annotations)
+	var timeout time.Duration
+	if overrides != nil {
+		if annotations == nil && len(overrides.Annotations) > 0 {
+			annotations = map[string]string{}
+		}
+		maps.Copy(annotations, overrides.Annotations)
+		if overrides.TimeoutSeconds != nil {
+			timeout = time.Duration(*overrides.TimeoutSeconds) * time.Second
+		}
+	}
+	return &execution.Run{
+		Workspace:          ws,
+		Spec:               spec,
+		Env:                env,
+		Timeout:            timeout,
+		PodAnnotations:     annotations,
+		ServiceAccountName: ws.Spec.ServiceAccountName,
+	}, nil
+}
+
+// resolveRevision returns the commit to run: the detected revision when the ref watcher saw
+// one, else the target revision resolved now.
+func (r *Reconciler) resolveRevision(ctx context.Context, ws *magosv1.Workspace, creds *credentials.Credentials) (string, error) {
+	if d := ws.Annotations[keys.DetectedRevision]; gitrepo.IsSHA(d) {
+		return strings.ToLower(d), nil
+	}
+	ref := ws.Spec.Source.TargetRevision
+	if gitrepo.IsSHA(ref) {
+		return strings.ToLower(ref), nil
+	}
+	var auth gitrepo.Auth
+	if creds != nil {
+		auth = creds.Auth
+	}
+	rctx, cancel := context.WithTimeout(ctx, r.opts.GitTimeout)
+	defer cancel()
+	sha, err := r.opts.ResolveRevision(rctx, gitrepo.ResolveOptions{URL: ws.Spec.Source.RepoURL, Ref: ref, Auth: auth})
+	if err != nil {
+		if userGitError(err) {
+			return "", planFailure("resolving %q: %s", ref, err.Error())
+		}
+		return "", transient(ReasonGitUnavailable, fmt.Errorf("resolving %q: %w", ref, err))
+	}
+	return sha, nil
+}
+
+// userGitError reports git errors only the user can fix: a repository or ref that does not
+// exist, credentials that are refused or unreadable, a malformed URL. Anything else (timeouts,
+// connection errors) is an outage, retried.
+func userGitError(err error) bool {
+	for _, target := range []error{
+		transport.ErrRepositoryNotFound, transport.ErrEmptyRemoteRepository,
+		transport.ErrAuthenticationRequired, transport.ErrAuthorizationFailed, transport.ErrInvalidAuthMethod,
+	} {
+		if errors.Is(err, target) {
+			return true
+		}
+	}
+	msg := err.Error()
+	for _, s := range []string{
+		"not found (tried branch", // gitrepo: the ref does not exist
+		"repository not found",
+		"does not appear to be a git repository",
+		"parsing repository URL",
+		"reading the SSH private key",
+		"parsing known hosts",
+		"no HEAD",
+	} {
+		if strings.Contains(msg, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// project returns the Workspace's Project in its own namespace of this cluster, or nil.
+func (r *Reconciler) project(ctx context.Context, ws *magosv1.Workspace) (*magosv1.Project, error) {
+	p := &magosv1.Project{}
+	err := r.reader.Get(ctx, client.ObjectKey{Namespace: ws.Namespace, Name: ws.Spec.ProjectRef.Name}, p)
+	switch {
+	case err == nil:
+		return p, nil
+	case apierrors.IsNotFound(err) || apimeta.IsNoMatchError(err):
+		return nil, nil
+	default:
+		return nil, transient(ReasonAPIError, fmt.Errorf("reading Project %s/%s: %w", ws.Namespace, ws.Spec.ProjectRef.Name, err))
+	}
+}
+
+// policies returns the policies the plan must satisfy: those selected by the Workspace's
+// policySelector, else the Project's; an empty selector selects every policy. A policy that
+// cannot be read travels with its error, so the runner fails the plan (fail closed); policies
+// that cannot be listed at all (no CRD) fail it here.
+func (r *Reconciler) policies(ctx context.Context, ws *magosv1.Workspace, project *magosv1.Project) ([]runner.Policy, error) {
+	var sel *magosv1.LabelSelector
+	switch {
+	case ws.Spec.Validation != nil && ws.Spec.Validation.PolicySelector != nil:
+		sel = ws.Spec.Validation.PolicySelector
+	case project != nil && project.Spec.Validation != nil:
+		sel = project.Spec.Validation.PolicySelector
+	}
+	if sel == nil {
+		return nil, nil
+	}
+	selector, err := sel.AsSelector()
+	if err != nil {
+		return nil, &runFailure{phase: magosv1.PhaseValidationFailed, reason: magosv1.ReasonPolicyViolation,
+			message:    "Plan not run: the policySelector is invalid",
+			violations: []magosv1.PolicyViolation{{Policy: "policySelector", Message: fmt.Sprintf("invalid policySelector: %v", err)}}}
+	}
+	list := &unstructured.UnstructuredList{}
+	list.SetGroupVersionKind(PolicyListGVK)
+	if err := r.reader.List(ctx, list, client.MatchingLabelsSelector{Selector: selector}); err != nil {
+		if apimeta.IsNoMatchError(err) || apierrors.IsNotFound(err) {
+			return nil, &runFailure{phase: magosv1.PhaseValidationFailed, reason: magosv1.ReasonPolicyViolation,
+				message: "Plan not run: policies are selected but cannot be read",
+				violations: []magosv1.PolicyViolation{{Policy: "validatingpolicies.policies.kyverno.io",
+					Message: "a policySelector is set but the ValidatingPolicy CRD (policies.kyverno.io/v1) is not installed in this cluster; no plan runs unchecked (fail closed)"}}}
+		}
+		return nil, transient(ReasonAPIError, fmt.Errorf("listing ValidatingPolicies: %w", err))
+	}
+	sort.Slice(list.Items, func(i, j int) bool { return list.Items[i].GetName() < list.Items[j].GetName() })
+	out := make([]runner.Policy, 0, len(list.Items))
+	for i := range list.Items {
+		p, err := policy.FromValidatingPolicy(&list.Items[i])
+		if err != nil {
+			p = runner.Policy{Name: list.Items[i].GetName(), Error: err.Error()}
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}

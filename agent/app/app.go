@@ -28,6 +28,7 @@ import (
 
 	"github.com/magosfleet/magos/agent/credentials"
 	"github.com/magosfleet/magos/agent/execution"
+	"github.com/magosfleet/magos/agent/hubsync"
 	"github.com/magosfleet/magos/agent/revision"
 	"github.com/magosfleet/magos/agent/workspace"
 	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
@@ -96,6 +97,9 @@ type Options struct {
 	Logger logr.Logger
 	// SkipNameValidation allows several agents in one process (tests, the dev environment).
 	SkipNameValidation bool
+	// HubSync connects the agent to its hub (mirrors up, decisions down, heartbeat); nil runs
+	// the agent without a hub.
+	HubSync *hubsync.Options
 }
 
 // Scheme returns the agent's scheme: Kubernetes built-in kinds and the Magos kinds.
@@ -200,8 +204,11 @@ func NewManager(opts Options) (manager.Manager, error) {
 		return nil, fmt.Errorf("agent: ref watcher: %w", err)
 	}
 
-	// HUB SYNC HOOK (for the lead): mirror Workspaces to the hub and carry decisions back:
-	//   if err := hubsync.SetupWithManager(mgr, hubsync.Options{...}); err != nil { ... }
+	if opts.HubSync != nil {
+		if err := hubsync.SetupWithManager(mgr, *opts.HubSync); err != nil {
+			return nil, fmt.Errorf("connecting to the hub: %w", err)
+		}
+	}
 
 	return mgr, nil
 }

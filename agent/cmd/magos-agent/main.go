@@ -19,27 +19,38 @@ import (
 	"github.com/spf13/pflag"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/magosfleet/magos/agent/app"
+	"github.com/magosfleet/magos/agent/hubsync"
 	"github.com/magosfleet/magos/pkg/config"
 	"github.com/magosfleet/magos/pkg/logging"
 	"github.com/magosfleet/magos/pkg/runner"
 )
 
+// version is the agent's version, reported to the hub (set with -ldflags "-X main.version=...").
+var version = "v0.1.0-dev"
+
 // Config is the agent's configuration.
 type Config struct {
 	// Kubeconfig reaches the spoke cluster (in-cluster config or $KUBECONFIG if empty).
 	Kubeconfig string `mapstructure:"kubeconfig"`
-	// MetricsAddress serves /metrics ("0" turns it off).
-	MetricsAddress string `mapstructure:"metricsAddress"`
-	// HealthAddress serves /healthz and /readyz ("0" turns it off).
-	HealthAddress string `mapstructure:"healthAddress"`
-	// LeaderElection keeps one active agent per cluster.
-	LeaderElection bool `mapstructure:"leaderElection"`
+	// ClusterName is the name this cluster is registered under in the hub's config.
+	ClusterName string `mapstructure:"clusterName"`
+	// HubKubeconfig is the agent's bootstrap kubeconfig for the hub (from
+	// `magosctl agent-kubeconfig`); empty runs the agent without a hub (a single-cluster
+	// install, or a direct cluster the hub watches itself).
+	HubKubeconfig string `mapstructure:"hubKubeconfig"`
+	// MetricsBindAddress serves /metrics ("0" turns it off).
+	MetricsBindAddress string `mapstructure:"metricsBindAddress"`
+	// HealthProbeBindAddress serves /healthz and /readyz ("0" turns it off).
+	HealthProbeBindAddress string `mapstructure:"healthProbeBindAddress"`
+	// LeaderElect keeps one active agent per cluster.
+	LeaderElect bool `mapstructure:"leaderElect"`
 	// LeaderElectionNamespace holds the leader Lease (the Pod's namespace in a cluster).
 	LeaderElectionNamespace string `mapstructure:"leaderElectionNamespace"`
 	// ReconcileInterval is the default Workspace schedule (3m).
@@ -82,10 +93,10 @@ type LogConfig struct {
 // Defaults returns the default configuration.
 func Defaults() *Config {
 	return &Config{
-		MetricsAddress:    ":8080",
-		HealthAddress:     ":8081",
-		ReconcileInterval: 3 * time.Minute,
-		GitPollInterval:   30 * time.Second,
+		MetricsBindAddress:     ":8080",
+		HealthProbeBindAddress: ":8081",
+		ReconcileInterval:      3 * time.Minute,
+		GitPollInterval:        30 * time.Second,
 		Runner: RunnerConfig{
 			Mode:          app.RunnerJob,
 			CPURequest:    "100m",
@@ -119,6 +130,11 @@ func (c *Config) Validate() error {
 		}
 		if _, err := resource.ParseQuantity(v); err != nil {
 			errs.Add(key, "%q is not a quantity (for example 500m or 1Gi)", v)
+		}
+	}
+	if c.HubKubeconfig != "" {
+		if msgs := validation.IsDNS1123Label(c.ClusterName); len(msgs) > 0 || len(c.ClusterName) > 40 {
+			errs.Add("clusterName", "%q: with a hub kubeconfig the agent needs the name its cluster is registered under (a DNS label of at most 40 characters)", c.ClusterName)
 		}
 	}
 	if c.ReconcileInterval <= 0 {
@@ -184,9 +200,11 @@ func controller(ctx context.Context, args []string) error {
 	file := flags.String("config", "", "YAML configuration file")
 	def := Defaults()
 	flags.String("kubeconfig", "", "kubeconfig of the spoke cluster (default: in-cluster or $KUBECONFIG)")
-	flags.String("metrics-address", def.MetricsAddress, `address of /metrics ("0": off)`)
-	flags.String("health-address", def.HealthAddress, `address of /healthz and /readyz ("0": off)`)
-	flags.Bool("leader-election", false, "keep one active agent per cluster")
+	flags.String("cluster-name", "", "the name this cluster is registered under in the hub's config")
+	flags.String("hub-kubeconfig", "", "the agent's bootstrap kubeconfig for the hub (empty: no hub)")
+	flags.String("metrics-bind-address", def.MetricsBindAddress, `address of /metrics ("0": off)`)
+	flags.String("health-probe-bind-address", def.HealthProbeBindAddress, `address of /healthz and /readyz ("0": off)`)
+	flags.Bool("leader-elect", false, "keep one active agent per cluster")
 	flags.String("leader-election-namespace", "", "namespace of the leader Lease")
 	flags.Duration("reconcile-interval", def.ReconcileInterval, "default Workspace re-plan/retry interval")
 	flags.Duration("git-poll-interval", def.GitPollInterval, "default git ref poll interval")
@@ -217,11 +235,20 @@ func controller(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	var hub *hubsync.Options
+	if cfg.HubKubeconfig != "" {
+		hubConfig, err := clientcmd.BuildConfigFromFlags("", cfg.HubKubeconfig)
+		if err != nil {
+			return fmt.Errorf("reading the hub kubeconfig %s: %w", cfg.HubKubeconfig, err)
+		}
+		hub = &hubsync.Options{ClusterName: cfg.ClusterName, HubConfig: hubConfig, AgentVersion: version}
+	}
 	mgr, err := app.NewManager(app.Options{
+		HubSync:                  hub,
 		Config:                   restConfig,
-		MetricsAddress:           cfg.MetricsAddress,
-		HealthAddress:            cfg.HealthAddress,
-		LeaderElection:           cfg.LeaderElection,
+		MetricsAddress:           cfg.MetricsBindAddress,
+		HealthAddress:            cfg.HealthProbeBindAddress,
+		LeaderElection:           cfg.LeaderElect,
 		LeaderElectionNamespace:  cfg.LeaderElectionNamespace,
 		DefaultReconcileInterval: cfg.ReconcileInterval,
 		GitPollInterval:          cfg.GitPollInterval,

@@ -311,9 +311,9 @@ func TestInstallIntoAPIServer(t *testing.T) {
 
 	cs := kubernetes.NewForConfigOrDie(c.Config)
 	cases := []struct {
-		sa                                  string
+		sa                                 string
 		ns, verb, group, resource, subject string
-		allowed                             bool
+		allowed                            bool
 	}{
 		{"magos-agent", "payments", "create", "batch", "jobs", "", true},
 		{"magos-agent", "payments", "patch", "magosproject.io", "workspaces", "status", true},
@@ -400,4 +400,3 @@ func isNamespaced(kind string) bool {
 	}
 	return true
 }
-

@@ -38,6 +38,8 @@ type Options struct {
 	Timeout time.Duration
 	// Refresh is how often the view is redrawn when something changed (default 500ms).
 	Refresh time.Duration
+	// Paused creates the Rollout paused (tests resume it when they are ready).
+	Paused bool
 }
 
 // StepTime is when a step completed, from the start of the Rollout.
@@ -128,7 +130,7 @@ func Setup(ctx context.Context, fleet *devfleet.Fleet, opts Options) error {
 		return err
 	}
 	fmt.Fprintf(opts.Out, "demo: module committed to %s\n", repo)
-	if err := applyHub(ctx, fleet); err != nil {
+	if err := applyHub(ctx, fleet, opts.Paused); err != nil {
 		return err
 	}
 	for _, name := range fleet.Order {
@@ -252,7 +254,7 @@ func makeRepository(dir string) (url, branch string, err error) {
 	return "file://" + dir, head.Name().Short(), nil
 }
 
-func applyHub(ctx context.Context, fleet *devfleet.Fleet) error {
+func applyHub(ctx context.Context, fleet *devfleet.Fleet, paused bool) error {
 	var steps []magosv1.RolloutStep
 	for _, name := range fleet.Order {
 		steps = append(steps, magosv1.RolloutStep{Name: name,
@@ -265,7 +267,7 @@ func applyHub(ctx context.Context, fleet *devfleet.Fleet) error {
 		},
 		&magosv1.Rollout{
 			ObjectMeta: metav1.ObjectMeta{Name: Project, Namespace: corev1.NamespaceDefault},
-			Spec:       magosv1.RolloutSpec{ProjectRef: Project, Strategy: magosv1.RolloutStrategy{Steps: steps}},
+			Spec:       magosv1.RolloutSpec{ProjectRef: Project, Paused: paused, Strategy: magosv1.RolloutStrategy{Steps: steps}},
 		},
 	}
 	for _, o := range objs {

@@ -161,7 +161,8 @@ func (f *Fleet) start(ctx context.Context, opts Options) error {
 			if err != nil {
 				return err
 			}
-			args = append(args, "--hub-kubeconfig", hubCfg)
+			// Short heartbeats: a stopped agent shows as unavailable within seconds.
+			args = append(args, "--hub-kubeconfig", hubCfg, "--hub-heartbeat-interval", "2s", "--hub-lease-duration", "6s")
 		}
 		if err := f.run(name, "magos-agent", []string{"MAGOS_TOFU=" + tofu}, args...); err != nil {
 			return err

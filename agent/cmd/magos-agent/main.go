@@ -45,6 +45,11 @@ type Config struct {
 	// `magosctl agent-kubeconfig`); empty runs the agent without a hub (a single-cluster
 	// install, or a direct cluster the hub watches itself).
 	HubKubeconfig string `mapstructure:"hubKubeconfig"`
+	// HubHeartbeatInterval is how often the agent renews its Lease on the hub (10s).
+	HubHeartbeatInterval time.Duration `mapstructure:"hubHeartbeatInterval"`
+	// HubLeaseDuration is how long a renewal is valid: the hub marks the cluster unavailable
+	// when it passes without one (40s).
+	HubLeaseDuration time.Duration `mapstructure:"hubLeaseDuration"`
 	// MetricsBindAddress serves /metrics ("0" turns it off).
 	MetricsBindAddress string `mapstructure:"metricsBindAddress"`
 	// HealthProbeBindAddress serves /healthz and /readyz ("0" turns it off).
@@ -93,6 +98,8 @@ type LogConfig struct {
 // Defaults returns the default configuration.
 func Defaults() *Config {
 	return &Config{
+		HubHeartbeatInterval:   10 * time.Second,
+		HubLeaseDuration:       40 * time.Second,
 		MetricsBindAddress:     ":8080",
 		HealthProbeBindAddress: ":8081",
 		ReconcileInterval:      3 * time.Minute,
@@ -135,6 +142,9 @@ func (c *Config) Validate() error {
 	if c.HubKubeconfig != "" {
 		if msgs := validation.IsDNS1123Label(c.ClusterName); len(msgs) > 0 || len(c.ClusterName) > 40 {
 			errs.Add("clusterName", "%q: with a hub kubeconfig the agent needs the name its cluster is registered under (a DNS label of at most 40 characters)", c.ClusterName)
+		}
+		if c.HubHeartbeatInterval <= 0 || c.HubLeaseDuration < c.HubHeartbeatInterval {
+			errs.Add("hubLeaseDuration", "%s must be at least hubHeartbeatInterval %s, both positive", c.HubLeaseDuration, c.HubHeartbeatInterval)
 		}
 	}
 	if c.ReconcileInterval <= 0 {
@@ -202,6 +212,8 @@ func controller(ctx context.Context, args []string) error {
 	flags.String("kubeconfig", "", "kubeconfig of the spoke cluster (default: in-cluster or $KUBECONFIG)")
 	flags.String("cluster-name", "", "the name this cluster is registered under in the hub's config")
 	flags.String("hub-kubeconfig", "", "the agent's bootstrap kubeconfig for the hub (empty: no hub)")
+	flags.Duration("hub-heartbeat-interval", def.HubHeartbeatInterval, "how often the agent renews its heartbeat Lease on the hub")
+	flags.Duration("hub-lease-duration", def.HubLeaseDuration, "how long a heartbeat is valid (the hub marks the cluster unavailable after it)")
 	flags.String("metrics-bind-address", def.MetricsBindAddress, `address of /metrics ("0": off)`)
 	flags.String("health-probe-bind-address", def.HealthProbeBindAddress, `address of /healthz and /readyz ("0": off)`)
 	flags.Bool("leader-elect", false, "keep one active agent per cluster")
@@ -241,7 +253,8 @@ func controller(ctx context.Context, args []string) error {
 		if err != nil {
 			return fmt.Errorf("reading the hub kubeconfig %s: %w", cfg.HubKubeconfig, err)
 		}
-		hub = &hubsync.Options{ClusterName: cfg.ClusterName, HubConfig: hubConfig, AgentVersion: version}
+		hub = &hubsync.Options{ClusterName: cfg.ClusterName, HubConfig: hubConfig, AgentVersion: version,
+			HeartbeatInterval: cfg.HubHeartbeatInterval, LeaseDuration: cfg.HubLeaseDuration}
 	}
 	mgr, err := app.NewManager(app.Options{
 		HubSync:                  hub,

@@ -27,7 +27,7 @@ import (
 
 var sha = regexp.MustCompile(`^[0-9a-f]{40}$`)
 
-func start(t *testing.T) (*devfleet.Fleet, context.Context) {
+func start(t testing.TB) (*devfleet.Fleet, context.Context) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	t.Cleanup(cancel)

@@ -15,7 +15,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -34,6 +33,7 @@ import (
 	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
 	"github.com/magosfleet/magos/pkg/gitrepo"
 	"github.com/magosfleet/magos/pkg/keys"
+	magosscheme "github.com/magosfleet/magos/pkg/scheme"
 )
 
 // Runner modes.
@@ -102,18 +102,6 @@ type Options struct {
 	HubSync *hubsync.Options
 }
 
-// Scheme returns the agent's scheme: Kubernetes built-in kinds and the Magos kinds.
-func Scheme() *runtime.Scheme {
-	s := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(s); err != nil {
-		panic(err)
-	}
-	if err := magosv1.AddToScheme(s); err != nil {
-		panic(err)
-	}
-	return s
-}
-
 // CacheOptions are the agent's cache rules: Workspaces without the mirror label only (an
 // agent in the hub's own cluster never sees, let alone runs, the hub's mirrors); only the
 // Jobs and Pods of runs; only repository credential Secrets.
@@ -142,7 +130,7 @@ func NewManager(opts Options) (manager.Manager, error) {
 	}
 	scheme := opts.Scheme
 	if scheme == nil {
-		scheme = Scheme()
+		scheme = magosscheme.New()
 	}
 	cacheOpts, err := CacheOptions()
 	if err != nil {

@@ -35,6 +35,7 @@ import (
 	"github.com/magosfleet/magos/hub/registry"
 	"github.com/magosfleet/magos/pkg/keys"
 	"github.com/magosfleet/magos/pkg/mirror"
+	magosscheme "github.com/magosfleet/magos/pkg/scheme"
 	"github.com/magosfleet/magos/pkg/testenv"
 )
 
@@ -128,7 +129,7 @@ func startAgent(t testing.TB, cluster string, o agentOptions) (stop func()) {
 	t.Helper()
 	skip := true
 	mgr, err := ctrl.NewManager(env.Spokes[cluster].Config, ctrl.Options{
-		Scheme:  testenv.Scheme(),
+		Scheme:  magosscheme.New(),
 		Metrics: metricsserver.Options{BindAddress: "0"},
 		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
 			&magosv1.Workspace{}: {Label: fleet.NotMirrorSelector()},
@@ -423,7 +424,7 @@ func TestHeartbeatMakesTheClusterAvailable(t *testing.T) {
 // Forbidden: another cluster's namespace, Projects, Rollouts, Cluster objects, Secrets, RBAC.
 func TestAgentCredentialsAreConfinedToItsNamespace(t *testing.T) {
 	ctx := context.Background()
-	c, err := client.New(bootstrap["us-east-1"], client.Options{Scheme: testenv.Scheme()})
+	c, err := client.New(bootstrap["us-east-1"], client.Options{Scheme: magosscheme.New()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/magosfleet/magos/pkg/gitrepo"
 	"github.com/magosfleet/magos/pkg/gitrepo/gitrepotest"
 	"github.com/magosfleet/magos/pkg/keys"
+	magosscheme "github.com/magosfleet/magos/pkg/scheme"
 	"github.com/magosfleet/magos/pkg/testenv"
 )
 
@@ -62,7 +63,7 @@ func TestWatcher(t *testing.T) {
 		t.Fatal(err)
 	}
 	mgr, err := ctrl.NewManager(cluster.Config, ctrl.Options{
-		Scheme:     app.Scheme(),
+		Scheme:     magosscheme.New(),
 		Cache:      cacheOpts,
 		Metrics:    metricsserver.Options{BindAddress: "0"},
 		Controller: config.Controller{SkipNameValidation: ptr.To(true)},

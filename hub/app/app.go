@@ -12,8 +12,6 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/spf13/pflag"
-	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -23,9 +21,9 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	mcmanager "sigs.k8s.io/multicluster-runtime/pkg/manager"
 
-	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
 	"github.com/magosfleet/magos/hub/fleet"
 	"github.com/magosfleet/magos/hub/registry"
+	"github.com/magosfleet/magos/pkg/scheme"
 )
 
 // LeaderElectionID is the Lease the hub replicas elect their leader with.
@@ -68,18 +66,6 @@ type Hub struct {
 	Registry *registry.Registry
 }
 
-// Scheme is the hub's scheme: the Kubernetes kinds and the Magos kinds.
-func Scheme() *runtime.Scheme {
-	s := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(s); err != nil {
-		panic(err)
-	}
-	if err := magosv1.AddToScheme(s); err != nil {
-		panic(err)
-	}
-	return s
-}
-
 // CacheOptions is the hub manager's cache: Workspaces only when they are mirrors (one informer
 // for every agent cluster), Leases only when they are agent heartbeats.
 func CacheOptions() cache.Options {
@@ -98,7 +84,7 @@ func New(opts Options) (*Hub, error) {
 	cfg := opts.Config
 	skip := opts.SkipNameValidation
 	local, err := ctrl.NewManager(opts.RestConfig, ctrl.Options{
-		Scheme:                        Scheme(),
+		Scheme:                        scheme.New(),
 		Logger:                        opts.Logger,
 		Cache:                         CacheOptions(),
 		Metrics:                       metricsserver.Options{BindAddress: orDefault(cfg.MetricsBindAddress, "0")},

@@ -14,13 +14,11 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
-	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
+	"github.com/magosfleet/magos/pkg/scheme"
 )
 
 // Options are the settings shared by every command.
@@ -74,7 +72,7 @@ func (o *Options) Client() (client.Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("loading kubeconfig: %w", err)
 	}
-	return client.New(cfg, client.Options{Scheme: Scheme()})
+	return client.New(cfg, client.Options{Scheme: scheme.New()})
 }
 
 // Namespace returns the namespace of -n or of the current context.
@@ -84,14 +82,6 @@ func (o *Options) Namespace() (string, error) {
 		return "", fmt.Errorf("resolving the namespace: %w", err)
 	}
 	return ns, nil
-}
-
-// Scheme has the Kubernetes and Magos kinds.
-func Scheme() *runtime.Scheme {
-	s := runtime.NewScheme()
-	_ = clientgoscheme.AddToScheme(s)
-	_ = magosv1.AddToScheme(s)
-	return s
 }
 
 // print writes obj as YAML or JSON per --output, and reports whether it did.

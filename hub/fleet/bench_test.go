@@ -25,6 +25,7 @@ import (
 	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
 	"github.com/magosfleet/magos/hub/fleet"
 	"github.com/magosfleet/magos/pkg/mirror"
+	magosscheme "github.com/magosfleet/magos/pkg/scheme"
 	"github.com/magosfleet/magos/pkg/testenv"
 )
 
@@ -79,7 +80,7 @@ func BenchmarkAgentClusters(b *testing.B) {
 	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { counter.next = rt; return counter })
 	skip := true
 	local, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:     testenv.Scheme(),
+		Scheme:     magosscheme.New(),
 		Cache:      cache.Options{ByObject: fleet.HubCacheByObject(), DefaultTransform: cache.TransformStripManagedFields()},
 		Metrics:    metricsserver.Options{BindAddress: "0"},
 		Controller: config.Controller{SkipNameValidation: &skip},

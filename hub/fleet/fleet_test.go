@@ -36,6 +36,7 @@ import (
 	"github.com/magosfleet/magos/hub/fleet"
 	"github.com/magosfleet/magos/pkg/keys"
 	"github.com/magosfleet/magos/pkg/mirror"
+	magosscheme "github.com/magosfleet/magos/pkg/scheme"
 	"github.com/magosfleet/magos/pkg/testenv"
 )
 
@@ -98,7 +99,7 @@ func startHub(t *testing.T, opts fleet.Options, setup func(mcmanager.Manager)) *
 	t.Helper()
 	skip := true
 	local, err := ctrl.NewManager(env.Hub.Config, ctrl.Options{
-		Scheme:     testenv.Scheme(),
+		Scheme:     magosscheme.New(),
 		Cache:      cache.Options{ByObject: fleet.HubCacheByObject()},
 		Metrics:    metricsserver.Options{BindAddress: "0"},
 		Controller: config.Controller{SkipNameValidation: &skip},

@@ -32,6 +32,7 @@ import (
 	"github.com/magosfleet/magos/hub/registry"
 	"github.com/magosfleet/magos/pkg/keys"
 	"github.com/magosfleet/magos/pkg/mirror"
+	magosscheme "github.com/magosfleet/magos/pkg/scheme"
 	"github.com/magosfleet/magos/pkg/testenv"
 )
 
@@ -554,7 +555,7 @@ func TestHeartbeatMakesAgentClusterAvailable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	agentClient, err := client.New(agentCfg, client.Options{Scheme: testenv.Scheme()})
+	agentClient, err := client.New(agentCfg, client.Options{Scheme: magosscheme.New()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,14 +21,12 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
-	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
+	"github.com/magosfleet/magos/pkg/scheme"
 )
 
 // HubName is the name of the hub cluster in a Fleet.
@@ -71,18 +69,6 @@ type Fleet struct {
 	Spokes map[string]*Cluster
 
 	dir string
-}
-
-// Scheme returns a scheme with the Kubernetes built-in kinds and the Magos kinds.
-func Scheme() *runtime.Scheme {
-	s := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(s); err != nil {
-		panic(err)
-	}
-	if err := magosv1.AddToScheme(s); err != nil {
-		panic(err)
-	}
-	return s
 }
 
 // Start starts a Fleet for a test and stops it when the test ends. It fails the test when the
@@ -217,7 +203,7 @@ func startCluster(name, assets, dir string, opts Options) (*Cluster, error) {
 	}
 	cfg.QPS, cfg.Burst = 200, 400
 	c := &Cluster{Name: name, Config: cfg, env: env}
-	if c.Client, err = client.New(cfg, client.Options{Scheme: Scheme()}); err != nil {
+	if c.Client, err = client.New(cfg, client.Options{Scheme: scheme.New()}); err != nil {
 		return nil, errors.Join(fmt.Errorf("cluster %s: client: %w", name, err), c.Stop())
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {

@@ -20,6 +20,7 @@ import (
 
 	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
 	"github.com/magosfleet/magos/pkg/keys"
+	magosscheme "github.com/magosfleet/magos/pkg/scheme"
 	"github.com/magosfleet/magos/pkg/testenv"
 )
 
@@ -108,7 +109,7 @@ func (h *Hub) StartAgents(t testing.TB) (map[string]*Agent, *Grants) {
 	var wg sync.WaitGroup
 	t.Cleanup(func() { cancel(); wg.Wait() })
 	for name, s := range h.Fleet.Spokes {
-		c, err := client.NewWithWatch(s.Config, client.Options{Scheme: testenv.Scheme()})
+		c, err := client.NewWithWatch(s.Config, client.Options{Scheme: magosscheme.New()})
 		if err != nil {
 			t.Fatalf("agent client for %s: %v", name, err)
 		}

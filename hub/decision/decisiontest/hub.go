@@ -32,6 +32,7 @@ import (
 
 	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
 	"github.com/magosfleet/magos/pkg/logging"
+	magosscheme "github.com/magosfleet/magos/pkg/scheme"
 	"github.com/magosfleet/magos/pkg/testenv"
 )
 
@@ -176,7 +177,7 @@ func (h *Hub) StartManager(t testing.TB, opts ManagerOptions) *Manager {
 	cfg := counted(h.Fleet.Hub.Config, opts.Requests)
 	provider := clustersprovider.New()
 	mopts := mcmanager.Options{
-		Scheme:                 testenv.Scheme(),
+		Scheme:                 magosscheme.New(),
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
 	}
@@ -198,7 +199,7 @@ func (h *Hub) StartManager(t testing.TB, opts ManagerOptions) *Manager {
 	ctx, cancel := context.WithCancel(context.Background())
 	for name, s := range h.Fleet.Spokes {
 		cl, err := cluster.New(counted(s.Config, opts.Requests), func(o *cluster.Options) {
-			o.Scheme = testenv.Scheme()
+			o.Scheme = magosscheme.New()
 		})
 		if err != nil {
 			cancel()
@@ -247,7 +248,7 @@ func (m *Manager) IsLeader() bool {
 func NamespacedCluster(t testing.TB, cfg *rest.Config, namespace string, requests *atomic.Int64) cluster.Cluster {
 	t.Helper()
 	cl, err := cluster.New(counted(cfg, requests), func(o *cluster.Options) {
-		o.Scheme = testenv.Scheme()
+		o.Scheme = magosscheme.New()
 		o.Cache = cache.Options{DefaultNamespaces: map[string]cache.Config{namespace: {}}}
 	})
 	if err != nil {

@@ -9,7 +9,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -36,34 +35,8 @@ import (
 // ControllerName names the controller, its logger and its Events.
 const ControllerName = "project"
 
-// Defaults of Options.
-const (
-	DefaultMaxConcurrentReconciles = 4
-	DefaultResyncPeriod            = time.Minute
-)
-
 // Options configures the Project controller.
-type Options struct {
-	// MaxConcurrentReconciles is how many Projects are decided at once (default 4).
-	MaxConcurrentReconciles int
-	// ResyncPeriod is how often every Project is decided again even without events (default
-	// 1m).
-	ResyncPeriod time.Duration
-	// ClusterTimeout bounds reading one cluster's Workspaces (default
-	// decision.DefaultClusterTimeout).
-	ClusterTimeout time.Duration
-	// SkipNameValidation lets several hub managers run in one process (tests, tools).
-	SkipNameValidation bool
-}
-
-func (o *Options) defaults() {
-	if o.MaxConcurrentReconciles <= 0 {
-		o.MaxConcurrentReconciles = DefaultMaxConcurrentReconciles
-	}
-	if o.ResyncPeriod <= 0 {
-		o.ResyncPeriod = DefaultResyncPeriod
-	}
-}
+type Options = decision.ControllerOptions
 
 // Reconciler reconciles hub Projects.
 type Reconciler struct {
@@ -77,7 +50,7 @@ type Reconciler struct {
 // NewReconciler returns a Project reconciler for the hub manager mgr, without registering a
 // controller (SetupWithManager does both).
 func NewReconciler(mgr mcmanager.Manager, opts Options) *Reconciler {
-	opts.defaults()
+	opts = opts.WithDefaults()
 	return &Reconciler{
 		hub:      mgr.GetLocalManager().GetClient(),
 		live:     mgr.GetLocalManager().GetAPIReader(),

@@ -11,7 +11,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -44,34 +43,8 @@ const (
 	EventStepChanged = "StepChanged"
 )
 
-// Defaults of Options.
-const (
-	DefaultMaxConcurrentReconciles = 4
-	DefaultResyncPeriod            = time.Minute
-)
-
 // Options configures the Rollout controller.
-type Options struct {
-	// MaxConcurrentReconciles is how many Rollouts are decided at once (default 4).
-	MaxConcurrentReconciles int
-	// ResyncPeriod is how often every Rollout is decided again even without events, a safety
-	// net for missed events (default 1m).
-	ResyncPeriod time.Duration
-	// ClusterTimeout bounds reading one cluster's Workspaces (default
-	// decision.DefaultClusterTimeout).
-	ClusterTimeout time.Duration
-	// SkipNameValidation lets several hub managers run in one process (tests, tools).
-	SkipNameValidation bool
-}
-
-func (o *Options) defaults() {
-	if o.MaxConcurrentReconciles <= 0 {
-		o.MaxConcurrentReconciles = DefaultMaxConcurrentReconciles
-	}
-	if o.ResyncPeriod <= 0 {
-		o.ResyncPeriod = DefaultResyncPeriod
-	}
-}
+type Options = decision.ControllerOptions
 
 // Reconciler decides hub Rollouts.
 type Reconciler struct {
@@ -87,7 +60,7 @@ type Reconciler struct {
 // NewReconciler returns a Rollout reconciler for the hub manager mgr, without registering a
 // controller (SetupWithManager does both).
 func NewReconciler(mgr mcmanager.Manager, opts Options) *Reconciler {
-	opts.defaults()
+	opts = opts.WithDefaults()
 	return &Reconciler{
 		hub:      mgr.GetLocalManager().GetClient(),
 		view:     decision.NewView(mgr, decision.ViewOptions{ClusterTimeout: opts.ClusterTimeout}),

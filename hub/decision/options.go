@@ -1,0 +1,34 @@
+package decision
+
+import "time"
+
+// Defaults of ControllerOptions.
+const (
+	DefaultMaxConcurrentReconciles = 4
+	DefaultResyncPeriod            = time.Minute
+)
+
+// ControllerOptions tunes a hub controller that decides over the fleet (the Rollout and the
+// Project controllers).
+type ControllerOptions struct {
+	// MaxConcurrentReconciles is how many objects are decided at once (default 4).
+	MaxConcurrentReconciles int
+	// ResyncPeriod is how often every object is decided again even without events, a safety
+	// net for missed events (default 1m).
+	ResyncPeriod time.Duration
+	// ClusterTimeout bounds reading one cluster's Workspaces (default DefaultClusterTimeout).
+	ClusterTimeout time.Duration
+	// SkipNameValidation lets several hub managers run in one process (tests, tools).
+	SkipNameValidation bool
+}
+
+// WithDefaults returns the options with every unset field at its default.
+func (o ControllerOptions) WithDefaults() ControllerOptions {
+	if o.MaxConcurrentReconciles <= 0 {
+		o.MaxConcurrentReconciles = DefaultMaxConcurrentReconciles
+	}
+	if o.ResyncPeriod <= 0 {
+		o.ResyncPeriod = DefaultResyncPeriod
+	}
+	return o
+}

@@ -8,7 +8,8 @@ CRD_DIRS    := charts/magos-hub/templates/crds charts/magos-agent/templates/crds
 BIN         := bin
 GO_TEST_FLAGS ?= -timeout 40m
 # Assets (etcd, kube-apiserver, tofu) are built once from the Go module proxy and cached.
-WITH_ASSETS := eval "$$(tools/provision-assets.sh)" && export KUBEBUILDER_ASSETS MAGOS_TOFU &&
+# (The assignment fails the recipe when the script fails; a bare eval "$$(...)" would not.)
+WITH_ASSETS := assets="$$(tools/provision-assets.sh)" && eval "$$assets" && export KUBEBUILDER_ASSETS MAGOS_TOFU &&
 
 .PHONY: help
 help: ## List the targets.

@@ -25,8 +25,15 @@ import (
 	"github.com/magosfleet/magos/tools/devfleet"
 )
 
-// Project is the name of the demo's Project and Rollout.
-const Project = "cdn-platform"
+// Names of the demo's objects.
+const (
+	// Project names the Project and the Rollout on the hub.
+	Project = "cdn-platform"
+	// Workspace names the Workspace in every spoke (namespace default).
+	Workspace = "cdn-edge"
+	// VariableSet names the Workspace's VariableSet in every spoke.
+	VariableSet = "cdn-edge-inputs"
+)
 
 // Options configures Run.
 type Options struct {
@@ -196,7 +203,7 @@ func neverGranted(ctx context.Context, fleet *devfleet.Fleet, halted int) ([]str
 	var out []string
 	for _, name := range fleet.Order[halted+1:] {
 		var ws magosv1.Workspace
-		if err := fleet.Client(name).Get(ctx, client.ObjectKey{Namespace: corev1.NamespaceDefault, Name: "cdn-edge"}, &ws); err != nil {
+		if err := fleet.Client(name).Get(ctx, client.ObjectKey{Namespace: corev1.NamespaceDefault, Name: Workspace}, &ws); err != nil {
 			return nil, err
 		}
 		if ws.Annotations[keys.ExecutionAllowed] != "true" && ws.Status.Phase == magosv1.PhasePending {
@@ -285,19 +292,19 @@ func applySpoke(ctx context.Context, fleet *devfleet.Fleet, name, repo, branch s
 	}
 	objs := []client.Object{
 		&magosv1.VariableSet{
-			ObjectMeta: metav1.ObjectMeta{Name: "cdn-edge-inputs", Namespace: corev1.NamespaceDefault},
+			ObjectMeta: metav1.ObjectMeta{Name: VariableSet, Namespace: corev1.NamespaceDefault},
 			Spec: magosv1.VariableSetSpec{Variables: []magosv1.Variable{
 				{Name: "region", Value: ptr.To(name)},
 				{Name: "healthy", Value: ptr.To(healthy), HCL: true},
 			}},
 		},
 		&magosv1.Workspace{
-			ObjectMeta: metav1.ObjectMeta{Name: "cdn-edge", Namespace: corev1.NamespaceDefault,
+			ObjectMeta: metav1.ObjectMeta{Name: Workspace, Namespace: corev1.NamespaceDefault,
 				Labels: map[string]string{"env": "prod", "region": name}},
 			Spec: magosv1.WorkspaceSpec{
 				ProjectRef:      magosv1.ProjectReference{Name: Project},
 				Source:          magosv1.Source{RepoURL: repo, TargetRevision: branch},
-				VariableSetRefs: []magosv1.LocalObjectReference{{Name: "cdn-edge-inputs"}},
+				VariableSetRefs: []magosv1.LocalObjectReference{{Name: VariableSet}},
 			},
 		},
 	}

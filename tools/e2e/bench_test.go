@@ -31,7 +31,7 @@ func BenchmarkStepHandoff(b *testing.B) {
 	for b.Loop() {
 		for _, cluster := range f.Order {
 			ws := &magosv1.Workspace{}
-			ws.Namespace, ws.Name = "default", "cdn-edge"
+			ws.Namespace, ws.Name = "default", demo.Workspace
 			patch := []byte(fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, keys.ReconcileRequest, time.Now().Format(time.RFC3339Nano)))
 			if err := f.Client(cluster).Patch(ctx, ws, client.RawPatch("application/merge-patch+json", patch)); err != nil {
 				b.Fatal(err)
@@ -47,7 +47,7 @@ func BenchmarkStepHandoff(b *testing.B) {
 			}
 			for i, cluster := range f.Order {
 				var w magosv1.Workspace
-				if err := f.Client(cluster).Get(ctx, client.ObjectKey{Namespace: "default", Name: "cdn-edge"}, &w); err != nil {
+				if err := f.Client(cluster).Get(ctx, client.ObjectKey{Namespace: "default", Name: demo.Workspace}, &w); err != nil {
 					b.Fatal(err)
 				}
 				// Remember the run each Workspace was reset to, so an old grant or an old

@@ -47,7 +47,7 @@ func start(t testing.TB) (*devfleet.Fleet, context.Context) {
 func workspace(t *testing.T, ctx context.Context, f *devfleet.Fleet, cluster string) *magosv1.Workspace {
 	t.Helper()
 	var ws magosv1.Workspace
-	if err := f.Client(cluster).Get(ctx, client.ObjectKey{Namespace: corev1.NamespaceDefault, Name: "cdn-edge"}, &ws); err != nil {
+	if err := f.Client(cluster).Get(ctx, client.ObjectKey{Namespace: corev1.NamespaceDefault, Name: demo.Workspace}, &ws); err != nil {
 		t.Fatal(err)
 	}
 	return &ws
@@ -57,7 +57,7 @@ func workspace(t *testing.T, ctx context.Context, f *devfleet.Fleet, cluster str
 // runner's result files).
 func runs(t *testing.T, f *devfleet.Fleet, cluster, op string) []string {
 	t.Helper()
-	files, err := filepath.Glob(filepath.Join(f.Dir, "data", cluster, "default", "cdn-edge", "*-"+op+".json"))
+	files, err := filepath.Glob(filepath.Join(f.Dir, "data", cluster, "default", demo.Workspace, "*-"+op+".json"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,13 +142,13 @@ func TestFailureFreezesAndRecovers(t *testing.T) {
 	patch, _ := json.Marshal(map[string]any{"spec": map[string]any{"variables": []map[string]any{
 		{"name": "region", "value": "eu-west-1"}, {"name": "healthy", "value": "true", "hcl": true}}}})
 	vs := &magosv1.VariableSet{}
-	vs.Namespace, vs.Name = "default", "cdn-edge-inputs"
+	vs.Namespace, vs.Name = "default", demo.VariableSet
 	if err := f.Client("eu-west-1").Patch(ctx, vs, client.RawPatch(types.MergePatchType, patch)); err != nil {
 		t.Fatal(err)
 	}
 	var out bytes.Buffer
 	retry := cli.NewCommand(&out, &out)
-	retry.SetArgs([]string{"--kubeconfig", f.Kubeconfig("eu-west-1"), "retry", "cdn-edge", "-n", "default"})
+	retry.SetArgs([]string{"--kubeconfig", f.Kubeconfig("eu-west-1"), "retry", demo.Workspace, "-n", "default"})
 	if err := retry.ExecuteContext(ctx); err != nil {
 		t.Fatalf("magosctl retry: %v: %s", err, out.String())
 	}

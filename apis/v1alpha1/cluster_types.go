@@ -76,6 +76,16 @@ type ClusterStatus struct {
 	// +optional
 	AgentVersion string `json:"agentVersion,omitempty"`
 
+	// SyncedSince is the agent's sync watermark: since when every Workspace of the cluster has had
+	// an up-to-date mirror on the hub (the agent's clock). Unset until the agent's first complete
+	// sync; the hub counts the Workspaces of an agent cluster without it as unknown.
+	// +optional
+	SyncedSince *metav1.Time `json:"syncedSince,omitempty"`
+
+	// Mirrored is the number of Workspaces the agent reports it mirrors.
+	// +optional
+	Mirrored int32 `json:"mirrored,omitempty"`
+
 	// Workspaces is the number of Workspaces the hub sees in the cluster.
 	// +optional
 	Workspaces int32 `json:"workspaces,omitempty"`

@@ -11,7 +11,7 @@ const (
 	ReasonRolloutCompleted   = "RolloutCompleted"
 	ReasonStepFailed         = "StepFailed"
 	ReasonLevelProgressing   = "LevelProgressing"
-	ReasonClusterUnavailable = "ClusterUnavailable"
+	ReasonWaitingForClusters = "WaitingForClusters"
 	ReasonPaused             = "Paused"
 	ReasonInvalidSelector    = "InvalidSelector"
 )
@@ -85,6 +85,26 @@ type StepStatus struct {
 	Clusters []string `json:"clusters,omitempty"`
 }
 
+// RolloutRevision is the commit a Rollout is rolling out for one repository and ref that its
+// Workspaces track. Once any Workspace reports a newer commit of that repository and ref, every
+// Workspace tracking them is behind until it reports that commit Applied, whichever agent polled
+// first.
+type RolloutRevision struct {
+	// RepoURL is the repository (spec.source.repoURL of the Workspaces).
+	RepoURL string `json:"repoURL"`
+	// TargetRevision is the branch, tag or commit they track (spec.source.targetRevision).
+	TargetRevision string `json:"targetRevision"`
+	// Commit is the commit SHA being rolled out.
+	Commit string `json:"commit"`
+	// Since is when the hub started rolling this commit out.
+	Since metav1.Time `json:"since"`
+	// DetectedAt is when an agent's poll saw the ref at Commit (the agent's clock); a commit
+	// reported with an earlier detection time never replaces this one. Unset when the commit
+	// came from a run that resolved the ref itself.
+	// +optional
+	DetectedAt *metav1.Time `json:"detectedAt,omitempty"`
+}
+
 // RolloutStatus is the observed state of a Rollout.
 type RolloutStatus struct {
 	// ObservedGeneration is the spec generation the status describes.
@@ -115,6 +135,13 @@ type RolloutStatus struct {
 	// +optional
 	// +listType=atomic
 	Steps []StepStatus `json:"steps,omitempty"`
+
+	// Revisions are the commits being rolled out, one per repository and ref the Workspaces
+	// track.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=256
+	Revisions []RolloutRevision `json:"revisions,omitempty"`
 
 	// +optional
 	// +listType=map

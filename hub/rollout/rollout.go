@@ -167,7 +167,7 @@ func (r *Reconciler) recordTransitions(ro *magosv1.Rollout, d decide.Decision) {
 	}
 	if first || old.Reason != d.Reason {
 		kind := corev1.EventTypeNormal
-		if d.Phase == magosv1.PhaseFailed || d.Reason == magosv1.ReasonClusterUnavailable {
+		if d.Phase == magosv1.PhaseFailed || d.Reason == magosv1.ReasonWaitingForClusters {
 			kind = corev1.EventTypeWarning
 		}
 		r.recorder.Eventf(ro, nil, kind, d.Reason, "Decide", "%s", d.Message)

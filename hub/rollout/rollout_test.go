@@ -389,7 +389,7 @@ func TestRollout(t *testing.T) {
 		ks := regions(t, h, ns, "cdn", "cdn-platform")
 		h.CreateHub(t, regionRollout(ns, "cdn-platform"))
 
-		ro := h.WaitRollout(t, ns, "cdn-platform", dt.Phase(magosv1.PhaseReconciling, magosv1.ReasonClusterUnavailable))
+		ro := h.WaitRollout(t, ns, "cdn-platform", dt.Phase(magosv1.PhaseReconciling, magosv1.ReasonWaitingForClusters))
 		if ro.Status.CurrentStepName != euWest || ro.Status.Steps[1].Phase != magosv1.StepWaiting || !strings.Contains(ro.Status.Message, magosv1.ReasonAgentSilent) {
 			t.Errorf("status at %s, step %+v, message %q; want waiting on eu-west-1 (AgentSilent)", ro.Status.CurrentStepName, ro.Status.Steps[1], ro.Status.Message)
 		}
@@ -401,7 +401,7 @@ func TestRollout(t *testing.T) {
 			if err := h.Client.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: "cdn-platform"}, cur); err != nil {
 				return err
 			}
-			if cur.Status.Reason != magosv1.ReasonClusterUnavailable || cur.Status.CurrentStep != 1 {
+			if cur.Status.Reason != magosv1.ReasonWaitingForClusters || cur.Status.CurrentStep != 1 {
 				return fmt.Errorf("rollout moved to %s at step %d", cur.Status.Reason, cur.Status.CurrentStep)
 			}
 			return nil

@@ -19,6 +19,9 @@ const (
 	DetectedRevision = Prefix + "detected-revision"
 	// GitPollInterval overrides how often the tracked ref is polled.
 	GitPollInterval = Prefix + "git-poll-interval"
+	// DetectedAt is when the agent's poll saw the ref at DetectedRevision (RFC 3339, the agent's
+	// clock). The hub orders commits reported by different agents by it.
+	DetectedAt = Prefix + "detected-at"
 )
 
 // Annotations Magos Fleet adds.
@@ -28,6 +31,11 @@ const (
 	GrantedRun = Prefix + "granted-run"
 	// GrantedBy says which controller gave the grant: "rollout" or "project".
 	GrantedBy = Prefix + "granted-by"
+	// GrantedRevision is the commit a Rollout's grant allows: the commit the Rollout is rolling
+	// out for the Workspace's repository and ref. The run plans and applies exactly that commit,
+	// whatever the ref points at meanwhile. Absent when the hub does not know the commit yet (the
+	// first run resolves the ref itself) and on grants in parallel mode.
+	GrantedRevision = Prefix + "granted-revision"
 )
 
 // Values of GrantedBy.
@@ -69,5 +77,14 @@ func ClusterNamespace(cluster string) string { return ClusterNamespacePrefix + c
 // namespace on the hub (its heartbeat).
 const AgentLease = "magos-agent"
 
-// AgentVersion is the annotation on the agent's Lease that carries the agent's version.
-const AgentVersion = Prefix + "agent-version"
+// Annotations on the agent's heartbeat Lease.
+const (
+	// AgentVersion carries the agent's version.
+	AgentVersion = Prefix + "agent-version"
+	// SyncedSince is the agent's sync watermark: since when (RFC 3339, the agent's clock) every
+	// spoke Workspace has had an up-to-date mirror on the hub, without interruption. The agent
+	// renews its Lease only while this holds, so a live Lease means a live sync.
+	SyncedSince = Prefix + "synced-since"
+	// Mirrored is the number of spoke Workspaces the agent mirrors (decimal).
+	Mirrored = Prefix + "mirrored"
+)

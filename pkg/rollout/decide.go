@@ -221,7 +221,7 @@ func decideRollout(d *Decision, in Input, ms []member) {
 		}
 	}
 	if len(waiting) > 0 {
-		d.Reason = magosv1.ReasonClusterUnavailable
+		d.Reason = magosv1.ReasonWaitingForClusters
 		d.Message = fmt.Sprintf("Waiting for %s (step %s: %d/%d applied)",
 			strings.Join(waiting, "; "), s.spec.Name, s.applied, len(s.matched))
 		s.phase = magosv1.StepWaiting

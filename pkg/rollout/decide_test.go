@@ -481,9 +481,9 @@ func TestDecideClusterRemoved(t *testing.T) {
 	}
 }
 
-// TestDecideClusterUnavailable checks that a Rollout waits on the Workspaces of a cluster
+// TestDecideWaitingForClusters checks that a Rollout waits on the Workspaces of a cluster
 // whose agent is silent: it neither advances past them nor fails the step.
-func TestDecideClusterUnavailable(t *testing.T) {
+func TestDecideWaitingForClusters(t *testing.T) {
 	ro := rolloutOf(
 		stepSpec("us-east-1", "region", "us-east-1"),
 		stepSpec("eu-west-1", "region", "eu-west-1"),
@@ -513,7 +513,7 @@ func TestDecideClusterUnavailable(t *testing.T) {
 				assertStatus(t, d, magosv1.PhaseFailed, magosv1.ReasonStepFailed, 1)
 				return
 			}
-			assertStatus(t, d, magosv1.PhaseReconciling, magosv1.ReasonClusterUnavailable, tt.step)
+			assertStatus(t, d, magosv1.PhaseReconciling, magosv1.ReasonWaitingForClusters, tt.step)
 			want := "Waiting for cluster eu-west-1: agent not heartbeating (step eu-west-1: 0/1 applied)"
 			if d.Message != want {
 				t.Fatalf("message %q, want %q", d.Message, want)
@@ -533,7 +533,7 @@ func TestDecideClusterUnavailable(t *testing.T) {
 		cl["eu-west-1"] = Cluster{Name: "eu-west-1"}
 		cl["ap-south-1"] = Cluster{Name: "ap-south-1", Reason: "AgentSilent"}
 		d := Decide(Input{Namespace: testNamespace, Project: testProject, Rollout: rolloutOf(stepSpec("prod", "env", "prod")), Clusters: cl, Workspaces: ws})
-		assertStatus(t, d, magosv1.PhaseReconciling, magosv1.ReasonClusterUnavailable, 0)
+		assertStatus(t, d, magosv1.PhaseReconciling, magosv1.ReasonWaitingForClusters, 0)
 		assertKeys(t, "grants", keysOf(d.Grants), []Key{k("us-east-1", "a")})
 		want := "Waiting for cluster ap-south-1: AgentSilent; cluster eu-west-1: unavailable (step prod: 0/3 applied)"
 		if d.Message != want {

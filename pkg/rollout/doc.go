@@ -45,7 +45,7 @@
 //   - a member of the current step is Failed or ValidationFailed: Failed/StepFailed (stop on
 //     first failure);
 //   - otherwise the current step progresses: Reconciling/LevelProgressing, or
-//     Reconciling/ClusterUnavailable while members of the step that are not Done live in
+//     Reconciling/WaitingForClusters while members of the step that are not Done live in
 //     unavailable clusters (the Rollout then waits: it neither advances past them nor fails).
 //
 // The current step is the first step, in order, whose matched members are not all Done. It is

@@ -167,7 +167,7 @@ func TestDecideInvariants(t *testing.T) {
 	for _, r := range []string{
 		magosv1.ReasonDefaultParallel, magosv1.ReasonNoSteps, magosv1.ReasonInvalidSelector,
 		magosv1.ReasonNoWorkspacesFound, magosv1.ReasonPaused, magosv1.ReasonRolloutCompleted,
-		magosv1.ReasonStepFailed, magosv1.ReasonLevelProgressing, magosv1.ReasonClusterUnavailable,
+		magosv1.ReasonStepFailed, magosv1.ReasonLevelProgressing, magosv1.ReasonWaitingForClusters,
 	} {
 		if reasons[r] < 20 {
 			t.Errorf("only %d random cases ended %s: %v", reasons[r], r, reasons)
@@ -234,7 +234,7 @@ func checkInvariants(t *testing.T, in Input, d Decision) {
 		}
 	default:
 		steps := in.Rollout.Spec.Strategy.Steps
-		progressing := d.Reason == magosv1.ReasonLevelProgressing || d.Reason == magosv1.ReasonClusterUnavailable
+		progressing := d.Reason == magosv1.ReasonLevelProgressing || d.Reason == magosv1.ReasonWaitingForClusters
 		if len(d.Grants) > 0 && (!progressing || in.Rollout.Spec.Paused) {
 			t.Fatalf("grants while %s (paused %v): %v", d.Reason, in.Rollout.Spec.Paused, d.Grants)
 		}

@@ -215,7 +215,7 @@ func TestHubCrashAndSilentAgent(t *testing.T) {
 	}
 	testenv.Eventually(t, 3*time.Minute, func() error {
 		r := rolloutOf(t, ctx, f)
-		if r.Status.CurrentStepName != "ap-south-1" || r.Status.Reason != magosv1.ReasonClusterUnavailable {
+		if r.Status.CurrentStepName != "ap-south-1" || r.Status.Reason != magosv1.ReasonWaitingForClusters {
 			return fmt.Errorf("rollout at step %q, %s: %s", r.Status.CurrentStepName, r.Status.Reason, r.Status.Message)
 		}
 		return nil

@@ -32,6 +32,9 @@ const (
 	ReasonListFailed = "ListFailed"
 	// ReasonAvailabilityUnknown: the Cluster object has no Available condition yet.
 	ReasonAvailabilityUnknown = "AvailabilityUnknown"
+	// ReasonNotSynced: the cluster's agent has not reported a complete sync yet, so the hub does
+	// not know all of the cluster's Workspaces.
+	ReasonNotSynced = "NotSynced"
 )
 
 // DefaultClusterTimeout bounds how long reading one cluster's Workspaces may take.
@@ -94,6 +97,7 @@ type pending struct {
 	resourceVersion string
 	grant           bool
 	run, by         string
+	revision        string
 }
 
 // pending reports whether decision p was already written on the version of the Workspace
@@ -183,6 +187,9 @@ func (v *View) Snapshot(ctx context.Context, namespace string) (*Snapshot, error
 		c, r := &registered.Items[i], reads[i]
 		rc := rollout.Cluster{Name: c.Name, Labels: c.Labels}
 		rc.Available, rc.Reason = available(c)
+		// The hub knows an agent cluster's Workspaces once the agent completed a sync (the
+		// mirrors then hold all of them, as of the last sync); a direct cluster's once engaged.
+		agentSynced := c.Spec.Transport == magosv1.TransportDirect || c.Status.SyncedSince != nil
 		lk := lastKey{c.Name, namespace}
 		live[lk] = true
 		found := r.seen
@@ -193,10 +200,16 @@ func (v *View) Snapshot(ctx context.Context, namespace string) (*Snapshot, error
 		case r.err != nil:
 			logger.Info("reading Workspaces failed; counting the cluster unavailable", "cluster", c.Name, "error", r.err.Error())
 			rc.Available, rc.Reason = false, ReasonListFailed
+			_, readBefore := v.last[lk]
+			rc.Synced = readBefore && agentSynced
 			found = v.last[lk]
 		default:
 			s.engaged[c.Name] = r.cl
 			v.last[lk] = r.seen
+			rc.Synced = agentSynced
+		}
+		if !rc.Synced && rc.Available {
+			rc.Reason = ReasonNotSynced
 		}
 		s.Clusters[c.Name] = rc
 		for _, f := range found {

@@ -81,8 +81,9 @@ func EnqueueAll(hub client.Reader, list client.ObjectList) mchandler.TypedEventH
 }
 
 // ClusterChanged passes the Cluster events that can change a decision: creation, deletion,
-// and updates of the registered labels, the transport or the Available condition. Heartbeat
-// bookkeeping (lastHeartbeatTime, counts) does not pass.
+// and updates of the registered labels, the transport, the Available or Engaged condition, or
+// the agent's first complete sync. Heartbeat bookkeeping (lastHeartbeatTime, counts) does not
+// pass.
 func ClusterChanged() predicate.Predicate {
 	return predicate.Funcs{
 		UpdateFunc: func(e event.UpdateEvent) bool {
@@ -94,14 +95,17 @@ func ClusterChanged() predicate.Predicate {
 			if !maps.Equal(o.Labels, n.Labels) || o.Spec.Transport != n.Spec.Transport {
 				return true
 			}
-			ao, an := availability(o), availability(n)
-			return ao != an
+			if (o.Status.SyncedSince == nil) != (n.Status.SyncedSince == nil) {
+				return true
+			}
+			return condition(o, magosv1.ConditionAvailable) != condition(n, magosv1.ConditionAvailable) ||
+				condition(o, magosv1.ConditionEngaged) != condition(n, magosv1.ConditionEngaged)
 		},
 	}
 }
 
-func availability(c *magosv1.Cluster) string {
-	cond := meta.FindStatusCondition(c.Status.Conditions, magosv1.ConditionAvailable)
+func condition(c *magosv1.Cluster, kind string) string {
+	cond := meta.FindStatusCondition(c.Status.Conditions, kind)
 	if cond == nil {
 		return ""
 	}

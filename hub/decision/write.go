@@ -20,6 +20,7 @@ import (
 
 	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
 	"github.com/magosfleet/magos/pkg/keys"
+	"github.com/magosfleet/magos/pkg/mirror"
 	"github.com/magosfleet/magos/pkg/rollout"
 )
 
@@ -151,7 +152,7 @@ func (s *Snapshot) writeOne(ctx context.Context, c rollout.Change, grant bool, b
 	if !ok {
 		return nil, fmt.Errorf("writing decision for %s: the Workspace is not in the snapshot", c.Key)
 	}
-	if carries(t.Workspace, grant, c.Run, by) {
+	if carries(t.Workspace, grant, c, by) {
 		return nil, nil
 	}
 	cl, ok := s.engaged[t.Cluster]
@@ -159,27 +160,33 @@ func (s *Snapshot) writeOne(ctx context.Context, c rollout.Change, grant bool, b
 		// The cluster did not answer in this pass: nothing can be written there now.
 		return nil, nil
 	}
-	want := pending{resourceVersion: t.Workspace.ResourceVersion, grant: grant, run: c.Run, by: by}
+	want := pending{resourceVersion: t.Workspace.ResourceVersion, grant: grant, run: c.Run, revision: c.Revision, by: by}
 	if s.view.pending(c.Key, want) {
 		// This very decision was written on this very version of the Workspace, and the
 		// cache has not caught up with the write yet: writing again would change nothing.
 		return nil, nil
 	}
-	var annotations map[string]any
+	annotations := map[string]any{keys.ExecutionAllowed: nil, keys.GrantedRun: nil, keys.GrantedBy: nil, keys.GrantedRevision: nil}
+	metadata := map[string]any{"annotations": annotations}
 	if grant {
-		annotations = map[string]any{keys.ExecutionAllowed: "true", keys.GrantedRun: c.Run, keys.GrantedBy: by}
-	} else {
-		annotations = map[string]any{keys.ExecutionAllowed: nil, keys.GrantedRun: nil, keys.GrantedBy: nil}
+		annotations[keys.ExecutionAllowed], annotations[keys.GrantedRun], annotations[keys.GrantedBy] = "true", c.Run, by
+		if c.Revision != "" {
+			annotations[keys.GrantedRevision] = c.Revision
+		}
+		// A grant is fenced to the version of the Workspace it was decided on: if the Workspace
+		// changed since (another run, another spec), the API server refuses the write and the
+		// change that moved it triggers a new decision.
+		metadata["resourceVersion"] = t.Workspace.ResourceVersion
 	}
-	body, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": annotations}})
+	body, err := json.Marshal(map[string]any{"metadata": metadata})
 	if err != nil {
 		return nil, fmt.Errorf("encoding decision for %s: %w", c.Key, err)
 	}
 	ws := &magosv1.Workspace{}
 	ws.Namespace, ws.Name = t.Namespace, t.Name
 	if err := cl.GetClient().Patch(ctx, ws, client.RawPatch(types.MergePatchType, body)); err != nil {
-		if apierrors.IsNotFound(err) {
-			return nil, nil // gone: its removal triggers a new decision
+		if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+			return nil, nil // gone or changed: that change triggers a new decision
 		}
 		return nil, fmt.Errorf("patching the decision of Workspace %s in cluster %s: %w", t.Name, t.Cluster, err)
 	}
@@ -189,15 +196,18 @@ func (s *Snapshot) writeOne(ctx context.Context, c rollout.Change, grant bool, b
 
 // carries reports whether ws already carries the decision: the exact grant, or (for a
 // revocation) none of the decision annotations.
-func carries(ws *magosv1.Workspace, grant bool, run, by string) bool {
+func carries(ws *magosv1.Workspace, grant bool, c rollout.Change, by string) bool {
 	a := ws.GetAnnotations()
 	if grant {
-		return a[keys.ExecutionAllowed] == "true" && a[keys.GrantedRun] == run && a[keys.GrantedBy] == by
+		return a[keys.ExecutionAllowed] == "true" && a[keys.GrantedRun] == c.Run && a[keys.GrantedBy] == by &&
+			a[keys.GrantedRevision] == c.Revision
 	}
-	_, e := a[keys.ExecutionAllowed]
-	_, r := a[keys.GrantedRun]
-	_, b := a[keys.GrantedBy]
-	return !e && !r && !b
+	for _, k := range mirror.DecisionKeys {
+		if _, ok := a[k]; ok {
+			return false
+		}
+	}
+	return true
 }
 
 // newestChange is the time of the newest status change among the decided Workspaces: the

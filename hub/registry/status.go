@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"strconv"
 	"strings"
 	"time"
 
@@ -156,6 +157,7 @@ func (r *Registry) reconcileStatus(ctx context.Context, req reconcile.Request) (
 				st.LastHeartbeatTime = &metav1.Time{Time: renewed.Truncate(time.Second)}
 			}
 			st.AgentVersion = lease.Annotations[keys.AgentVersion]
+			st.SyncedSince, st.Mirrored = syncWatermark(lease)
 		}
 	} else {
 		st.Namespace = ""
@@ -240,6 +242,18 @@ func (r *Registry) repair(ctx context.Context, name string) error {
 		return fmt.Errorf("registering cluster %s: %w", name, err)
 	}
 	return nil
+}
+
+// syncWatermark reads the agent's sync watermark from its Lease: since when all its
+// Workspaces have had up-to-date mirrors (nil before its first complete sync, or when the
+// annotation is not a time), and how many it mirrors.
+func syncWatermark(l *coordinationv1.Lease) (*metav1.Time, int32) {
+	var since *metav1.Time
+	if t, err := time.Parse(time.RFC3339, l.Annotations[keys.SyncedSince]); err == nil {
+		since = &metav1.Time{Time: t.Truncate(time.Second)}
+	}
+	n, _ := strconv.ParseInt(l.Annotations[keys.Mirrored], 10, 32)
+	return since, int32(n)
 }
 
 // leaseTimes returns when a Lease was last renewed and when it expires.

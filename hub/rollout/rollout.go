@@ -10,7 +10,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -41,6 +43,8 @@ const ControllerName = "rollout"
 // Rollout's status reason is also recorded, with the reason itself (e.g. StepFailed).
 const (
 	EventStepChanged = "StepChanged"
+	// EventRevisionChanged: the Rollout started rolling out a new commit of a repository and ref.
+	EventRevisionChanged = "RevisionChanged"
 )
 
 // Options configures the Rollout controller.
@@ -134,6 +138,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req mcreconcile.Request) (ct
 		Rollout:    ro,
 		Workspaces: snap.Workspaces,
 		Clusters:   snap.Clusters,
+		Now:        time.Now(),
 	})
 	out, writeErr := snap.Write(ctx, d, decision.WriteOptions{
 		By: keys.GrantedByRollout, Recorder: r.recorder, Regarding: ro,
@@ -165,6 +170,14 @@ func (r *Reconciler) recordTransitions(ro *magosv1.Rollout, d decide.Decision) {
 		r.recorder.Eventf(ro, nil, corev1.EventTypeNormal, EventStepChanged, "Step "+d.CurrentStepName,
 			"Step %d/%d %s is current", d.CurrentStep+1, steps, d.CurrentStepName)
 	}
+	for _, rev := range d.Revisions {
+		if i := slices.IndexFunc(old.Revisions, func(o magosv1.RolloutRevision) bool {
+			return o.RepoURL == rev.RepoURL && o.TargetRevision == rev.TargetRevision && o.Commit == rev.Commit
+		}); i < 0 {
+			r.recorder.Eventf(ro, nil, corev1.EventTypeNormal, EventRevisionChanged, "Revision",
+				"Rolling out commit %s of %s (%s)", rev.Commit, rev.RepoURL, rev.TargetRevision)
+		}
+	}
 	if first || old.Reason != d.Reason {
 		kind := corev1.EventTypeNormal
 		if d.Phase == magosv1.PhaseFailed || d.Reason == magosv1.ReasonWaitingForClusters {
@@ -182,6 +195,7 @@ func (r *Reconciler) writeStatus(ctx context.Context, ro *magosv1.Rollout, d dec
 	want.CurrentStep, want.CurrentStepName = d.CurrentStep, d.CurrentStepName
 	want.AppliedWorkspaces, want.TotalWorkspaces = d.Applied, d.Total
 	want.Steps = d.Steps
+	want.Revisions = d.Revisions
 	meta.SetStatusCondition(&want.Conditions, decision.ReadyCondition(d.Phase, d.Reason, d.Message, ro.Generation))
 	if equality.Semantic.DeepEqual(*want, ro.Status) {
 		return nil

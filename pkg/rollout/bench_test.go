@@ -14,7 +14,7 @@ func benchInput(clusterCount, perCluster int) Input {
 	envs := []string{"dev", "staging", "prod"}
 	for c := 0; c < clusterCount; c++ {
 		name := fmt.Sprintf("cluster-%04d", c)
-		in.Clusters[name] = Cluster{Name: name, Available: true, Labels: map[string]string{"region": "r"}}
+		in.Clusters[name] = Cluster{Name: name, Available: true, Synced: true, Labels: map[string]string{"region": "r"}}
 		for i := 0; i < perCluster; i++ {
 			env := envs[i%3]
 			w := newWS(name, fmt.Sprintf("ws-%03d", i), "env", env, "team", "payments")

@@ -27,6 +27,8 @@ type member struct {
 	ws        *Workspace
 	available bool
 	done      bool
+	// revision is the commit the Rollout rolls out for the member's source ("" if unknown).
+	revision string
 	// selected is true when some step matches the member.
 	selected bool
 	// granted is true when this decision wants the member to hold a grant for its run.
@@ -43,6 +45,15 @@ type step struct {
 	phase    string
 	selector labels.Selector
 	clusters labels.Selector // nil: every cluster
+	// unknown are the clusters the step may select Workspaces in whose Workspaces the hub does
+	// not know (not Synced), sorted; blind are those that are Synced but unavailable (their
+	// last-known Workspaces are in the decision, but they may have gained Workspaces since).
+	unknown, blind []string
+}
+
+// done reports whether every Workspace the step selects is known and Done.
+func (s *step) done() bool {
+	return len(s.matched) > 0 && s.applied == int32(len(s.matched)) && len(s.unknown) == 0
 }
 
 // Decide decides, for one Project, the status of its Rollout (or of the Project in parallel
@@ -58,6 +69,9 @@ func Decide(in Input) Decision {
 	}
 
 	if in.Rollout == nil {
+		for i := range ms {
+			ms[i].done = ms[i].available && ms[i].ws.AppliedForCurrent()
+		}
 		decideParallel(&d, ms)
 		return d
 	}
@@ -65,6 +79,12 @@ func Decide(in Input) Decision {
 	if len(steps) == 0 {
 		d.Phase, d.Reason, d.Message = magosv1.PhaseReady, magosv1.ReasonNoSteps, msgNoSteps
 		return d
+	}
+	d.Revisions = fleetRevisions(in.Rollout.Status.Revisions, ms, in.Now)
+	for i := range ms {
+		m := &ms[i]
+		m.revision = revisionOf(d.Revisions, m.ws.Source)
+		m.done = m.available && m.ws.AppliedForCurrent() && (m.revision == "" || m.ws.ObservedRevision == m.revision)
 	}
 	decideRollout(&d, in, ms)
 	writes(&d, ms, true)
@@ -83,7 +103,7 @@ func members(in Input) []member {
 		if !ok {
 			continue
 		}
-		ms = append(ms, member{ws: w, available: c.Available, done: c.Available && w.AppliedForCurrent()})
+		ms = append(ms, member{ws: w, available: c.Available})
 	}
 	slices.SortFunc(ms, func(a, b member) int { return compareKeys(a.ws.Key, b.ws.Key) })
 	return ms
@@ -158,7 +178,8 @@ func decideRollout(d *Decision, in Input, ms []member) {
 		return
 	}
 	for i := range steps {
-		if len(steps[i].matched) == 0 {
+		// Empty only when the hub knows every cluster the step may select in, and all answer.
+		if len(steps[i].matched) == 0 && len(steps[i].unknown) == 0 && len(steps[i].blind) == 0 {
 			halt(d, steps, i, magosv1.PhaseFailed, magosv1.ReasonNoWorkspacesFound,
 				fmt.Sprintf(msgNoWorkspacesFound, steps[i].spec.Name))
 			steps[i].phase = magosv1.StepFailed
@@ -168,7 +189,7 @@ func decideRollout(d *Decision, in Input, ms []member) {
 
 	current := len(steps)
 	for i := range steps {
-		if steps[i].applied < int32(len(steps[i].matched)) {
+		if !steps[i].done() {
 			current = i
 			break
 		}
@@ -203,22 +224,33 @@ func decideRollout(d *Decision, in Input, ms []member) {
 	halt(d, steps, current, magosv1.PhaseReconciling, magosv1.ReasonLevelProgressing,
 		fmt.Sprintf("Executing step %s (%d/%d applied)", s.spec.Name, s.applied, len(s.matched)))
 	s.phase = magosv1.StepProgressing
-	var waiting []string // "cluster <name>: <reason>", in cluster order
-	lastCluster := ""
+	// The step waits for clusters whose Workspaces the hub does not know, for clusters without
+	// any Workspace it matched that do not answer (an empty step is never decided on them), and
+	// for the clusters of matched members that are not available (never Done).
+	wait := slices.Clone(s.unknown)
+	if len(s.matched) == 0 {
+		wait = append(wait, s.blind...)
+	}
 	for _, i := range s.matched {
 		m := &ms[i]
 		if m.available {
 			m.granted = m.ws.Grantable()
 			continue
 		}
-		if m.ws.Key.Cluster != lastCluster { // unavailable members are never Done
-			lastCluster = m.ws.Key.Cluster
-			reason := in.Clusters[lastCluster].Reason
-			if reason == "" {
-				reason = "unavailable"
+		wait = append(wait, m.ws.Key.Cluster)
+	}
+	slices.Sort(wait)
+	wait = slices.Compact(wait)
+	var waiting []string // "cluster <name>: <reason>", in cluster order
+	for _, name := range wait {
+		reason := in.Clusters[name].Reason
+		if reason == "" {
+			reason = "unavailable"
+			if !in.Clusters[name].Synced {
+				reason = "not synced"
 			}
-			waiting = append(waiting, "cluster "+lastCluster+": "+reason)
 		}
+		waiting = append(waiting, "cluster "+name+": "+reason)
 	}
 	if len(waiting) > 0 {
 		d.Reason = magosv1.ReasonWaitingForClusters
@@ -238,12 +270,29 @@ func halt(d *Decision, steps []step, current int, phase magosv1.Phase, reason, m
 	}
 }
 
-// match evaluates every parsed step against the members and counts where they stand.
+// match evaluates every parsed step against the members and counts where they stand, and
+// finds the clusters each step may select in that the hub does not fully see.
 func match(steps []step, ms []member, clusters map[string]Cluster) {
+	names := make([]string, 0, len(clusters))
+	for name := range clusters {
+		names = append(names, name)
+	}
+	slices.Sort(names)
 	for si := range steps {
 		s := &steps[si]
 		if s.selector == nil {
 			continue
+		}
+		for _, name := range names {
+			c := clusters[name]
+			if c.Synced && c.Available || s.clusters != nil && !s.clusters.Matches(labels.Set(c.Labels)) {
+				continue
+			}
+			if !c.Synced {
+				s.unknown = append(s.unknown, name)
+			} else {
+				s.blind = append(s.blind, name)
+			}
 		}
 		lastCluster, clusterOK := "", false
 		for i := range ms {
@@ -283,7 +332,7 @@ func stepStatuses(steps []step, ms []member) []magosv1.StepStatus {
 		phase := s.phase
 		if phase == "" {
 			phase = magosv1.StepPending
-			if len(s.matched) > 0 && s.applied == int32(len(s.matched)) {
+			if s.done() {
 				phase = magosv1.StepCompleted
 			}
 		}
@@ -341,8 +390,8 @@ func writes(d *Decision, ms []member, revoke bool) {
 		m := &ms[i]
 		switch {
 		case m.granted:
-			if !m.ws.GrantedCurrentRun() {
-				d.Grants = append(d.Grants, Change{Key: m.ws.Key, Run: m.ws.RunID})
+			if !m.ws.GrantedCurrentRun(m.revision) {
+				d.Grants = append(d.Grants, Change{Key: m.ws.Key, Run: m.ws.RunID, Revision: m.revision})
 			}
 		case revoke && m.ws.HasGrant() && !m.ws.InFlight():
 			d.Revokes = append(d.Revokes, Change{Key: m.ws.Key})

@@ -364,8 +364,8 @@ func TestDecideRewind(t *testing.T) {
 	base := func() []Workspace {
 		return []Workspace{
 			newWS("c1", "dev", "env", "dev").with(appliedOK),
-			newWS("c1", "staging-a", "env", "staging").with(inPhase(magosv1.PhasePlanning, magosv1.ReasonPlanning), grantedNow),
-			newWS("c2", "staging-b", "env", "staging").with(grantedNow),
+			newWS("c1", "staging-a", "env", "staging").with(inPhase(magosv1.PhasePlanning, magosv1.ReasonPlanning), grantedAt("rev-1")),
+			newWS("c2", "staging-b", "env", "staging").with(grantedAt("rev-1")),
 			newWS("c2", "prod", "env", "prod"),
 		}
 	}
@@ -490,7 +490,7 @@ func TestDecideWaitingForClusters(t *testing.T) {
 		stepSpec("ap-south-1", "region", "ap-south-1"),
 	)
 	cl := clusters("us-east-1", "eu-west-1", "ap-south-1")
-	cl["eu-west-1"] = Cluster{Name: "eu-west-1", Reason: "agent not heartbeating"}
+	cl["eu-west-1"] = Cluster{Name: "eu-west-1", Synced: true, Reason: "agent not heartbeating"}
 	tests := []struct {
 		name    string
 		euWest  Workspace
@@ -530,8 +530,8 @@ func TestDecideWaitingForClusters(t *testing.T) {
 			newWS("ap-south-1", "c", "env", "prod"),
 		}
 		cl := clusters("us-east-1", "eu-west-1", "ap-south-1")
-		cl["eu-west-1"] = Cluster{Name: "eu-west-1"}
-		cl["ap-south-1"] = Cluster{Name: "ap-south-1", Reason: "AgentSilent"}
+		cl["eu-west-1"] = Cluster{Name: "eu-west-1", Synced: true}
+		cl["ap-south-1"] = Cluster{Name: "ap-south-1", Synced: true, Reason: "AgentSilent"}
 		d := Decide(Input{Namespace: testNamespace, Project: testProject, Rollout: rolloutOf(stepSpec("prod", "env", "prod")), Clusters: cl, Workspaces: ws})
 		assertStatus(t, d, magosv1.PhaseReconciling, magosv1.ReasonWaitingForClusters, 0)
 		assertKeys(t, "grants", keysOf(d.Grants), []Key{k("us-east-1", "a")})
@@ -668,7 +668,7 @@ func TestDecidePaused(t *testing.T) {
 // TestDecideParallel checks the Project's DefaultParallel mode.
 func TestDecideParallel(t *testing.T) {
 	cl := clusters("c1", "c2")
-	cl["c2"] = Cluster{Name: "c2"}
+	cl["c2"] = Cluster{Name: "c2", Synced: true}
 	in := Input{Namespace: testNamespace, Project: testProject, Clusters: cl, Workspaces: []Workspace{
 		newWS("c2", "silent", "env", "dev"),
 		newWS("c1", "pending"),
@@ -746,7 +746,7 @@ func TestDecideDoneRequiresCurrentReport(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			cl := clusters("c1")
-			cl["c1"] = Cluster{Name: "c1", Available: tt.available}
+			cl["c1"] = Cluster{Name: "c1", Synced: true, Available: tt.available}
 			d := Decide(Input{Namespace: testNamespace, Project: testProject, Rollout: rolloutOf(stepSpec("all")),
 				Clusters: cl, Workspaces: []Workspace{tt.ws}})
 			if got := d.Steps[0].Applied == 1; got != tt.done {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"testing"
+	"time"
 
 	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
 	"github.com/magosfleet/magos/pkg/keys"
@@ -13,6 +14,9 @@ const (
 	testNamespace = "payments"
 	testProject   = "payments-platform"
 )
+
+// testSource is the repository and ref the test Workspaces track.
+var testSource = Source{RepoURL: "https://git.example/infra.git", Ref: "main"}
 
 // wsOpt adjusts a test Workspace.
 type wsOpt func(*Workspace)
@@ -28,6 +32,7 @@ func newWS(cluster, name string, kv ...string) Workspace {
 		Reason:     magosv1.ReasonAwaitingRollout,
 		Generation: 1,
 		RunID:      "run-1-" + cluster + "-" + name,
+		Source:     testSource,
 	}
 	for i := 0; i+1 < len(kv); i += 2 {
 		w.Labels[kv[i]] = kv[i+1]
@@ -57,8 +62,15 @@ func grantedRun(run string) wsOpt {
 	return func(w *Workspace) { w.Grant = Grant{Allowed: true, Run: run, By: keys.GrantedByRollout} }
 }
 
-// grantedNow grants the Workspace's current run.
+// grantedNow grants the Workspace's current run, naming no commit.
 func grantedNow(w *Workspace) { *w = w.with(grantedRun(w.RunID)) }
+
+// grantedAt grants the Workspace's current run at a commit.
+func grantedAt(commit string) wsOpt {
+	return func(w *Workspace) {
+		w.Grant = Grant{Allowed: true, Run: w.RunID, By: keys.GrantedByRollout, Revision: commit}
+	}
+}
 
 func inProject(project, namespace string) wsOpt {
 	return func(w *Workspace) { w.ProjectRef, w.Key.Namespace = project, namespace }
@@ -67,7 +79,7 @@ func inProject(project, namespace string) wsOpt {
 func clusters(names ...string) map[string]Cluster {
 	out := make(map[string]Cluster, len(names))
 	for _, n := range names {
-		out[n] = Cluster{Name: n, Available: true, Labels: map[string]string{"name": n}}
+		out[n] = Cluster{Name: n, Available: true, Synced: true, Labels: map[string]string{"name": n}}
 	}
 	return out
 }
@@ -102,7 +114,7 @@ func applyWrites(ws []Workspace, d Decision, by string) []Workspace {
 		idx[out[i].Key] = i
 	}
 	for _, g := range d.Grants {
-		out[idx[g.Key]].Grant = Grant{Allowed: true, Run: g.Run, By: by}
+		out[idx[g.Key]].Grant = Grant{Allowed: true, Run: g.Run, By: by, Revision: g.Revision}
 	}
 	for _, r := range d.Revokes {
 		out[idx[r.Key]].Grant = Grant{}
@@ -131,10 +143,34 @@ type fleet struct {
 	fail map[Key]magosv1.Phase
 	// grants records every grant written, in order, with its run.
 	grants []Change
+	// head is the commit the tracked ref points at (default "rev-1"): what a run resolves when
+	// its grant names no commit and nothing was detected.
+	head string
+	// applies records every apply, in order: which Workspace applied which commit.
+	applies []applied
+}
+
+// applied is one apply seen by the simulated spokes.
+type applied struct {
+	key    Key
+	commit string
 }
 
 func (f *fleet) input() Input {
 	return Input{Namespace: testNamespace, Project: testProject, Rollout: f.rollout, Workspaces: f.ws, Clusters: f.clusters}
+}
+
+// poll is the agent of the Workspace's cluster polling the ref and seeing it at commit at
+// time at: it marks the Workspace, which resets for a new run when settled, as the spoke does.
+func (f *fleet) poll(key Key, commit string, at time.Time) {
+	w := f.get(key)
+	if commit == w.ObservedRevision || commit == w.CurrentRevision || commit == w.DetectedRevision {
+		return
+	}
+	w.DetectedRevision, w.DetectedAt = commit, at
+	if w.Phase == magosv1.PhaseApplied || w.Failed() {
+		f.reset(key, magosv1.ReasonNewRevisionDetected)
+	}
 }
 
 func (f *fleet) get(key Key) *Workspace {
@@ -150,6 +186,9 @@ func (f *fleet) get(key Key) *Workspace {
 // decide decides and writes the decision, returning it.
 func (f *fleet) decide() Decision {
 	d := Decide(f.input())
+	if f.rollout != nil {
+		f.rollout.Status.Revisions = d.Revisions
+	}
 	f.ws = applyWrites(f.ws, d, keys.GrantedByRollout)
 	f.grants = append(f.grants, d.Grants...)
 	return d
@@ -160,9 +199,24 @@ func (f *fleet) start() []Key {
 	var started []Key
 	for i := range f.ws {
 		w := &f.ws[i]
-		if w.Grantable() && w.GrantedCurrentRun() && f.clusters[w.Key.Cluster].Available {
+		if w.Grantable() && w.GrantedCurrentRun(w.Grant.Revision) && f.clusters[w.Key.Cluster].Available {
 			w.Phase, w.Reason = magosv1.PhasePlanning, magosv1.ReasonPlanning
 			w.ObservedGeneration = w.Generation
+			// The run plans the granted commit; else the detected one; else the ref's tip. A grant
+			// naming another commit than the detected one consumes the detection.
+			switch {
+			case w.Grant.Revision != "":
+				w.CurrentRevision = w.Grant.Revision
+				if w.DetectedRevision != w.Grant.Revision {
+					w.DetectedRevision, w.DetectedAt = "", time.Time{}
+				}
+			case w.DetectedRevision != "":
+				w.CurrentRevision = w.DetectedRevision
+			case f.head != "":
+				w.CurrentRevision = f.head
+			default:
+				w.CurrentRevision = "rev-1"
+			}
 			started = append(started, w.Key)
 		}
 	}
@@ -183,12 +237,12 @@ func (f *fleet) finish() {
 			continue
 		}
 		w.Phase, w.Reason = magosv1.PhaseApplied, magosv1.ReasonApplySucceeded
-		if w.DetectedRevision != "" {
-			w.ObservedRevision = w.DetectedRevision
-		} else {
-			w.ObservedRevision = "rev-1"
+		w.ObservedRevision = w.CurrentRevision
+		f.applies = append(f.applies, applied{w.Key, w.CurrentRevision})
+		if w.DetectedRevision == w.ObservedRevision {
+			w.DetectedRevision, w.DetectedAt = "", time.Time{}
 		}
-		w.DetectedRevision, w.ReconcileRequested = "", false
+		w.ReconcileRequested = false
 	}
 }
 

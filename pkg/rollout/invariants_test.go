@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"slices"
 	"testing"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -32,6 +33,8 @@ var (
 		{MatchExpressions: []magosv1.LabelSelectorRequirement{{Key: "env", Operator: metav1.LabelSelectorOpNotIn, Values: []string{"dev"}}}},
 	}
 	invalidSelector = magosv1.LabelSelector{MatchExpressions: []magosv1.LabelSelectorRequirement{{Key: "env", Operator: "Near", Values: []string{"x"}}}}
+	randomSources   = []Source{testSource, {RepoURL: testSource.RepoURL, Ref: "release"}}
+	randomEpoch     = time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
 	clusterSels     = []magosv1.LabelSelector{
 		magosv1.MatchLabels(map[string]string{"tier": "canary"}),
 		magosv1.MatchLabels(map[string]string{"tier": "fleet"}),
@@ -52,6 +55,7 @@ func randomInput(rng *rand.Rand) Input {
 				Name:      name,
 				Labels:    map[string]string{"tier": pick(rng, []string{"canary", "fleet"})},
 				Available: rng.Intn(100) < 80,
+				Synced:    rng.Intn(100) < 90,
 				Reason:    pick(rng, []string{"", "AgentSilent"}),
 			}
 		}
@@ -82,8 +86,13 @@ func randomInput(rng *rand.Rand) Input {
 			w.RunID = ""
 		}
 		w.ObservedGeneration = w.Generation - int64(rng.Intn(2))
+		w.Source = pick(rng, randomSources)
 		w.ObservedRevision = pick(rng, []string{"", "rev-1", "rev-2"})
-		w.DetectedRevision = pick(rng, []string{"", "", "", "rev-1", "rev-2"})
+		w.CurrentRevision = pick(rng, []string{"", "rev-1", "rev-2", "rev-3"})
+		w.DetectedRevision = pick(rng, []string{"", "", "", "rev-1", "rev-2", "rev-3"})
+		if w.DetectedRevision != "" && rng.Intn(3) > 0 {
+			w.DetectedAt = randomEpoch.Add(time.Duration(rng.Intn(100)) * time.Second)
+		}
 		w.ReconcileRequested = rng.Intn(10) == 0
 		switch rng.Intn(6) {
 		case 1:
@@ -95,8 +104,12 @@ func randomInput(rng *rand.Rand) Input {
 		case 4:
 			w.Grant = Grant{Run: w.RunID}
 		}
+		if rng.Intn(3) > 0 {
+			w.Grant.Revision = pick(rng, []string{"rev-1", "rev-2"})
+		}
 		if settled && rng.Intn(20) > 0 {
 			w.Phase, w.ObservedGeneration, w.DetectedRevision, w.ReconcileRequested = magosv1.PhaseApplied, w.Generation, "", false
+			w.Source, w.ObservedRevision = randomSources[0], "rev-1"
 		}
 		in.Workspaces = append(in.Workspaces, w)
 	}
@@ -105,6 +118,18 @@ func randomInput(rng *rand.Rand) Input {
 	}
 	in.Rollout = rolloutOf()
 	in.Rollout.Spec.Paused = rng.Intn(10) == 0
+	in.Now = randomEpoch.Add(time.Hour)
+	for _, src := range randomSources {
+		if rng.Intn(3) == 0 {
+			continue
+		}
+		rev := magosv1.RolloutRevision{RepoURL: src.RepoURL, TargetRevision: src.Ref, Commit: pick(rng, []string{"rev-1", "rev-2"}),
+			Since: metav1.NewTime(randomEpoch)}
+		if rng.Intn(2) == 0 {
+			rev.DetectedAt = &metav1.Time{Time: randomEpoch.Add(time.Duration(rng.Intn(100)) * time.Second)}
+		}
+		in.Rollout.Status.Revisions = append(in.Rollout.Status.Revisions, rev)
+	}
 	steps := 1 + rng.Intn(4)
 	if rng.Intn(20) == 0 {
 		steps = 0
@@ -198,6 +223,9 @@ func checkInvariants(t *testing.T, in Input, d Decision) {
 	granted := map[Key]bool{}
 	for _, g := range d.Grants {
 		w := byKey[g.Key]
+		if want := revisionOf(d.Revisions, w.Source); g.Revision != want {
+			t.Fatalf("grant %v names commit %q; the Rollout rolls out %q for %v", g, g.Revision, want, w.Source)
+		}
 		switch {
 		case !isMember(g.Key):
 			t.Fatalf("grant to a non-member %s", g.Key)
@@ -205,7 +233,7 @@ func checkInvariants(t *testing.T, in Input, d Decision) {
 			t.Fatalf("grant %v to a Workspace in %s with run %q", g, w.Phase, w.RunID)
 		case !in.Clusters[g.Key.Cluster].Available:
 			t.Fatalf("grant %v in an unavailable cluster", g)
-		case w.GrantedCurrentRun():
+		case w.GrantedCurrentRun(g.Revision):
 			t.Fatalf("grant %v already held", g)
 		}
 		granted[g.Key] = true
@@ -248,6 +276,55 @@ func checkInvariants(t *testing.T, in Input, d Decision) {
 				}
 			}
 		}
+		checkRevisions(t, in, d)
+		// relevant are the clusters a step may select Workspaces in.
+		relevant := func(s magosv1.RolloutStep) []Cluster {
+			var out []Cluster
+			for _, c := range in.Clusters {
+				if s.ClusterSelector != nil {
+					cs, err := metav1.LabelSelectorAsSelector(s.ClusterSelector.AsMeta())
+					if err != nil || !cs.Matches(labels.Set(c.Labels)) {
+						continue
+					}
+				}
+				out = append(out, c)
+			}
+			return out
+		}
+		if d.Reason == magosv1.ReasonNoWorkspacesFound {
+			for _, c := range relevant(steps[d.CurrentStep]) {
+				if !c.Synced || !c.Available {
+					t.Fatalf("NoWorkspacesFound at step %d while cluster %s is synced=%v available=%v", d.CurrentStep, c.Name, c.Synced, c.Available)
+				}
+			}
+		}
+		if d.Reason == magosv1.ReasonLevelProgressing || d.Reason == magosv1.ReasonWaitingForClusters ||
+			d.Reason == magosv1.ReasonStepFailed || d.Reason == magosv1.ReasonRolloutCompleted || d.Reason == magosv1.ReasonPaused {
+			// Every step before the current one is done on a complete, live, current view.
+			for i := 0; i < d.CurrentStep; i++ {
+				for _, c := range relevant(steps[i]) {
+					if !c.Synced {
+						t.Fatalf("step %d counted done while cluster %s is not synced", i, c.Name)
+					}
+				}
+				n := 0
+				for _, key := range members {
+					w := byKey[key]
+					if !inStep(t, in, steps[i], w) {
+						continue
+					}
+					n++
+					rev := revisionOf(d.Revisions, w.Source)
+					if !in.Clusters[key.Cluster].Available || !w.AppliedForCurrent() || (rev != "" && w.ObservedRevision != rev) {
+						t.Fatalf("step %d counted done although %s is %s at %q (rolling out %q, cluster available %v)",
+							i, key, w.Phase, w.ObservedRevision, rev, in.Clusters[key.Cluster].Available)
+					}
+				}
+				if n == 0 {
+					t.Fatalf("step %d counted done with no Workspace", i)
+				}
+			}
+		}
 		if d.Reason == magosv1.ReasonRolloutCompleted && (d.Applied != d.Total || d.CurrentStep != len(steps)) {
 			t.Fatalf("completed with %d/%d applied at step %d", d.Applied, d.Total, d.CurrentStep)
 		}
@@ -285,7 +362,7 @@ func checkInvariants(t *testing.T, in Input, d Decision) {
 	if shouldHold != nil {
 		for _, key := range members {
 			w := byKey[key]
-			if want := shouldHold(w) && !w.GrantedCurrentRun(); granted[key] != want {
+			if want := shouldHold(w) && !w.GrantedCurrentRun(revisionOf(d.Revisions, w.Source)); granted[key] != want {
 				t.Fatalf("%s (%s, run %q, grant %+v): granted %v, want %v", key, w.Phase, w.RunID, w.Grant, granted[key], want)
 			}
 		}
@@ -301,5 +378,40 @@ func checkInvariants(t *testing.T, in Input, d Decision) {
 	d.Grants, d.Revokes = nil, nil
 	if !reflect.DeepEqual(d, d2) {
 		t.Fatalf("second decision differs:\n%+v\n%+v", d, d2)
+	}
+}
+
+// checkRevisions checks the commits a decision rolls out: one per source its members report,
+// and a recorded commit replaced only by one an agent saw at the ref later.
+func checkRevisions(t *testing.T, in Input, d Decision) {
+	t.Helper()
+	prev := map[Source]magosv1.RolloutRevision{}
+	for _, r := range in.Rollout.Status.Revisions {
+		prev[Source{r.RepoURL, r.TargetRevision}] = r
+	}
+	for i, r := range d.Revisions {
+		if i > 0 && (d.Revisions[i-1].RepoURL > r.RepoURL || d.Revisions[i-1].RepoURL == r.RepoURL && d.Revisions[i-1].TargetRevision >= r.TargetRevision) {
+			t.Fatalf("revisions not sorted: %v", d.Revisions)
+		}
+		src := Source{r.RepoURL, r.TargetRevision}
+		old, known := prev[src]
+		if !known || old.Commit == r.Commit {
+			continue
+		}
+		if r.DetectedAt == nil || old.DetectedAt != nil && !r.DetectedAt.After(old.DetectedAt.Time) {
+			t.Fatalf("commit %s replaced %s for %v without a later detection (%v after %v)", r.Commit, old.Commit, src, r.DetectedAt, old.DetectedAt)
+		}
+		reported := false
+		for _, w := range in.Workspaces {
+			if w.Source == src && w.DetectedRevision == r.Commit && w.DetectedAt.Equal(r.DetectedAt.Time) {
+				reported = true
+			}
+		}
+		if !reported {
+			t.Fatalf("commit %s seen at %v for %v: no Workspace reported it", r.Commit, r.DetectedAt, src)
+		}
+		if !r.Since.Time.Equal(in.Now) {
+			t.Fatalf("new commit %s since %v, want now %v", r.Commit, r.Since, in.Now)
+		}
 	}
 }

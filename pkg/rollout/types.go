@@ -1,6 +1,8 @@
 package rollout
 
 import (
+	"time"
+
 	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
 )
 
@@ -22,6 +24,15 @@ type Grant struct {
 	Run string
 	// By is magosproject.io/granted-by.
 	By string
+	// Revision is magosproject.io/granted-revision: the commit the grant allows.
+	Revision string
+}
+
+// Source is the repository and ref a Workspace tracks (spec.source). Workspaces with the same
+// Source roll out the same commit.
+type Source struct {
+	RepoURL string
+	Ref     string
 }
 
 // Workspace is what a decision needs to know of one Workspace, wherever it lives.
@@ -43,10 +54,18 @@ type Workspace struct {
 	ObservedGeneration int64
 	// RunID is status.currentRunID.
 	RunID string
-	// ObservedRevision is status.observedRevision.
+	// Source is the repository and ref the Workspace tracks.
+	Source Source
+	// ObservedRevision is status.observedRevision: the commit last applied.
 	ObservedRevision string
+	// CurrentRevision is status.currentRevision: the commit the current (or last) run plans
+	// and applies.
+	CurrentRevision string
 	// DetectedRevision is the magosproject.io/detected-revision annotation.
 	DetectedRevision string
+	// DetectedAt is the magosproject.io/detected-at annotation (zero when absent or
+	// unparsable): when the agent's poll saw the ref at DetectedRevision.
+	DetectedAt time.Time
 	// ReconcileRequested is true when magosproject.io/reconcile-request is set.
 	ReconcileRequested bool
 	// Grant is the decision the Workspace carries now.
@@ -59,10 +78,15 @@ type Cluster struct {
 	Name string
 	// Labels are the cluster's registered labels (for step clusterSelectors).
 	Labels map[string]string
-	// Available is true while the cluster's agent heartbeats (or, for a direct cluster, its API
-	// server answers).
+	// Available is true while the cluster's agent heartbeats with its sync live (or, for a
+	// direct cluster, its API server answers).
 	Available bool
-	// Reason explains an unavailable cluster (for messages).
+	// Synced is true when the hub holds a complete view of the cluster's Workspaces, as of the
+	// cluster's last sync: the hub has engaged the cluster and (for an agent cluster) the agent
+	// has completed a sync. The Workspaces of a cluster that is not Synced are unknown, so no
+	// step that may select them is ever counted done or found empty.
+	Synced bool
+	// Reason explains an unavailable or unsynced cluster (for messages).
 	Reason string
 }
 
@@ -80,6 +104,8 @@ type Input struct {
 	// Clusters are the registered clusters by name. Workspaces of clusters not in the map are
 	// ignored (a removed cluster's Workspaces drop out).
 	Clusters map[string]Cluster
+	// Now stamps revisions the decision starts rolling out (Decide reads no clock).
+	Now time.Time
 }
 
 // Change is one decision to write on a Workspace.
@@ -88,6 +114,9 @@ type Change struct {
 	Key Key
 	// Run is the run a grant allows (empty for a revocation).
 	Run string
+	// Revision is the commit a grant allows (empty when the Rollout does not know the commit
+	// of the Workspace's source yet, in parallel mode, and for a revocation).
+	Revision string
 }
 
 // Decision is the result of Decide.
@@ -114,4 +143,7 @@ type Decision struct {
 	Grants []Change
 	// Revokes are the grants to remove, sorted by key.
 	Revokes []Change
+	// Revisions are the commits the Rollout rolls out, one per Source its members track,
+	// sorted by repository and ref (nil in parallel mode and without steps).
+	Revisions []magosv1.RolloutRevision
 }

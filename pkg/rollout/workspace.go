@@ -1,6 +1,8 @@
 package rollout
 
 import (
+	"time"
+
 	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
 	"github.com/magosfleet/magos/pkg/keys"
 	"github.com/magosfleet/magos/pkg/mirror"
@@ -26,15 +28,31 @@ func FromWorkspace(cluster string, ws *magosv1.Workspace) Workspace {
 		Generation:         o.Generation,
 		ObservedGeneration: ws.Status.ObservedGeneration,
 		RunID:              ws.Status.CurrentRunID,
+		Source:             Source{RepoURL: ws.Spec.Source.RepoURL, Ref: ws.Spec.Source.TargetRevision},
 		ObservedRevision:   ws.Status.ObservedRevision,
+		CurrentRevision:    ws.Status.CurrentRevision,
 		DetectedRevision:   ann[keys.DetectedRevision],
+		DetectedAt:         parseTime(ann[keys.DetectedAt]),
 		ReconcileRequested: ann[keys.ReconcileRequest] != "",
 		Grant: Grant{
-			Allowed: ann[keys.ExecutionAllowed] == "true",
-			Run:     ann[keys.GrantedRun],
-			By:      ann[keys.GrantedBy],
+			Allowed:  ann[keys.ExecutionAllowed] == "true",
+			Run:      ann[keys.GrantedRun],
+			By:       ann[keys.GrantedBy],
+			Revision: ann[keys.GrantedRevision],
 		},
 	}
+}
+
+// parseTime parses an RFC 3339 time; zero when absent or unparsable.
+func parseTime(s string) time.Time {
+	if s == "" {
+		return time.Time{}
+	}
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return time.Time{}
+	}
+	return t
 }
 
 func ownLabels(ws *magosv1.Workspace) map[string]string {
@@ -85,10 +103,24 @@ func (w Workspace) Failed() bool {
 // granted-run), which a revocation would remove.
 func (w Workspace) HasGrant() bool { return w.Grant.Allowed || w.Grant.Run != "" }
 
-// GrantedCurrentRun reports whether the Workspace carries a grant for its current run, so
-// granting it again would change nothing.
-func (w Workspace) GrantedCurrentRun() bool {
-	return w.Grant.Allowed && w.RunID != "" && w.Grant.Run == w.RunID
+// GrantedCurrentRun reports whether the Workspace carries a grant for its current run and
+// the given revision ("" for none), so granting it again would change nothing.
+func (w Workspace) GrantedCurrentRun(revision string) bool {
+	return w.Grant.Allowed && w.RunID != "" && w.Grant.Run == w.RunID && w.Grant.Revision == revision
+}
+
+// Reported is the commit the Workspace reports for its source, and when its agent saw the
+// ref there (zero when the report carries no time): a detected revision it has not applied
+// yet; else, while a run is in flight, the commit of that run; else the commit last applied.
+func (w Workspace) Reported() (commit string, seen time.Time) {
+	switch {
+	case w.DetectedRevision != "" && w.DetectedRevision != w.ObservedRevision:
+		return w.DetectedRevision, w.DetectedAt
+	case w.InFlight() && w.CurrentRevision != "":
+		return w.CurrentRevision, time.Time{}
+	default:
+		return w.ObservedRevision, time.Time{}
+	}
 }
 
 // HasWrites reports whether the decision has grants or revocations to write.

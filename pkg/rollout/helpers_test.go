@@ -224,13 +224,16 @@ func (f *fleet) start() []Key {
 	return started
 }
 
-// finish ends every run in flight: Applied, or the phase f.fail names.
-func (f *fleet) finish() {
+// finish ends every run in flight: Applied, or the phase f.fail names. It returns how many
+// runs it ended.
+func (f *fleet) finish() int {
+	n := 0
 	for i := range f.ws {
 		w := &f.ws[i]
 		if !w.InFlight() {
 			continue
 		}
+		n++
 		if p, ok := f.fail[w.Key]; ok {
 			w.Phase, w.Reason = p, "PlanFailed"
 			delete(f.fail, w.Key)
@@ -239,11 +242,16 @@ func (f *fleet) finish() {
 		w.Phase, w.Reason = magosv1.PhaseApplied, magosv1.ReasonApplySucceeded
 		w.ObservedRevision = w.CurrentRevision
 		f.applies = append(f.applies, applied{w.Key, w.CurrentRevision})
-		if w.DetectedRevision == w.ObservedRevision {
-			w.DetectedRevision, w.DetectedAt = "", time.Time{}
-		}
 		w.ReconcileRequested = false
+		switch w.DetectedRevision {
+		case "":
+		case w.ObservedRevision:
+			w.DetectedRevision, w.DetectedAt = "", time.Time{}
+		default: // detected during the run: the next run is due at once
+			f.reset(w.Key, magosv1.ReasonNewRevisionDetected)
+		}
 	}
+	return n
 }
 
 // reset gives a Workspace a new run, as the spoke does when a run becomes due.
@@ -264,8 +272,8 @@ func (f *fleet) walk() ([][]Key, Decision) {
 			batches = append(batches, keysOf(d.Grants))
 		}
 		started := f.start()
-		f.finish()
-		if !d.HasWrites() && len(started) == 0 {
+		finished := f.finish()
+		if !d.HasWrites() && len(started) == 0 && finished == 0 {
 			return batches, d
 		}
 	}

@@ -1,0 +1,319 @@
+package rollout
+
+import (
+	"fmt"
+	"math/rand"
+	"slices"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
+)
+
+var t0 = time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
+
+func regionSteps() *magosv1.Rollout {
+	return rolloutOf(
+		stepSpec("us-east-1", "region", "us-east-1"),
+		stepSpec("eu-west-1", "region", "eu-west-1"),
+		stepSpec("ap-south-1", "region", "ap-south-1"),
+	)
+}
+
+// regionFleet is three regions in three clusters, all Applied at rev-1, as the Rollout recorded.
+func regionFleet(t *testing.T) *fleet {
+	f := &fleet{t: t, rollout: regionSteps(), clusters: clusters("us-east-1", "eu-west-1", "ap-south-1")}
+	for _, r := range []string{"us-east-1", "eu-west-1", "ap-south-1"} {
+		f.ws = append(f.ws, newWS(r, "cdn", "region", r).with(appliedOK))
+	}
+	if _, d := f.walk(); d.Reason != magosv1.ReasonRolloutCompleted {
+		t.Fatalf("the fleet did not settle: %s %s", d.Reason, d.Message)
+	}
+	return f
+}
+
+// TestDecideNewCommitWaitsForEarlierSteps is the order guarantee for a new commit: whichever
+// region's agent polls first, the commit is applied region by region in step order.
+func TestDecideNewCommitWaitsForEarlierSteps(t *testing.T) {
+	f := regionFleet(t)
+	// The last region's agent sees rev-2 first, then the middle one; the first has not polled.
+	f.poll(k("ap-south-1", "cdn"), "rev-2", t0)
+	f.poll(k("eu-west-1", "cdn"), "rev-2", t0.Add(time.Second))
+	batches, d := f.walk()
+	if len(batches) != 0 {
+		t.Fatalf("granted %v before us-east-1 saw the commit", batches)
+	}
+	assertStatus(t, d, magosv1.PhaseReconciling, magosv1.ReasonLevelProgressing, 0)
+	if len(d.Revisions) != 1 || d.Revisions[0].Commit != "rev-2" || !d.Revisions[0].DetectedAt.Time.Equal(t0.Add(time.Second)) {
+		t.Fatalf("revisions %+v, want rev-2 seen at %v", d.Revisions, t0.Add(time.Second))
+	}
+	if d.Applied != 0 || d.Steps[0].Applied != 0 {
+		t.Fatalf("us-east-1, Applied at rev-1, counted done for rev-2: %d applied, steps %+v", d.Applied, d.Steps)
+	}
+
+	f.poll(k("us-east-1", "cdn"), "rev-2", t0.Add(5*time.Second))
+	batches, d = f.walk()
+	assertStatus(t, d, magosv1.PhaseApplied, magosv1.ReasonRolloutCompleted, 3)
+	want := [][]Key{{k("us-east-1", "cdn")}, {k("eu-west-1", "cdn")}, {k("ap-south-1", "cdn")}}
+	if fmt.Sprint(batches) != fmt.Sprint(want) {
+		t.Fatalf("grant batches %v, want %v", batches, want)
+	}
+	for _, g := range f.grants {
+		if g.Revision != "rev-2" {
+			t.Fatalf("grant %v does not name rev-2", g)
+		}
+	}
+	var applies []applied
+	for _, a := range f.applies {
+		if a.commit == "rev-2" {
+			applies = append(applies, a)
+		}
+	}
+	if fmt.Sprint(applies) != fmt.Sprint([]applied{{k("us-east-1", "cdn"), "rev-2"}, {k("eu-west-1", "cdn"), "rev-2"}, {k("ap-south-1", "cdn"), "rev-2"}}) {
+		t.Fatalf("applies of rev-2: %v", applies)
+	}
+}
+
+// TestDecideGrantPinsTheCommit: a later step is granted the commit the earlier steps applied,
+// not whatever the ref points at when its run starts.
+func TestDecideGrantPinsTheCommit(t *testing.T) {
+	f := regionFleet(t)
+	for _, r := range []string{"us-east-1", "eu-west-1", "ap-south-1"} {
+		f.poll(k(r, "cdn"), "rev-2", t0)
+	}
+	f.decide()
+	f.start()
+	f.finish()       // us-east-1 applied rev-2
+	f.head = "rev-3" // pushed meanwhile; nobody polled yet
+	d := f.decide()
+	if len(d.Grants) != 1 || d.Grants[0].Key != k("eu-west-1", "cdn") || d.Grants[0].Revision != "rev-2" {
+		t.Fatalf("grants %v, want eu-west-1 at rev-2", d.Grants)
+	}
+	f.start()
+	if w := f.get(k("eu-west-1", "cdn")); w.CurrentRevision != "rev-2" {
+		t.Fatalf("eu-west-1 runs %s, want rev-2", w.CurrentRevision)
+	}
+}
+
+// TestDecideRevisionAdoption checks which commit a Rollout rolls out for a source.
+func TestDecideRevisionAdoption(t *testing.T) {
+	recorded := func(commit string, seen *time.Time) []magosv1.RolloutRevision {
+		r := magosv1.RolloutRevision{RepoURL: testSource.RepoURL, TargetRevision: testSource.Ref, Commit: commit, Since: metav1.NewTime(t0)}
+		if seen != nil {
+			r.DetectedAt = &metav1.Time{Time: *seen}
+		}
+		return []magosv1.RolloutRevision{r}
+	}
+	at := func(d time.Duration) *time.Time { x := t0.Add(d); return &x }
+	detected := func(commit string, seen time.Time) wsOpt {
+		return func(w *Workspace) { w.DetectedRevision, w.DetectedAt = commit, seen }
+	}
+	planning := func(commit string) wsOpt {
+		return func(w *Workspace) {
+			w.Phase, w.Reason, w.CurrentRevision = magosv1.PhasePlanning, magosv1.ReasonPlanning, commit
+		}
+	}
+	observed := func(commit string) wsOpt {
+		return func(w *Workspace) { appliedOK(w); w.ObservedRevision, w.CurrentRevision = commit, commit }
+	}
+	tests := []struct {
+		name     string
+		recorded []magosv1.RolloutRevision
+		ws       []Workspace
+		want     string
+		since    time.Time // zero: kept from the record (t0)
+	}{
+		{"nothing reported, nothing recorded", nil,
+			[]Workspace{newWS("c1", "a", "env", "dev")}, "", time.Time{}},
+		{"first record from the commit applied", nil,
+			[]Workspace{newWS("c1", "a", "env", "dev").with(observed("rev-1"))}, "rev-1", t0.Add(time.Hour)},
+		{"first record: a run in flight wins over an older apply", nil,
+			[]Workspace{newWS("c1", "a", "env", "dev").with(observed("rev-1")), newWS("c1", "b", "env", "dev").with(planning("rev-2"))}, "rev-2", t0.Add(time.Hour)},
+		{"first record: a detection wins over runs", nil,
+			[]Workspace{newWS("c1", "a", "env", "dev").with(planning("rev-2")), newWS("c1", "b", "env", "dev").with(detected("rev-3", t0))}, "rev-3", t0.Add(time.Hour)},
+		{"first record: the latest detection wins", nil,
+			[]Workspace{newWS("c1", "a", "env", "dev").with(detected("rev-2", t0.Add(2*time.Second))), newWS("c1", "b", "env", "dev").with(detected("rev-3", t0))}, "rev-2", t0.Add(time.Hour)},
+		{"recorded commit kept against an untimed report", recorded("rev-1", nil),
+			[]Workspace{newWS("c1", "a", "env", "dev").with(observed("rev-9"))}, "rev-1", t0},
+		{"recorded commit kept against a run resolving the ref itself", recorded("rev-1", at(0)),
+			[]Workspace{newWS("c1", "a", "env", "dev").with(planning("rev-9"))}, "rev-1", t0},
+		{"recorded commit replaced by a later detection", recorded("rev-1", at(0)),
+			[]Workspace{newWS("c1", "a", "env", "dev").with(observed("rev-1"), detected("rev-2", t0.Add(time.Second)))}, "rev-2", t0.Add(time.Hour)},
+		{"recorded commit kept against an earlier detection", recorded("rev-2", at(time.Minute)),
+			[]Workspace{newWS("c1", "a", "env", "dev").with(observed("rev-1"), detected("rev-1b", t0))}, "rev-2", t0},
+		{"recorded commit kept against a detection without a time", recorded("rev-1", at(0)),
+			[]Workspace{newWS("c1", "a", "env", "dev").with(detected("rev-2", time.Time{}))}, "rev-1", t0},
+		{"an untimed record is replaced by any detection", recorded("rev-1", nil),
+			[]Workspace{newWS("c1", "a", "env", "dev").with(detected("rev-2", t0))}, "rev-2", t0.Add(time.Hour)},
+		{"a source nobody tracks any more is forgotten", recorded("rev-1", nil),
+			[]Workspace{newWS("c1", "a", "env", "dev").with(func(w *Workspace) { w.Source.Ref = "release"; observed("rev-5")(w) })}, "", time.Time{}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ro := rolloutOf(stepSpec("dev", "env", "dev"))
+			ro.Status.Revisions = tt.recorded
+			d := Decide(Input{Namespace: testNamespace, Project: testProject, Rollout: ro, Clusters: clusters("c1"),
+				Workspaces: tt.ws, Now: t0.Add(time.Hour)})
+			got := revisionOf(d.Revisions, testSource)
+			if got != tt.want {
+				t.Fatalf("rolling out %q, want %q (revisions %+v)", got, tt.want, d.Revisions)
+			}
+			if tt.want != "" && !d.Revisions[0].Since.Time.Equal(tt.since) {
+				t.Fatalf("since %v, want %v", d.Revisions[0].Since, tt.since)
+			}
+		})
+	}
+}
+
+// TestDecideIncompleteViews: a step is never counted done, found empty or passed on a cluster
+// whose Workspaces the hub does not know.
+func TestDecideIncompleteViews(t *testing.T) {
+	ro := regionSteps()
+	all := func() []Workspace {
+		return []Workspace{
+			newWS("us-east-1", "cdn", "region", "us-east-1").with(appliedOK),
+			newWS("eu-west-1", "cdn", "region", "eu-west-1"),
+			newWS("ap-south-1", "cdn", "region", "ap-south-1"),
+		}
+	}
+	t.Run("an unsynced cluster holds back every step it may hold Workspaces of", func(t *testing.T) {
+		cl := clusters("us-east-1", "eu-west-1", "ap-south-1", "us-east-1b")
+		cl["us-east-1b"] = Cluster{Name: "us-east-1b", Available: true, Reason: "NotSynced"}
+		d := Decide(Input{Namespace: testNamespace, Project: testProject, Rollout: ro, Clusters: cl, Workspaces: all()})
+		assertStatus(t, d, magosv1.PhaseReconciling, magosv1.ReasonWaitingForClusters, 0)
+		if d.Message != "Waiting for cluster us-east-1b: NotSynced (step us-east-1: 1/1 applied)" || len(d.Grants) != 0 {
+			t.Fatalf("message %q grants %v", d.Message, d.Grants)
+		}
+	})
+	t.Run("after a hub restart no step is found empty before the clusters are engaged", func(t *testing.T) {
+		cl := clusters("us-east-1", "eu-west-1", "ap-south-1")
+		cl["us-east-1"] = Cluster{Name: "us-east-1", Reason: "NotEngaged"}
+		cl["eu-west-1"] = Cluster{Name: "eu-west-1", Reason: "NotEngaged"}
+		ws := all()[2:] // only ap-south-1 is engaged yet
+		d := Decide(Input{Namespace: testNamespace, Project: testProject, Rollout: ro, Clusters: cl, Workspaces: ws})
+		assertStatus(t, d, magosv1.PhaseReconciling, magosv1.ReasonWaitingForClusters, 0)
+		want := "Waiting for cluster eu-west-1: NotEngaged; cluster us-east-1: NotEngaged (step us-east-1: 0/0 applied)"
+		if d.Message != want || len(d.Grants) != 0 {
+			t.Fatalf("message %q grants %v", d.Message, d.Grants)
+		}
+	})
+	t.Run("a clusterSelector keeps an unsynced cluster out of a step", func(t *testing.T) {
+		cl := clusters("us-east-1", "eu-west-1", "ap-south-1", "lab")
+		cl["lab"] = Cluster{Name: "lab", Labels: map[string]string{"name": "lab"}}
+		ro := regionSteps()
+		for i := range ro.Spec.Strategy.Steps {
+			sel := magosv1.MatchLabels(map[string]string{"name": ro.Spec.Strategy.Steps[i].Name})
+			ro.Spec.Strategy.Steps[i].ClusterSelector = &sel
+		}
+		d := Decide(Input{Namespace: testNamespace, Project: testProject, Rollout: ro, Clusters: cl, Workspaces: all()})
+		assertStatus(t, d, magosv1.PhaseReconciling, magosv1.ReasonLevelProgressing, 1)
+		assertKeys(t, "grants", keysOf(d.Grants), []Key{k("eu-west-1", "cdn")})
+	})
+	t.Run("an empty step waits for a silent cluster instead of failing", func(t *testing.T) {
+		cl := clusters("us-east-1", "eu-west-1", "ap-south-1")
+		cl["ap-south-1"] = Cluster{Name: "ap-south-1", Synced: true, Reason: "AgentSilent"}
+		ws := all()[:2]
+		d := Decide(Input{Namespace: testNamespace, Project: testProject, Rollout: ro, Clusters: cl, Workspaces: ws})
+		assertStatus(t, d, magosv1.PhaseReconciling, magosv1.ReasonLevelProgressing, 1)
+		assertKeys(t, "grants", keysOf(d.Grants), []Key{k("eu-west-1", "cdn")})
+		ws[1] = ws[1].with(appliedOK)
+		d = Decide(Input{Namespace: testNamespace, Project: testProject, Rollout: ro, Clusters: cl, Workspaces: ws})
+		assertStatus(t, d, magosv1.PhaseReconciling, magosv1.ReasonWaitingForClusters, 2)
+	})
+	t.Run("NoWorkspacesFound once every cluster is known and answers", func(t *testing.T) {
+		d := Decide(Input{Namespace: testNamespace, Project: testProject, Rollout: ro, Clusters: clusters("us-east-1", "eu-west-1", "ap-south-1"), Workspaces: all()[:2]})
+		assertStatus(t, d, magosv1.PhaseFailed, magosv1.ReasonNoWorkspacesFound, 2)
+	})
+}
+
+// TestDecideRandomPollsKeepStepOrder drives random fleets through several commits, with each
+// agent polling at random moments (so any region may see a commit first) and runs finishing at
+// random, and checks on the applies the simulated spokes record: every commit is applied in
+// step order (no Workspace of a step applies it before every Workspace of the earlier steps
+// did), no Workspace applies a commit twice, and every Workspace ends on the last commit.
+func TestDecideRandomPollsKeepStepOrder(t *testing.T) {
+	rng := rand.New(rand.NewSource(20261203))
+	regions := []string{"us-east-1", "eu-west-1", "ap-south-1", "sa-east-1"}
+	for trial := 0; trial < 300; trial++ {
+		f := &fleet{t: t, rollout: rolloutOf(), clusters: map[string]Cluster{}}
+		nSteps := 2 + rng.Intn(3)
+		for s := 0; s < nSteps; s++ {
+			f.rollout.Spec.Strategy.Steps = append(f.rollout.Spec.Strategy.Steps, stepSpec(regions[s], "region", regions[s]))
+		}
+		stepOf := map[Key]int{}
+		for c := 0; c < 2+rng.Intn(3); c++ {
+			cluster := fmt.Sprintf("c%d", c)
+			f.clusters[cluster] = Cluster{Name: cluster, Available: true, Synced: true}
+		}
+		for i := 0; i < nSteps+rng.Intn(6); i++ {
+			s := i % nSteps
+			key := k(fmt.Sprintf("c%d", rng.Intn(len(f.clusters))), fmt.Sprintf("w%d", i))
+			f.ws = append(f.ws, newWS(key.Cluster, key.Name, "region", regions[s]).with(appliedOK))
+			stepOf[key] = s
+		}
+		f.walk()
+		now := t0
+		commits := 1 + rng.Intn(3)
+		for c := 2; c < 2+commits; c++ {
+			commit := fmt.Sprintf("rev-%d", c)
+			f.head = commit
+			polled := map[Key]bool{}
+			for round := 0; round < 200 && len(polled) < len(f.ws); round++ {
+				now = now.Add(time.Second)
+				// Some agents poll now; some runs finish; the hub decides in between.
+				for _, w := range f.ws {
+					if !polled[w.Key] && rng.Intn(4) == 0 {
+						f.poll(w.Key, commit, now)
+						polled[w.Key] = true
+					}
+				}
+				f.decide()
+				f.start()
+				if rng.Intn(2) == 0 {
+					f.finish()
+				}
+			}
+			for _, w := range f.ws {
+				f.poll(w.Key, commit, now.Add(time.Second))
+			}
+			f.walk()
+		}
+		checkApplies(t, trial, f, stepOf, fmt.Sprintf("rev-%d", 1+commits))
+	}
+}
+
+func checkApplies(t *testing.T, trial int, f *fleet, stepOf map[Key]int, last string) {
+	t.Helper()
+	seen := map[applied]bool{}
+	doneBy := map[string]map[int]int{} // commit -> step -> applies so far
+	size := map[int]int{}
+	for _, s := range stepOf {
+		size[s]++
+	}
+	for _, a := range f.applies {
+		if seen[a] {
+			t.Fatalf("trial %d: %s applied %s twice: %v", trial, a.key, a.commit, f.applies)
+		}
+		seen[a] = true
+		s := stepOf[a.key]
+		if doneBy[a.commit] == nil {
+			doneBy[a.commit] = map[int]int{}
+		}
+		for earlier := 0; earlier < s; earlier++ {
+			if doneBy[a.commit][earlier] < size[earlier] && a.commit != "rev-1" {
+				t.Fatalf("trial %d: %s (step %d) applied %s before step %d was done: %v", trial, a.key, s, a.commit, earlier, f.applies)
+			}
+		}
+		doneBy[a.commit][s]++
+	}
+	for _, w := range f.ws {
+		if w.Phase != magosv1.PhaseApplied || w.ObservedRevision != last {
+			t.Fatalf("trial %d: %s ended %s at %q, want Applied at %s: %+v\n%+v", trial, w.Key, w.Phase, w.ObservedRevision, last, w, Decide(f.input()))
+		}
+	}
+	if !slices.ContainsFunc(f.applies, func(a applied) bool { return a.commit == last }) {
+		t.Fatalf("trial %d: nobody applied %s", trial, last)
+	}
+}

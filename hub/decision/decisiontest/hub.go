@@ -128,6 +128,10 @@ func (h *Hub) SetAvailable(t testing.TB, name string, available bool, reason str
 			Type: magosv1.ConditionAvailable, Status: status, Reason: reason,
 			Message: "set by the test", ObservedGeneration: c.Generation,
 		})
+		if available && c.Status.SyncedSince == nil {
+			// The agent's sync watermark, as the registry copies it from a synced agent's Lease.
+			c.Status.SyncedSince = &metav1.Time{Time: time.Now().Truncate(time.Second)}
+		}
 		return h.Client.Status().Update(context.Background(), c)
 	})
 }

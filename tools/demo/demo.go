@@ -47,6 +47,12 @@ type Options struct {
 	Refresh time.Duration
 	// Paused creates the Rollout paused (tests resume it when they are ready).
 	Paused bool
+	// Module is the root module of the first commit (default: the demo's module). It must
+	// declare the variables region and healthy, which the demo's VariableSet sets.
+	Module string
+	// PollIntervals sets the magosproject.io/git-poll-interval annotation of the Workspace in
+	// the spokes named (none by default: the agent's default interval).
+	PollIntervals map[string]time.Duration
 }
 
 // StepTime is when a step completed, from the start of the Rollout.
@@ -122,6 +128,9 @@ func (o Options) withDefaults() Options {
 	if o.Out == nil {
 		o.Out = io.Discard
 	}
+	if o.Module == "" {
+		o.Module = module
+	}
 	return o
 }
 
@@ -132,7 +141,12 @@ func Setup(ctx context.Context, fleet *devfleet.Fleet, opts Options) error {
 	if opts.FailRegion != "" && fleet.Spokes[opts.FailRegion] == nil {
 		return fmt.Errorf("--fail-region %s: no such spoke (have %s)", opts.FailRegion, strings.Join(fleet.Order, ", "))
 	}
-	repo, branch, err := makeRepository(filepath.Join(fleet.Dir, "repo"))
+	for name := range opts.PollIntervals {
+		if fleet.Spokes[name] == nil {
+			return fmt.Errorf("poll interval for %s: no such spoke (have %s)", name, strings.Join(fleet.Order, ", "))
+		}
+	}
+	repo, branch, err := makeRepository(repositoryDir(fleet), opts.Module)
 	if err != nil {
 		return err
 	}
@@ -141,7 +155,7 @@ func Setup(ctx context.Context, fleet *devfleet.Fleet, opts Options) error {
 		return err
 	}
 	for _, name := range fleet.Order {
-		if err := applySpoke(ctx, fleet, name, repo, branch, name == opts.FailRegion); err != nil {
+		if err := applySpoke(ctx, fleet, name, repo, branch, name == opts.FailRegion, opts.PollIntervals[name]); err != nil {
 			return err
 		}
 	}
@@ -231,8 +245,11 @@ func (s Summary) Print(w io.Writer) {
 	fmt.Fprintf(w, "\n%s", s.Final)
 }
 
+// repositoryDir is where the demo's repository lives.
+func repositoryDir(fleet *devfleet.Fleet) string { return filepath.Join(fleet.Dir, "repo") }
+
 // makeRepository commits the module to a new repository and returns its URL and branch.
-func makeRepository(dir string) (url, branch string, err error) {
+func makeRepository(dir, module string) (url, branch string, err error) {
 	if err := os.RemoveAll(dir); err != nil {
 		return "", "", err
 	}
@@ -240,25 +257,46 @@ func makeRepository(dir string) (url, branch string, err error) {
 	if err != nil {
 		return "", "", fmt.Errorf("creating the demo repository: %w", err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, "main.tf"), []byte(module), 0o644); err != nil {
+	if _, err := commit(r, dir, "edge module v1", module); err != nil {
 		return "", "", err
-	}
-	wt, err := r.Worktree()
-	if err != nil {
-		return "", "", err
-	}
-	if _, err := wt.Add("main.tf"); err != nil {
-		return "", "", err
-	}
-	sig := &object.Signature{Name: "Magos demo", Email: "demo@magosfleet.io", When: time.Now()}
-	if _, err := wt.Commit("edge module v1", &git.CommitOptions{Author: sig}); err != nil {
-		return "", "", fmt.Errorf("committing the demo module: %w", err)
 	}
 	head, err := r.Head()
 	if err != nil {
 		return "", "", err
 	}
 	return "file://" + dir, head.Name().Short(), nil
+}
+
+// Commit commits a new version of the root module (main.tf) to the branch the demo's
+// Workspaces track, as a developer pushing a change would, and returns the commit's SHA. Setup
+// must have made the repository.
+func Commit(fleet *devfleet.Fleet, message, module string) (string, error) {
+	dir := repositoryDir(fleet)
+	r, err := git.PlainOpen(dir)
+	if err != nil {
+		return "", fmt.Errorf("opening the demo repository: %w", err)
+	}
+	return commit(r, dir, message, module)
+}
+
+// commit writes module to main.tf in the repository r (with its work tree at dir) and commits it.
+func commit(r *git.Repository, dir, message, module string) (string, error) {
+	if err := os.WriteFile(filepath.Join(dir, "main.tf"), []byte(module), 0o644); err != nil {
+		return "", err
+	}
+	wt, err := r.Worktree()
+	if err != nil {
+		return "", err
+	}
+	if _, err := wt.Add("main.tf"); err != nil {
+		return "", err
+	}
+	sig := &object.Signature{Name: "Magos demo", Email: "demo@magosfleet.io", When: time.Now()}
+	hash, err := wt.Commit(message, &git.CommitOptions{Author: sig})
+	if err != nil {
+		return "", fmt.Errorf("committing the demo module (%s): %w", message, err)
+	}
+	return hash.String(), nil
 }
 
 func applyHub(ctx context.Context, fleet *devfleet.Fleet, paused bool) error {
@@ -285,10 +323,14 @@ func applyHub(ctx context.Context, fleet *devfleet.Fleet, paused bool) error {
 	return nil
 }
 
-func applySpoke(ctx context.Context, fleet *devfleet.Fleet, name, repo, branch string, fail bool) error {
+func applySpoke(ctx context.Context, fleet *devfleet.Fleet, name, repo, branch string, fail bool, poll time.Duration) error {
 	healthy := "true"
 	if fail {
 		healthy = "false"
+	}
+	var annotations map[string]string
+	if poll > 0 {
+		annotations = map[string]string{keys.GitPollInterval: poll.String()}
 	}
 	objs := []client.Object{
 		&magosv1.VariableSet{
@@ -300,7 +342,7 @@ func applySpoke(ctx context.Context, fleet *devfleet.Fleet, name, repo, branch s
 		},
 		&magosv1.Workspace{
 			ObjectMeta: metav1.ObjectMeta{Name: Workspace, Namespace: corev1.NamespaceDefault,
-				Labels: map[string]string{"env": "prod", "region": name}},
+				Labels: map[string]string{"env": "prod", "region": name}, Annotations: annotations},
 			Spec: magosv1.WorkspaceSpec{
 				ProjectRef:      magosv1.ProjectReference{Name: Project},
 				Source:          magosv1.Source{RepoURL: repo, TargetRevision: branch},

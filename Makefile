@@ -16,12 +16,19 @@ help: ## List the targets.
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
 
 .PHONY: demo
-demo: ## Start a local hub and three regional spokes and roll a change out region by region.
-	go run ./tools/cmd/magos-dev demo $(DEMO_FLAGS)
+demo: magos-dev ## Start a local hub and three regional spokes and roll a change out region by region.
+	$(BIN)/magos-dev demo $(DEMO_FLAGS)
 
 .PHONY: dev
-dev: ## Start the local fleet and keep it running (kubeconfigs under ~/.cache/magos/dev).
-	go run ./tools/cmd/magos-dev up $(DEV_FLAGS)
+dev: magos-dev ## Start the local fleet and keep it running (kubeconfigs under ~/.cache/magos/dev).
+	$(BIN)/magos-dev up $(DEV_FLAGS)
+
+# magos-dev is built quietly: on a fresh machine the first build downloads the Go modules, and
+# their hundreds of "go: downloading" lines would bury the demo. They are kept in a log.
+.PHONY: magos-dev
+magos-dev:
+	@mkdir -p $(BIN); echo "magos-dev: building (the first build downloads Go modules: a few minutes; log in $(BIN)/magos-dev.build.log)"
+	@go build -o $(BIN)/magos-dev ./tools/cmd/magos-dev >$(BIN)/magos-dev.build.log 2>&1 || { cat $(BIN)/magos-dev.build.log; exit 1; }
 
 .PHONY: generate
 generate: ## Regenerate deepcopy code and the CRDs of both charts.

@@ -209,6 +209,10 @@ func renderRollout(r *magosv1.Rollout, clusters []magosv1.Cluster, mirrors []mag
 	if r.Status.Message != "" {
 		fmt.Fprintf(&b, "  %s\n", r.Status.Message)
 	}
+	for _, rev := range r.Status.Revisions {
+		fmt.Fprintf(&b, "  rolling out commit %s of %s (%s) since %s\n",
+			shortSHA(rev.Commit), rev.RepoURL, rev.TargetRevision, rev.Since.UTC().Format(time.RFC3339))
+	}
 	if c := meta.FindStatusCondition(r.Status.Conditions, magosv1.ConditionReady); c != nil && c.ObservedGeneration != r.Generation {
 		b.WriteString("  (status is for an older generation of the Rollout; the hub has not caught up yet)\n")
 	}
@@ -242,10 +246,7 @@ func renderRollout(r *magosv1.Rollout, clusters []magosv1.Cluster, mirrors []mag
 			}
 			matched++
 			ws := byKey[w.Key]
-			rev := ws.Status.ObservedRevision
-			if len(rev) > 12 {
-				rev = rev[:12]
-			}
+			rev := shortSHA(ws.Status.ObservedRevision)
 			rows = append(rows, row{step.Name, state, w.Key.Cluster, w.Key.Namespace + "/" + w.Key.Name,
 				orDash(string(ws.Status.Phase)), orDash(rev)})
 		}
@@ -261,6 +262,14 @@ func renderRollout(r *magosv1.Rollout, clusters []magosv1.Cluster, mirrors []mag
 	}
 	_ = tw.Flush()
 	return b.String()
+}
+
+// shortSHA shortens a commit SHA to 12 characters.
+func shortSHA(sha string) string {
+	if len(sha) > 12 {
+		return sha[:12]
+	}
+	return sha
 }
 
 func orDash(s string) string {

@@ -33,6 +33,7 @@ import (
 	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
 	"github.com/magosfleet/magos/pkg/gitrepo"
 	"github.com/magosfleet/magos/pkg/keys"
+	"github.com/magosfleet/magos/pkg/mirror"
 	magosscheme "github.com/magosfleet/magos/pkg/scheme"
 )
 
@@ -106,10 +107,7 @@ type Options struct {
 // agent in the hub's own cluster never sees, let alone runs, the hub's mirrors); only the
 // Jobs and Pods of runs; only repository credential Secrets.
 func CacheOptions() (cache.Options, error) {
-	notMirror, err := labels.Parse("!" + keys.Mirror)
-	if err != nil {
-		return cache.Options{}, err
-	}
+	notMirror := mirror.NotMirrors()
 	runs, err := labels.Parse(keys.JobType)
 	if err != nil {
 		return cache.Options{}, err

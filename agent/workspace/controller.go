@@ -115,7 +115,7 @@ func SetupWithManager(mgr ctrl.Manager, opts Options) error {
 }
 
 func notMirror() predicate.Predicate {
-	return predicate.NewPredicateFuncs(func(o client.Object) bool { return o.GetLabels()[keys.Mirror] != "true" })
+	return mirror.NotMirror()
 }
 
 // metadataOrSpecChanged skips updates that only change the status: the controller writes the

@@ -2,11 +2,8 @@ package workspace
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"strings"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -17,13 +14,6 @@ import (
 	"github.com/magosfleet/magos/pkg/keys"
 	"github.com/magosfleet/magos/pkg/runner"
 )
-
-// NewRunID mints a run ID: YYYYMMDDTHHMMSS-<8 lowercase hex>, UTC.
-func NewRunID(now time.Time) string {
-	b := make([]byte, 4)
-	_, _ = rand.Read(b)
-	return now.UTC().Format("20060102T150405") + "-" + hex.EncodeToString(b)
-}
 
 // ReasonInvalidGrantedRevision is the reason of the Warning event about a grant whose
 // granted-revision is not a commit SHA (the grant is not executed).
@@ -78,7 +68,7 @@ func (r *Reconciler) resetReason(ws *magosv1.Workspace, sched Schedule) (resetKi
 // new run satisfies are consumed (reconcile-request; a manual grant the abandoned run used).
 func (r *Reconciler) reset(ctx context.Context, ws *magosv1.Workspace, sched Schedule, why resetKind) (step, error) {
 	from := ws.Status.Phase
-	ws.Status.CurrentRunID = NewRunID(r.opts.Now())
+	ws.Status.CurrentRunID = runner.NewRunID(r.opts.Now())
 	ws.Status.CurrentRunTrigger = why.trigger
 	ws.Status.PolicyViolations = nil
 	setPhase(ws, magosv1.PhasePending, why.reason, why.message)

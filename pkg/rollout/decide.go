@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"k8s.io/apimachinery/pkg/labels"
 
@@ -46,8 +47,9 @@ type step struct {
 	selector labels.Selector
 	clusters labels.Selector // nil: every cluster
 	// unknown are the clusters the step may select Workspaces in whose Workspaces the hub does
-	// not know (not Synced), sorted; blind are those that are Synced but unavailable (their
-	// last-known Workspaces are in the decision, but they may have gained Workspaces since).
+	// not know (not Synced), sorted; blind are those that are Synced but unavailable, or whose
+	// view predates the Rollout (their last-known Workspaces are in the decision, but they may
+	// have gained Workspaces since): an empty step is never decided on them.
 	unknown, blind []string
 }
 
@@ -161,7 +163,7 @@ func decideRollout(d *Decision, in Input, ms []member) {
 			s.clusters = cs
 		}
 	}
-	match(steps, ms, in.Clusters)
+	match(steps, ms, in.Clusters, in.Rollout.CreationTimestamp.Time)
 	for _, m := range ms {
 		if m.selected {
 			d.Total++
@@ -243,12 +245,16 @@ func decideRollout(d *Decision, in Input, ms []member) {
 	wait = slices.Compact(wait)
 	var waiting []string // "cluster <name>: <reason>", in cluster order
 	for _, name := range wait {
-		reason := in.Clusters[name].Reason
-		if reason == "" {
+		c := in.Clusters[name]
+		reason := c.Reason
+		switch {
+		case c.Synced && c.Available:
+			reason = "no complete sync since the Rollout was created"
+		case reason != "":
+		case !c.Synced:
+			reason = "not synced"
+		default:
 			reason = "unavailable"
-			if !in.Clusters[name].Synced {
-				reason = "not synced"
-			}
 		}
 		waiting = append(waiting, "cluster "+name+": "+reason)
 	}
@@ -271,8 +277,8 @@ func halt(d *Decision, steps []step, current int, phase magosv1.Phase, reason, m
 }
 
 // match evaluates every parsed step against the members and counts where they stand, and
-// finds the clusters each step may select in that the hub does not fully see.
-func match(steps []step, ms []member, clusters map[string]Cluster) {
+// finds the clusters each step may select in that the hub does not fully see (as of since).
+func match(steps []step, ms []member, clusters map[string]Cluster, since time.Time) {
 	names := make([]string, 0, len(clusters))
 	for name := range clusters {
 		names = append(names, name)
@@ -285,7 +291,7 @@ func match(steps []step, ms []member, clusters map[string]Cluster) {
 		}
 		for _, name := range names {
 			c := clusters[name]
-			if c.Synced && c.Available || s.clusters != nil && !s.clusters.Matches(labels.Set(c.Labels)) {
+			if c.Synced && c.Available && !c.SyncedAt.Before(since) || s.clusters != nil && !s.clusters.Matches(labels.Set(c.Labels)) {
 				continue
 			}
 			if !c.Synced {

@@ -51,6 +51,10 @@ type step struct {
 	// view predates the Rollout (their last-known Workspaces are in the decision, but they may
 	// have gained Workspaces since): an empty step is never decided on them.
 	unknown, blind []string
+	// removed are the clusters the step held Workspaces in when it was last decided, unfinished,
+	// that are no longer registered (also in unknown): the step waits for them rather than
+	// shrink.
+	removed []string
 }
 
 // done reports whether every Workspace the step selects is known and Done.
@@ -164,6 +168,7 @@ func decideRollout(d *Decision, in Input, ms []member) {
 		}
 	}
 	match(steps, ms, in.Clusters, in.Rollout.CreationTimestamp.Time)
+	removedClusters(steps, ro, in.Clusters)
 	for _, m := range ms {
 		if m.selected {
 			d.Total++
@@ -245,9 +250,11 @@ func decideRollout(d *Decision, in Input, ms []member) {
 	wait = slices.Compact(wait)
 	var waiting []string // "cluster <name>: <reason>", in cluster order
 	for _, name := range wait {
-		c := in.Clusters[name]
+		c, registered := in.Clusters[name]
 		reason := c.Reason
 		switch {
+		case !registered:
+			reason = "removed from the hub's configuration while the step ran"
 		case c.Synced && c.Available:
 			reason = "no complete sync since the Rollout was created"
 		case reason != "":
@@ -273,6 +280,31 @@ func halt(d *Decision, steps []step, current int, phase magosv1.Phase, reason, m
 	d.CurrentStep = current
 	if current < len(steps) {
 		d.CurrentStepName = steps[current].spec.Name
+	}
+}
+
+// removedClusters finds, for every step that was not Completed when the Rollout (this
+// generation of it) was last decided, the clusters it held Workspaces in that are no longer
+// registered. The step cannot be done without them: a cluster removed from the hub's
+// configuration while its step runs makes the Rollout wait; it never shrinks the step. The
+// wait ends when the cluster is registered again, or when the Rollout's spec changes (a new
+// generation is decided afresh), which is how an operator acknowledges the removal.
+func removedClusters(steps []step, ro *magosv1.Rollout, clusters map[string]Cluster) {
+	if ro.Status.ObservedGeneration != ro.Generation {
+		return
+	}
+	for i := range steps {
+		j := slices.IndexFunc(ro.Status.Steps, func(st magosv1.StepStatus) bool { return st.Name == steps[i].spec.Name })
+		if j < 0 || ro.Status.Steps[j].Phase == magosv1.StepCompleted {
+			continue
+		}
+		for _, name := range ro.Status.Steps[j].Clusters {
+			if _, ok := clusters[name]; !ok {
+				steps[i].removed = append(steps[i].removed, name)
+				steps[i].unknown = append(steps[i].unknown, name)
+			}
+		}
+		slices.Sort(steps[i].unknown)
 	}
 }
 
@@ -348,6 +380,11 @@ func stepStatuses(steps []step, ms []member) []magosv1.StepStatus {
 			if len(clusters) == 0 || clusters[len(clusters)-1] != c {
 				clusters = append(clusters, c)
 			}
+		}
+		if len(s.removed) > 0 { // remembered until they come back or the spec changes
+			clusters = append(clusters, s.removed...)
+			slices.Sort(clusters)
+			clusters = slices.Compact(clusters)
 		}
 		out[i] = magosv1.StepStatus{
 			Name:     s.spec.Name,

@@ -106,7 +106,7 @@ func members(in Input) []member {
 			continue
 		}
 		c, ok := in.Clusters[w.Key.Cluster]
-		if !ok {
+		if !ok || w.Leaving() {
 			continue
 		}
 		ms = append(ms, member{ws: w, available: c.Available})

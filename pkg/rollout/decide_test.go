@@ -524,6 +524,29 @@ func TestDecideClusterRemovedMidStep(t *testing.T) {
 	}
 }
 
+// TestDecideDeletingWorkspaces: a Workspace being deleted leaves its step (it never blocks it
+// forever); one whose destroy failed halts its step like any failed run.
+func TestDecideDeletingWorkspaces(t *testing.T) {
+	ro := rolloutOf(stepSpec("prod", "env", "prod"), stepSpec("canary", "env", "canary"))
+	base := func(p magosv1.Phase, reason string) []Workspace {
+		return []Workspace{
+			newWS("c1", "a", "env", "prod").with(appliedOK),
+			newWS("c1", "b", "env", "prod").with(inPhase(p, reason)),
+			newWS("c1", "c", "env", "canary"),
+		}
+	}
+	for _, reason := range []string{magosv1.ReasonDeleting, magosv1.ReasonDestroying} {
+		d := Decide(Input{Namespace: testNamespace, Project: testProject, Rollout: ro, Clusters: clusters("c1"), Workspaces: base(magosv1.PhaseDeleting, reason)})
+		assertStatus(t, d, magosv1.PhaseReconciling, magosv1.ReasonLevelProgressing, 1)
+		assertKeys(t, "grants", keysOf(d.Grants), []Key{k("c1", "c")})
+	}
+	d := Decide(Input{Namespace: testNamespace, Project: testProject, Rollout: ro, Clusters: clusters("c1"), Workspaces: base(magosv1.PhaseDeleting, magosv1.ReasonDestroyFailed)})
+	assertStatus(t, d, magosv1.PhaseFailed, magosv1.ReasonStepFailed, 0)
+	if want := "One or more workspaces failed in step prod: c1/payments/b (DestroyFailed)"; d.Message != want {
+		t.Fatalf("message %q, want %q", d.Message, want)
+	}
+}
+
 // TestDecideWaitingForClusters checks that a Rollout waits on the Workspaces of a cluster
 // whose agent is silent: it neither advances past them nor fails the step.
 func TestDecideWaitingForClusters(t *testing.T) {

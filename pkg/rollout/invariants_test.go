@@ -86,6 +86,9 @@ func randomInput(rng *rand.Rand) Input {
 		if rng.Intn(10) == 0 {
 			w.RunID = ""
 		}
+		if w.Phase == magosv1.PhaseDeleting {
+			w.Reason = pick(rng, []string{magosv1.ReasonDeleting, magosv1.ReasonDestroying, magosv1.ReasonDestroyFailed})
+		}
 		w.ObservedGeneration = w.Generation - int64(rng.Intn(2))
 		w.Source = pick(rng, randomSources)
 		w.ObservedRevision = pick(rng, []string{"", "rev-1", "rev-2"})
@@ -207,7 +210,8 @@ func checkInvariants(t *testing.T, in Input, d Decision) {
 	var members []Key
 	for _, w := range in.Workspaces {
 		byKey[w.Key] = w
-		if _, ok := in.Clusters[w.Key.Cluster]; ok && w.ProjectRef == in.Project && w.Key.Namespace == in.Namespace {
+		leaving := w.Phase == magosv1.PhaseDeleting && w.Reason != magosv1.ReasonDestroyFailed
+		if _, ok := in.Clusters[w.Key.Cluster]; ok && w.ProjectRef == in.Project && w.Key.Namespace == in.Namespace && !leaving {
 			members = append(members, w.Key)
 		}
 	}

@@ -94,9 +94,18 @@ func (w Workspace) InFlight() bool {
 	return false
 }
 
-// Failed reports whether the Workspace's last run failed: Failed or ValidationFailed.
+// Failed reports whether the Workspace's last run failed: Failed or ValidationFailed, or its
+// destroy on deletion failed (Deleting/DestroyFailed: it waits for a person, so its step halts
+// rather than wait forever).
 func (w Workspace) Failed() bool {
-	return w.Phase == magosv1.PhaseFailed || w.Phase == magosv1.PhaseValidationFailed
+	return w.Phase == magosv1.PhaseFailed || w.Phase == magosv1.PhaseValidationFailed ||
+		w.Phase == magosv1.PhaseDeleting && w.Reason == magosv1.ReasonDestroyFailed
+}
+
+// Leaving reports whether the Workspace is being deleted (and its destroy, if any, has not
+// failed): it is on its way out of the fleet, so it is no member of any step.
+func (w Workspace) Leaving() bool {
+	return w.Phase == magosv1.PhaseDeleting && w.Reason != magosv1.ReasonDestroyFailed
 }
 
 // HasGrant reports whether the Workspace carries any decision (execution-allowed or

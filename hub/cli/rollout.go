@@ -185,7 +185,7 @@ func renderRollout(r *magosv1.Rollout, clusters []magosv1.Cluster, mirrors []mag
 	for i := range mirrors {
 		m := &mirrors[i]
 		w := rollout.FromWorkspace(m.Labels[keys.Cluster], m)
-		if w.ProjectRef != r.Spec.ProjectRef || w.Key.Namespace != r.Namespace {
+		if !w.MemberOf(r.Namespace, r.Spec.ProjectRef) {
 			continue
 		}
 		members = append(members, w)

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/cluster"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -298,9 +297,9 @@ func (v *View) syncedAt(ctx context.Context, c *magosv1.Cluster) time.Time {
 
 // available reads the Available condition of a registered cluster.
 func available(c *magosv1.Cluster) (bool, string) {
-	cond := meta.FindStatusCondition(c.Status.Conditions, magosv1.ConditionAvailable)
-	if cond == nil {
+	ok, reason := c.Availability()
+	if reason == "" {
 		return false, ReasonAvailabilityUnknown
 	}
-	return cond.Status == "True", cond.Reason
+	return ok, reason
 }

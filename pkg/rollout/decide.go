@@ -102,7 +102,7 @@ func members(in Input) []member {
 	ms := make([]member, 0, len(in.Workspaces))
 	for i := range in.Workspaces {
 		w := &in.Workspaces[i]
-		if w.ProjectRef != in.Project || w.Key.Namespace != in.Namespace {
+		if !w.MemberOf(in.Namespace, in.Project) {
 			continue
 		}
 		c, ok := in.Clusters[w.Key.Cluster]

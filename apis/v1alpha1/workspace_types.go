@@ -93,6 +93,7 @@ type Source struct {
 }
 
 // TerraformSpec selects the binary and its inputs.
+// +kubebuilder:validation:XValidation:rule="has(self.version) && self.version != ''",message="terraform.version is required: the exact OpenTofu/Terraform version to run, for example 1.10.6"
 type TerraformSpec struct {
 	// Binary is the program to run: tofu (OpenTofu, the default) or terraform.
 	// +kubebuilder:default=tofu
@@ -100,12 +101,15 @@ type TerraformSpec struct {
 	// +optional
 	Binary string `json:"binary,omitempty"`
 
-	// Version is the exact version to run (for example 1.10.6). Empty means the version the
-	// agent ships. The agent refuses to run a version it does not have.
+	// Version is the exact version to run (for example 1.10.6), required as upstream requires
+	// it: the version is part of the change, so an agent upgrade never swaps the binary under
+	// a Workspace's state. The agent refuses to run a version it does not have.
+	// (The schema leaves it optional so that the TerraformSpec rule, which says so clearly,
+	// is the one to refuse it.)
 	// +optional
 	// +kubebuilder:validation:MaxLength=64
 	// +kubebuilder:validation:Pattern=`^(v?[0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z.-]+)?)?$`
-	Version string `json:"version,omitempty"`
+	Version string `json:"version"`
 
 	// TfvarsPath is a .tfvars file, relative to the repository root.
 	// +optional

@@ -93,7 +93,7 @@ type Source struct {
 }
 
 // TerraformSpec selects the binary and its inputs.
-// +kubebuilder:validation:XValidation:rule="has(self.version) && self.version != ''",message="terraform.version is required: the exact OpenTofu/Terraform version to run, for example 1.10.6"
+// +kubebuilder:validation:XValidation:rule="has(self.version) && self.version.size() > 0",message="terraform.version is required: the exact OpenTofu/Terraform version to run, for example 1.10.6"
 type TerraformSpec struct {
 	// Binary is the program to run: tofu (OpenTofu, the default) or terraform.
 	// +kubebuilder:default=tofu

@@ -177,6 +177,8 @@ func NewManager(opts Options) (manager.Manager, error) {
 		DefaultReconcileInterval: opts.DefaultReconcileInterval,
 		MinReconcileInterval:     opts.MinReconcileInterval,
 		MaxConcurrentReconciles:  opts.MaxConcurrentReconciles,
+		// Connected to a hub, the hub is the only authority: no unfenced (manual) grants.
+		HubConnected: opts.HubSync != nil,
 	}
 	ropts := revision.Options{DefaultInterval: opts.GitPollInterval, MinInterval: opts.MinGitPollInterval}
 	if opts.ResolveRevision != nil {

@@ -13,6 +13,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -195,6 +196,23 @@ func TestAdmissionRejections(t *testing.T) {
 			ws.Spec.Terraform.Version = "~> 1.5"
 			return ws
 		}, "spec.terraform.version"},
+		{"workspace empty version", func() client.Object {
+			ws := validWorkspace("w-noversion")
+			ws.Spec.Terraform.Version = ""
+			return ws
+		}, "terraform.version is required"},
+		{"workspace terraform {}", func() client.Object {
+			u := &unstructured.Unstructured{Object: map[string]any{
+				"apiVersion": "magosproject.io/v1alpha1", "kind": "Workspace",
+				"metadata": map[string]any{"name": "w-terraform-empty", "namespace": "default"},
+				"spec": map[string]any{
+					"projectRef": map[string]any{"name": "payments"},
+					"source":     map[string]any{"repoURL": "https://example.com/infra.git", "targetRevision": "main"},
+					"terraform":  map[string]any{},
+				},
+			}}
+			return u
+		}, "terraform.version is required"},
 		{"workspace unknown binary", func() client.Object {
 			ws := validWorkspace("w-badbinary")
 			ws.Spec.Terraform.Binary = "pulumi"

@@ -35,6 +35,9 @@ const (
 	Workspace = "cdn-edge"
 	// VariableSet names the Workspace's VariableSet in every spoke.
 	VariableSet = "cdn-edge-inputs"
+	// TofuVersion is the OpenTofu version the demo's Workspaces run: the one the repository
+	// pins (TOFU_VERSION in tools/provision-assets.sh), which the dev fleet's agents run.
+	TofuVersion = "1.10.6"
 )
 
 // Options configures Run.
@@ -377,6 +380,7 @@ func applySpoke(ctx context.Context, fleet *devfleet.Fleet, name, repo, branch s
 			Spec: magosv1.WorkspaceSpec{
 				ProjectRef:      magosv1.ProjectReference{Name: Project},
 				Source:          magosv1.Source{RepoURL: repo, TargetRevision: branch},
+				Terraform:       magosv1.TerraformSpec{Version: TofuVersion},
 				VariableSetRefs: []magosv1.LocalObjectReference{{Name: VariableSet}},
 			},
 		},

@@ -74,14 +74,14 @@ var (
 	registerOnce sync.Once
 )
 
-// Watcher keeps the Registry in step with the Workspaces (a reconciler) and polls due
+// Watcher keeps the Schedule in step with the Workspaces (a reconciler) and polls due
 // Targets (a leader-only Runnable).
 type Watcher struct {
 	client client.Client
 	opts   Options
 
 	mu   sync.Mutex
-	reg  *Registry
+	reg  *Schedule
 	wake chan struct{}
 }
 
@@ -132,7 +132,7 @@ func New(c client.Client, opts Options) *Watcher {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	return &Watcher{client: c, opts: opts, reg: NewRegistry(), wake: make(chan struct{}, 1)}
+	return &Watcher{client: c, opts: opts, reg: NewSchedule(), wake: make(chan struct{}, 1)}
 }
 
 // NeedLeaderElection: only the leader polls.

@@ -18,9 +18,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
+	"github.com/magosfleet/magos/pkg/decision"
 	"github.com/magosfleet/magos/pkg/keys"
 	"github.com/magosfleet/magos/pkg/mirror"
-	"github.com/magosfleet/magos/pkg/rollout"
 )
 
 // ErrRolloutFailed is returned by `rollout status --watch` when the Rollout halts.
@@ -180,11 +180,11 @@ func renderRollout(r *magosv1.Rollout, clusters []magosv1.Cluster, mirrors []mag
 	for _, cl := range clusters {
 		clusterLabels[cl.Name] = cl.Labels
 	}
-	var members []rollout.Workspace
-	byKey := map[rollout.Key]*magosv1.Workspace{}
+	var members []decision.Workspace
+	byKey := map[decision.Key]*magosv1.Workspace{}
 	for i := range mirrors {
 		m := &mirrors[i]
-		w := rollout.FromWorkspace(m.Labels[keys.Cluster], m)
+		w := decision.FromWorkspace(m.Labels[keys.Cluster], m)
 		if !w.MemberOf(r.Namespace, r.Spec.ProjectRef) {
 			continue
 		}

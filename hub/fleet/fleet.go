@@ -19,6 +19,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"slices"
 	"sync"
 	"time"
@@ -26,6 +27,7 @@ import (
 	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/cluster"
 	"sigs.k8s.io/multicluster-runtime/pkg/multicluster"
@@ -405,13 +407,10 @@ func (f *Fleet) changed(name string) {
 	}
 }
 
-// backoff is the delay before attempt n+1 after n consecutive failures.
-func (f *Fleet) backoff(n int) time.Duration {
-	d := f.opts.MinBackoff
-	for i := 1; i < n && d < f.opts.MaxBackoff; i++ {
-		d *= 2
-	}
-	return min(d, f.opts.MaxBackoff)
+// backoff is the retry delay of a cluster that keeps failing: MinBackoff, doubling on every
+// consecutive failure up to MaxBackoff.
+func (f *Fleet) backoff() wait.Backoff {
+	return wait.Backoff{Duration: f.opts.MinBackoff, Factor: 2, Cap: f.opts.MaxBackoff, Steps: math.MaxInt32}
 }
 
 // run keeps one registered cluster engaged until ctx ends (the cluster was removed or the
@@ -426,19 +425,19 @@ func (f *Fleet) run(ctx context.Context, m *member) {
 			log.Info("cluster disengaged")
 		}
 	}()
-	failures := 0
+	failures, retry := 0, f.backoff()
 	for {
 		spec := m.getSpec()
 		next, err := f.connect(ctx, log, spec, cur)
-		wait := f.opts.Resync
+		delay := f.opts.Resync
 		switch {
 		case ctx.Err() != nil:
 			return
 		case err != nil:
 			failures++
-			wait = f.backoff(failures)
+			delay = retry.Step()
 			f.failed(spec.Name, err)
-			log.Error(err, "engaging cluster failed; retrying", "attempt", failures, "retryIn", wait.String())
+			log.Error(err, "engaging cluster failed; retrying", "attempt", failures, "retryIn", delay.String())
 		case next != cur:
 			f.swap(cur, next)
 			if cur != nil {
@@ -446,13 +445,13 @@ func (f *Fleet) run(ctx context.Context, m *member) {
 			} else {
 				log.Info("cluster engaged", "transport", spec.Transport)
 			}
-			cur, failures = next, 0
+			cur, failures, retry = next, 0, f.backoff()
 		}
 		var stopped <-chan struct{}
 		if cur != nil {
 			stopped = cur.stopped
 		}
-		timer := time.NewTimer(wait)
+		timer := time.NewTimer(delay)
 		select {
 		case <-ctx.Done():
 			timer.Stop()

@@ -33,22 +33,22 @@ import (
 	mcreconcile "sigs.k8s.io/multicluster-runtime/pkg/reconcile"
 
 	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
-	"github.com/magosfleet/magos/hub/decision"
+	"github.com/magosfleet/magos/hub/fleetview"
+	decide "github.com/magosfleet/magos/pkg/decision"
 	"github.com/magosfleet/magos/pkg/keys"
-	decide "github.com/magosfleet/magos/pkg/rollout"
 )
 
 // ControllerName names the controller, its logger and its Events.
 const ControllerName = "project"
 
 // Options configures the Project controller.
-type Options = decision.ControllerOptions
+type Options = fleetview.ControllerOptions
 
 // Reconciler reconciles hub Projects.
 type Reconciler struct {
 	hub      client.Client
 	live     client.Reader
-	view     *decision.View
+	view     *fleetview.View
 	recorder events.EventRecorder
 	opts     Options
 }
@@ -60,7 +60,7 @@ func NewReconciler(mgr mcmanager.Manager, opts Options) *Reconciler {
 	return &Reconciler{
 		hub:      mgr.GetLocalManager().GetClient(),
 		live:     mgr.GetLocalManager().GetAPIReader(),
-		view:     decision.NewView(mgr, decision.ViewOptions{ClusterTimeout: opts.ClusterTimeout}),
+		view:     fleetview.NewView(mgr, fleetview.ViewOptions{ClusterTimeout: opts.ClusterTimeout}),
 		recorder: mgr.GetLocalManager().GetEventRecorder("magos-hub-" + ControllerName),
 		opts:     opts,
 	}
@@ -85,16 +85,16 @@ func (r *Reconciler) SetupWithManager(mgr mcmanager.Manager) error {
 			mcbuilder.WithPredicates(predicate.Or[client.Object](
 				predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{},
 				predicate.LabelChangedPredicate{}, deletionChanged()))).
-		Watches(&magosv1.Workspace{}, decision.EnqueueProject(),
+		Watches(&magosv1.Workspace{}, fleetview.EnqueueProject(),
 			mcbuilder.WithEngageWithLocalCluster(false),
 			mcbuilder.WithEngageWithProviderClusters(true),
 			mcbuilder.WithPredicates(predicate.ResourceVersionChangedPredicate{})).
-		// A Rollout maps to the Project of the same name (decision.EnqueueProject's rule for
+		// A Rollout maps to the Project of the same name (fleetview.EnqueueProject's rule for
 		// hub objects is the identity).
-		Watches(&magosv1.Rollout{}, decision.EnqueueSame(),
+		Watches(&magosv1.Rollout{}, fleetview.EnqueueSame(),
 			append(hubOnly, mcbuilder.WithPredicates(predicate.ResourceVersionChangedPredicate{}))...).
-		Watches(&magosv1.Cluster{}, decision.EnqueueAll(r.hub, &magosv1.ProjectList{}),
-			append(hubOnly, mcbuilder.WithPredicates(decision.ClusterChanged()))...).
+		Watches(&magosv1.Cluster{}, fleetview.EnqueueAll(r.hub, &magosv1.ProjectList{}),
+			append(hubOnly, mcbuilder.WithPredicates(fleetview.ClusterChanged()))...).
 		WithOptions(controller.TypedOptions[mcreconcile.Request]{
 			MaxConcurrentReconciles: r.opts.MaxConcurrentReconciles,
 			SkipNameValidation:      ptr.To(r.opts.SkipNameValidation),
@@ -204,8 +204,8 @@ func (r *Reconciler) reconcile(ctx context.Context, p *magosv1.Project) (ctrl.Re
 	} else {
 		managedByRollout.WithLabelValues(p.Namespace, p.Name).Set(0)
 		st.phase, st.reason, st.message = d.Phase, d.Reason, d.Message
-		var out decision.Outcome
-		out, writeErr = snap.Write(ctx, d, decision.WriteOptions{
+		var out fleetview.Outcome
+		out, writeErr = snap.Write(ctx, d, fleetview.WriteOptions{
 			By: keys.GrantedByProject, Recorder: r.recorder, Regarding: p,
 		})
 		if len(out.Granted)+len(out.Revoked) > 0 {
@@ -271,7 +271,7 @@ func (r *Reconciler) writeStatus(ctx context.Context, p *magosv1.Project, s stat
 	want.ObservedGeneration = p.Generation
 	want.Phase, want.Reason, want.Message = s.phase, s.reason, s.message
 	want.Workspaces, want.Clusters = s.workspaces, s.clusters
-	meta.SetStatusCondition(&want.Conditions, decision.ReadyCondition(s.phase, s.reason, s.message, p.Generation))
+	meta.SetStatusCondition(&want.Conditions, fleetview.ReadyCondition(s.phase, s.reason, s.message, p.Generation))
 	if equality.Semantic.DeepEqual(*want, p.Status) {
 		return nil
 	}

@@ -15,7 +15,7 @@ import (
 	mcmanager "sigs.k8s.io/multicluster-runtime/pkg/manager"
 
 	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
-	dt "github.com/magosfleet/magos/hub/decision/decisiontest"
+	dt "github.com/magosfleet/magos/hub/hubtest"
 	"github.com/magosfleet/magos/hub/project"
 	"github.com/magosfleet/magos/hub/rollout"
 	"github.com/magosfleet/magos/pkg/keys"

@@ -21,7 +21,7 @@ import (
 	mcreconcile "sigs.k8s.io/multicluster-runtime/pkg/reconcile"
 
 	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
-	dt "github.com/magosfleet/magos/hub/decision/decisiontest"
+	dt "github.com/magosfleet/magos/hub/hubtest"
 	"github.com/magosfleet/magos/hub/rollout"
 	"github.com/magosfleet/magos/pkg/keys"
 	"github.com/magosfleet/magos/pkg/mirror"

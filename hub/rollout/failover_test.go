@@ -6,8 +6,8 @@ import (
 	"time"
 
 	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
-	"github.com/magosfleet/magos/hub/decision"
-	dt "github.com/magosfleet/magos/hub/decision/decisiontest"
+	"github.com/magosfleet/magos/hub/fleetview"
+	dt "github.com/magosfleet/magos/hub/hubtest"
 	"github.com/magosfleet/magos/pkg/keys"
 	"github.com/magosfleet/magos/pkg/testenv"
 )
@@ -30,7 +30,7 @@ func TestFailover(t *testing.T) {
 	t.Run("a hub restarted mid-rollout neither grants a run twice nor skips a step", func(t *testing.T) {
 		ns := "restart"
 		h.Namespace(t, ns)
-		before := decision.Grants(keys.GrantedByRollout)
+		before := fleetview.Grants(keys.GrantedByRollout)
 		first := h.StartManager(t, dt.ManagerOptions{Setup: setup})
 		agents[euWest].Hold(ns, "cdn")
 		ks := regions(t, h, ns, "cdn", "cdn-platform")
@@ -43,7 +43,7 @@ func TestFailover(t *testing.T) {
 		h.StartManager(t, dt.ManagerOptions{Setup: setup})
 		h.WaitRollout(t, ns, "cdn-platform", dt.Phase(magosv1.PhaseApplied, magosv1.ReasonRolloutCompleted))
 		assertOrder(t, grants.InNamespace(ns), ks[:1], ks[1:2], ks[2:])
-		if got := decision.Grants(keys.GrantedByRollout) - before; got != 3 {
+		if got := fleetview.Grants(keys.GrantedByRollout) - before; got != 3 {
 			t.Errorf("the two hubs wrote %v grants, want 3", got)
 		}
 	})
@@ -51,7 +51,7 @@ func TestFailover(t *testing.T) {
 	t.Run("with leader election one hub writes; when it dies the other takes over", func(t *testing.T) {
 		ns := "leader"
 		h.Namespace(t, ns)
-		before := decision.Grants(keys.GrantedByRollout)
+		before := fleetview.Grants(keys.GrantedByRollout)
 		opts := dt.ManagerOptions{Setup: setup, LeaderElection: true, LeaseName: "magos-hub-test"}
 		a, b := h.StartManager(t, opts), h.StartManager(t, opts)
 		var leader, standby *dt.Manager
@@ -91,7 +91,7 @@ func TestFailover(t *testing.T) {
 		})
 		h.WaitRollout(t, ns, "cdn-platform", dt.Phase(magosv1.PhaseApplied, magosv1.ReasonRolloutCompleted))
 		assertOrder(t, grants.InNamespace(ns), ks[:1], ks[1:2], ks[2:])
-		if got := decision.Grants(keys.GrantedByRollout) - before; got != 3 {
+		if got := fleetview.Grants(keys.GrantedByRollout) - before; got != 3 {
 			t.Errorf("the two hubs wrote %v grants, want 3", got)
 		}
 	})

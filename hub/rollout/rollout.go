@@ -1,6 +1,6 @@
 // Package rollout is the hub's Rollout controller. For each hub Rollout it reads the
 // Project's Workspaces from every registered cluster (mirrors for agent clusters, the spokes'
-// own Workspaces for direct clusters), asks the pure pkg/rollout.Decide which of them may run
+// own Workspaces for direct clusters), asks the pure pkg/decision.Decide which of them may run
 // now, writes the grants and revocations on them with merge patches, and records the Rollout's
 // status, Events and metrics.
 package rollout
@@ -31,15 +31,15 @@ import (
 	mcreconcile "sigs.k8s.io/multicluster-runtime/pkg/reconcile"
 
 	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
-	"github.com/magosfleet/magos/hub/decision"
+	"github.com/magosfleet/magos/hub/fleetview"
+	decide "github.com/magosfleet/magos/pkg/decision"
 	"github.com/magosfleet/magos/pkg/keys"
-	decide "github.com/magosfleet/magos/pkg/rollout"
 )
 
 // ControllerName names the controller, its logger and its Events.
 const ControllerName = "rollout"
 
-// Event reasons besides decision.EventGranted and decision.EventRevoked. A change of the
+// Event reasons besides fleetview.EventGranted and fleetview.EventRevoked. A change of the
 // Rollout's status reason is also recorded, with the reason itself (e.g. StepFailed).
 const (
 	EventStepChanged = "StepChanged"
@@ -51,12 +51,12 @@ const (
 const waitingRecheck = 2 * time.Second
 
 // Options configures the Rollout controller.
-type Options = decision.ControllerOptions
+type Options = fleetview.ControllerOptions
 
 // Reconciler decides hub Rollouts.
 type Reconciler struct {
 	hub      client.Client
-	view     *decision.View
+	view     *fleetview.View
 	recorder events.EventRecorder
 	opts     Options
 
@@ -70,7 +70,7 @@ func NewReconciler(mgr mcmanager.Manager, opts Options) *Reconciler {
 	opts = opts.WithDefaults()
 	return &Reconciler{
 		hub:      mgr.GetLocalManager().GetClient(),
-		view:     decision.NewView(mgr, decision.ViewOptions{ClusterTimeout: opts.ClusterTimeout}),
+		view:     fleetview.NewView(mgr, fleetview.ViewOptions{ClusterTimeout: opts.ClusterTimeout}),
 		recorder: mgr.GetLocalManager().GetEventRecorder("magos-hub-" + ControllerName),
 		opts:     opts,
 		active:   map[types.NamespacedName]bool{},
@@ -95,12 +95,12 @@ func (r *Reconciler) SetupWithManager(mgr mcmanager.Manager) error {
 			mcbuilder.WithEngageWithProviderClusters(false),
 			mcbuilder.WithPredicates(predicate.Or[client.Object](
 				predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}, predicate.LabelChangedPredicate{}))).
-		Watches(&magosv1.Workspace{}, decision.EnqueueProject(),
+		Watches(&magosv1.Workspace{}, fleetview.EnqueueProject(),
 			mcbuilder.WithEngageWithLocalCluster(false),
 			mcbuilder.WithEngageWithProviderClusters(true),
 			mcbuilder.WithPredicates(predicate.ResourceVersionChangedPredicate{})).
-		Watches(&magosv1.Cluster{}, decision.EnqueueAll(r.hub, &magosv1.RolloutList{}),
-			append(hubOnly, mcbuilder.WithPredicates(decision.ClusterChanged()))...).
+		Watches(&magosv1.Cluster{}, fleetview.EnqueueAll(r.hub, &magosv1.RolloutList{}),
+			append(hubOnly, mcbuilder.WithPredicates(fleetview.ClusterChanged()))...).
 		WithOptions(controller.TypedOptions[mcreconcile.Request]{
 			MaxConcurrentReconciles: r.opts.MaxConcurrentReconciles,
 			SkipNameValidation:      ptr.To(r.opts.SkipNameValidation),
@@ -143,7 +143,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req mcreconcile.Request) (ct
 		Clusters:   snap.Clusters,
 		Now:        time.Now(),
 	})
-	out, writeErr := snap.Write(ctx, d, decision.WriteOptions{
+	out, writeErr := snap.Write(ctx, d, fleetview.WriteOptions{
 		By: keys.GrantedByRollout, Recorder: r.recorder, Regarding: ro,
 	})
 	if len(out.Granted)+len(out.Revoked) > 0 {
@@ -203,7 +203,7 @@ func (r *Reconciler) writeStatus(ctx context.Context, ro *magosv1.Rollout, d dec
 	want.AppliedWorkspaces, want.TotalWorkspaces = d.Applied, d.Total
 	want.Steps = d.Steps
 	want.Revisions = d.Revisions
-	meta.SetStatusCondition(&want.Conditions, decision.ReadyCondition(d.Phase, d.Reason, d.Message, ro.Generation))
+	meta.SetStatusCondition(&want.Conditions, fleetview.ReadyCondition(d.Phase, d.Reason, d.Message, ro.Generation))
 	if equality.Semantic.DeepEqual(*want, ro.Status) {
 		return nil
 	}

@@ -1,8 +1,11 @@
 package testenv
 
 import (
+	"context"
 	"testing"
 	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
 )
 
 // DefaultTimeout is how long Eventually waits when given no timeout. Generous: a fresh API
@@ -19,29 +22,31 @@ func Eventually(t testing.TB, timeout time.Duration, check func() error) {
 	}
 }
 
-// Poll is Eventually without a test: it returns the last error when timeout passes.
+// Poll is Eventually without a test: it returns the last error when timeout passes. It is
+// apimachinery's wait.PollUntilContextTimeout (immediate first check, every 100ms), keeping the
+// check's own last error rather than a bare timeout.
 func Poll(timeout time.Duration, check func() error) error {
-	deadline := time.Now().Add(orDefault(timeout))
-	tick := time.NewTicker(100 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		err := check()
-		if err == nil {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return err
-		}
-		<-tick.C
+	var last error
+	err := wait.PollUntilContextTimeout(context.Background(), pollInterval, orDefault(timeout), true,
+		func(context.Context) (bool, error) {
+			last = check()
+			return last == nil, nil
+		})
+	if err != nil && last != nil {
+		return last
 	}
+	return err
 }
+
+// pollInterval is how often Poll, Eventually and Consistently check.
+const pollInterval = 100 * time.Millisecond
 
 // Consistently checks that check keeps returning nil for the whole duration, polling every
 // 100ms, and fails the test the first time it does not.
 func Consistently(t testing.TB, duration time.Duration, check func() error) {
 	t.Helper()
 	deadline := time.Now().Add(duration)
-	tick := time.NewTicker(100 * time.Millisecond)
+	tick := time.NewTicker(pollInterval)
 	defer tick.Stop()
 	for time.Now().Before(deadline) {
 		if err := check(); err != nil {

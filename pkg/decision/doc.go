@@ -1,4 +1,4 @@
-// Package rollout decides which Workspaces of a Project may run now. Decide is a pure
+// Package decision decides which Workspaces of a Project may run now. Decide is a pure
 // function: given a Rollout (or none, for a Project in parallel mode), the Workspaces the hub
 // sees across the fleet and the health of their clusters, it returns the Rollout's status and
 // the grants and revocations to write. Controllers only gather the inputs and write the output.
@@ -62,4 +62,4 @@
 // a Rollout takes over, members matched by no step are revoked, a halted or paused rollout
 // revokes the grants of members that have not started, and spent grants on Applied or Failed
 // members are cleaned up.
-package rollout
+package decision

@@ -1,4 +1,4 @@
-package decision
+package fleetview
 
 import (
 	"github.com/prometheus/client_golang/prometheus"

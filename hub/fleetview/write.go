@@ -1,4 +1,4 @@
-package decision
+package fleetview
 
 import (
 	"context"
@@ -19,9 +19,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
+	"github.com/magosfleet/magos/pkg/decision"
 	"github.com/magosfleet/magos/pkg/keys"
 	"github.com/magosfleet/magos/pkg/mirror"
-	"github.com/magosfleet/magos/pkg/rollout"
 )
 
 // Event reasons written by the writer on the object that decided.
@@ -50,8 +50,8 @@ type WriteOptions struct {
 // Outcome is what a write pass did.
 type Outcome struct {
 	// Granted and Revoked are the changes actually written.
-	Granted []rollout.Change
-	Revoked []rollout.Change
+	Granted []decision.Change
+	Revoked []decision.Change
 }
 
 // Write puts a decision on the Workspaces: every grant in d.Grants (all three decision
@@ -64,12 +64,12 @@ type Outcome struct {
 // meanwhile, the spoke ignores the grant and the next pass grants the new run. Writes to
 // clusters that did not answer in this pass are left for a later pass. All errors are joined
 // and returned after every write was tried.
-func (s *Snapshot) Write(ctx context.Context, d rollout.Decision, opts WriteOptions) (Outcome, error) {
+func (s *Snapshot) Write(ctx context.Context, d decision.Decision, opts WriteOptions) (Outcome, error) {
 	if opts.Concurrency <= 0 {
 		opts.Concurrency = DefaultWriteConcurrency
 	}
 	type job struct {
-		change rollout.Change
+		change decision.Change
 		grant  bool
 	}
 	var jobs []job
@@ -90,7 +90,7 @@ func (s *Snapshot) Write(ctx context.Context, d rollout.Decision, opts WriteOpti
 		errs []error
 		wg   sync.WaitGroup
 		// written are the Workspaces as the patches returned them, for the Events.
-		written = map[rollout.Key]*magosv1.Workspace{}
+		written = map[decision.Key]*magosv1.Workspace{}
 	)
 	sem := make(chan struct{}, opts.Concurrency)
 	for _, j := range jobs {
@@ -147,7 +147,7 @@ func recordEvent(opts WriteOptions, ws *magosv1.Workspace, kind, reason, action,
 
 // writeOne writes one grant (run != "") or revocation and returns the Workspace as patched,
 // or nil when nothing was written.
-func (s *Snapshot) writeOne(ctx context.Context, c rollout.Change, grant bool, by string) (*magosv1.Workspace, error) {
+func (s *Snapshot) writeOne(ctx context.Context, c decision.Change, grant bool, by string) (*magosv1.Workspace, error) {
 	t, ok := s.Targets[c.Key]
 	if !ok {
 		return nil, fmt.Errorf("writing decision for %s: the Workspace is not in the snapshot", c.Key)
@@ -196,7 +196,7 @@ func (s *Snapshot) writeOne(ctx context.Context, c rollout.Change, grant bool, b
 
 // carries reports whether ws already carries the decision: the exact grant, or (for a
 // revocation) none of the decision annotations.
-func carries(ws *magosv1.Workspace, grant bool, c rollout.Change, by string) bool {
+func carries(ws *magosv1.Workspace, grant bool, c decision.Change, by string) bool {
 	a := ws.GetAnnotations()
 	if grant {
 		return a[keys.ExecutionAllowed] == "true" && a[keys.GrantedRun] == c.Run && a[keys.GrantedBy] == by &&
@@ -212,7 +212,7 @@ func carries(ws *magosv1.Workspace, grant bool, c rollout.Change, by string) boo
 
 // newestChange is the time of the newest status change among the decided Workspaces: the
 // latest Ready condition transition. Decision latency is measured from it.
-func (s *Snapshot) newestChange(members []rollout.Key) time.Time {
+func (s *Snapshot) newestChange(members []decision.Key) time.Time {
 	var newest time.Time
 	for _, k := range members {
 		t, ok := s.Targets[k]
@@ -226,6 +226,6 @@ func (s *Snapshot) newestChange(members []rollout.Key) time.Time {
 	return newest
 }
 
-func sortChanges(cs []rollout.Change) {
-	slices.SortFunc(cs, func(a, b rollout.Change) int { return strings.Compare(a.Key.String(), b.Key.String()) })
+func sortChanges(cs []decision.Change) {
+	slices.SortFunc(cs, func(a, b decision.Change) int { return strings.Compare(a.Key.String(), b.Key.String()) })
 }

@@ -1,4 +1,4 @@
-package decisiontest
+package hubtest
 
 import (
 	"context"

@@ -53,10 +53,10 @@ type entry struct {
 	index    int
 }
 
-// Registry is the poll schedule: which Workspaces track which Target, and when each Target
+// Schedule is the poll schedule: which Workspaces track which Target, and when each Target
 // is polled next. It does no I/O and is safe for one goroutine at a time (the Watcher locks).
 // Every Target has exactly one schedule entry, however its members come and go.
-type Registry struct {
+type Schedule struct {
 	members map[types.NamespacedName]member
 	targets map[Target]*entry
 	queue   entryHeap
@@ -64,21 +64,21 @@ type Registry struct {
 	Jitter func() float64
 }
 
-// NewRegistry returns an empty Registry.
-func NewRegistry() *Registry {
-	return &Registry{members: map[types.NamespacedName]member{}, targets: map[Target]*entry{}, Jitter: rand.Float64}
+// NewSchedule returns an empty Schedule.
+func NewSchedule() *Schedule {
+	return &Schedule{members: map[types.NamespacedName]member{}, targets: map[Target]*entry{}, Jitter: rand.Float64}
 }
 
 // Len is the number of Targets.
-func (g *Registry) Len() int { return len(g.targets) }
+func (g *Schedule) Len() int { return len(g.targets) }
 
 // Members is the number of Workspaces tracked.
-func (g *Registry) Members() int { return len(g.members) }
+func (g *Schedule) Members() int { return len(g.members) }
 
 // Upsert records that the Workspace key tracks target at interval. A new Target is first polled
 // after a random part of its interval (spreading the load); a Workspace that moved to another
 // Target gets that Target polled at once. It reports whether the schedule changed.
-func (g *Registry) Upsert(key types.NamespacedName, target Target, interval time.Duration, now time.Time) bool {
+func (g *Schedule) Upsert(key types.NamespacedName, target Target, interval time.Duration, now time.Time) bool {
 	moved := false
 	if m, ok := g.members[key]; ok {
 		if m.target == target {
@@ -113,7 +113,7 @@ func (g *Registry) Upsert(key types.NamespacedName, target Target, interval time
 
 // retime sets the entry's interval to the shortest of its members' and brings its next poll
 // forward when the interval got shorter.
-func (g *Registry) retime(e *entry, now time.Time) {
+func (g *Schedule) retime(e *entry, now time.Time) {
 	shortest := shortestInterval(e)
 	e.interval = shortest
 	if limit := now.Add(shortest); !e.polling && e.next.After(limit) {
@@ -123,7 +123,7 @@ func (g *Registry) retime(e *entry, now time.Time) {
 }
 
 // Remove forgets the Workspace key; a Target left without members is dropped.
-func (g *Registry) Remove(key types.NamespacedName) bool {
+func (g *Schedule) Remove(key types.NamespacedName) bool {
 	m, ok := g.members[key]
 	if !ok {
 		return false
@@ -154,7 +154,7 @@ func shortestInterval(e *entry) time.Duration {
 
 // Due returns the Targets whose poll time came, and marks them as being polled (a Target is
 // never polled twice at once). Done must follow for each.
-func (g *Registry) Due(now time.Time) []Target {
+func (g *Schedule) Due(now time.Time) []Target {
 	var out []Target
 	for g.queue.Len() > 0 {
 		e := g.queue[0]
@@ -171,7 +171,7 @@ func (g *Registry) Due(now time.Time) []Target {
 // Done records the outcome of a poll and schedules the next: one interval (+-10% jitter)
 // later, or sooner after an error. It returns the Workspaces tracking the Target and the poll
 // result (ResultSeeded, ResultUnchanged, ResultChanged or ResultError).
-func (g *Registry) Done(target Target, sha string, failed bool, now time.Time) ([]types.NamespacedName, string) {
+func (g *Schedule) Done(target Target, sha string, failed bool, now time.Time) ([]types.NamespacedName, string) {
 	e, ok := g.targets[target]
 	if !ok {
 		return nil, ResultUnchanged // every member left while it was polled
@@ -203,7 +203,7 @@ func (g *Registry) Done(target Target, sha string, failed bool, now time.Time) (
 
 // Retry brings the Target's next poll to at most MaxRetryDelay from now (a Workspace could
 // not be marked).
-func (g *Registry) Retry(target Target, now time.Time) {
+func (g *Schedule) Retry(target Target, now time.Time) {
 	e, ok := g.targets[target]
 	if !ok || e.polling {
 		return
@@ -215,7 +215,7 @@ func (g *Registry) Retry(target Target, now time.Time) {
 }
 
 // Next is when the next poll is due (false when nothing is scheduled).
-func (g *Registry) Next() (time.Time, bool) {
+func (g *Schedule) Next() (time.Time, bool) {
 	if g.queue.Len() == 0 {
 		return time.Time{}, false
 	}
@@ -224,7 +224,7 @@ func (g *Registry) Next() (time.Time, bool) {
 
 // Scheduled is the number of schedule entries (for tests: always Len minus Targets being
 // polled).
-func (g *Registry) Scheduled() int { return g.queue.Len() }
+func (g *Schedule) Scheduled() int { return g.queue.Len() }
 
 type entryHeap []*entry
 

@@ -1,8 +1,8 @@
-// Package decisiontest is the test harness of the hub's Rollout and Project controllers: a hub
+// Package hubtest is the test harness of the hub's Rollout and Project controllers: a hub
 // and spokes on real API servers (pkg/testenv), registered Cluster objects, hub managers that
 // engage the spokes as direct clusters through multicluster-runtime's clusters provider, and
 // an Agent that plays each spoke's agent by driving Workspace status.
-package decisiontest
+package hubtest
 
 import (
 	"context"

@@ -25,7 +25,7 @@ type op struct {
 	fail     bool
 }
 
-func TestRegistry(t *testing.T) {
+func TestSchedule(t *testing.T) {
 	a := Target{RepoURL: "file:///a", Ref: "main"}
 	b := Target{RepoURL: "file:///b", Ref: "main"}
 	aCreds := Target{RepoURL: "file:///a", Ref: "main", Namespace: "ns", Secret: "creds"}
@@ -123,7 +123,7 @@ func TestRegistry(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-			g := NewRegistry()
+			g := NewSchedule()
 			g.Jitter = func() float64 { return 0.9 } // first poll at 90% of the interval; +8% later
 			polls := 0
 			for _, o := range tt.ops {
@@ -163,9 +163,9 @@ func TestRegistry(t *testing.T) {
 	}
 }
 
-func TestRegistryResults(t *testing.T) {
+func TestScheduleResults(t *testing.T) {
 	now := time.Now()
-	g := NewRegistry()
+	g := NewSchedule()
 	target := Target{RepoURL: "file:///a", Ref: "main"}
 	g.Upsert(key("w"), target, time.Second, now)
 	steps := []struct {

@@ -1,8 +1,8 @@
-// Package decision is what the hub's Rollout and Project controllers share around the pure
-// rollout.Decide: a View that gathers, for one namespace, the Workspaces the hub sees in every
+// Package fleetview is what the hub's Rollout and Project controllers share around the pure
+// decision.Decide: a View that gathers, for one namespace, the Workspaces the hub sees in every
 // registered cluster and the health of those clusters, and a writer that puts Decide's grants
 // and revocations on the Workspaces with JSON merge patches.
-package decision
+package fleetview
 
 import (
 	"context"
@@ -18,9 +18,9 @@ import (
 	"sigs.k8s.io/multicluster-runtime/pkg/multicluster"
 
 	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
+	"github.com/magosfleet/magos/pkg/decision"
 	"github.com/magosfleet/magos/pkg/keys"
 	"github.com/magosfleet/magos/pkg/mirror"
-	"github.com/magosfleet/magos/pkg/rollout"
 )
 
 // Reasons for a cluster the hub counts unavailable although (or because) its Cluster object
@@ -53,17 +53,17 @@ type Target struct {
 	Workspace *magosv1.Workspace
 }
 
-// Snapshot is what the hub sees of one namespace across the fleet, ready for rollout.Decide.
+// Snapshot is what the hub sees of one namespace across the fleet, ready for decision.Decide.
 type Snapshot struct {
 	// Namespace is the hub (and origin) namespace the snapshot covers.
 	Namespace string
 	// Clusters are the registered clusters, with the availability the hub counts.
-	Clusters map[string]rollout.Cluster
+	Clusters map[string]decision.Cluster
 	// Workspaces are the Workspaces of the namespace in every cluster that answered (and,
 	// for a cluster that did not, the ones last read from it).
-	Workspaces []rollout.Workspace
+	Workspaces []decision.Workspace
 	// Targets tells where each Workspace can be written.
-	Targets map[rollout.Key]Target
+	Targets map[decision.Key]Target
 
 	view    *View
 	engaged map[string]cluster.Cluster
@@ -89,7 +89,7 @@ type View struct {
 	last map[lastKey][]seen
 	// written remembers the decisions written on each Workspace and the version they were
 	// written on, until the cache shows a newer version.
-	written map[rollout.Key]pending
+	written map[decision.Key]pending
 }
 
 // pending is a decision written on a version of a Workspace.
@@ -102,7 +102,7 @@ type pending struct {
 
 // pending reports whether decision p was already written on the version of the Workspace
 // it names. A memory of a write on another version is dropped: the cache has moved on.
-func (v *View) pending(k rollout.Key, p pending) bool {
+func (v *View) pending(k decision.Key, p pending) bool {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	w, ok := v.written[k]
@@ -117,7 +117,7 @@ func (v *View) pending(k rollout.Key, p pending) bool {
 }
 
 // wrote remembers that decision p was written on the version of the Workspace it names.
-func (v *View) wrote(k rollout.Key, p pending) {
+func (v *View) wrote(k decision.Key, p pending) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	v.written[k] = p
@@ -126,7 +126,7 @@ func (v *View) wrote(k rollout.Key, p pending) {
 type lastKey struct{ cluster, namespace string }
 
 type seen struct {
-	ws     rollout.Workspace
+	ws     decision.Workspace
 	target Target
 }
 
@@ -140,7 +140,7 @@ func NewView(mgr mcmanager.Manager, opts ViewOptions) *View {
 		hub:     mgr.GetLocalManager().GetClient(),
 		opts:    opts,
 		last:    map[lastKey][]seen{},
-		written: map[rollout.Key]pending{},
+		written: map[decision.Key]pending{},
 	}
 }
 
@@ -173,9 +173,9 @@ func (v *View) Snapshot(ctx context.Context, namespace string) (*Snapshot, error
 	}
 	s := &Snapshot{
 		Namespace:  namespace,
-		Clusters:   make(map[string]rollout.Cluster, len(registered.Items)),
-		Workspaces: make([]rollout.Workspace, 0, total),
-		Targets:    make(map[rollout.Key]Target, total),
+		Clusters:   make(map[string]decision.Cluster, len(registered.Items)),
+		Workspaces: make([]decision.Workspace, 0, total),
+		Targets:    make(map[decision.Key]Target, total),
 		view:       v,
 		engaged:    make(map[string]cluster.Cluster, len(registered.Items)),
 	}
@@ -185,7 +185,7 @@ func (v *View) Snapshot(ctx context.Context, namespace string) (*Snapshot, error
 	live := make(map[lastKey]bool, len(reads))
 	for i := range registered.Items {
 		c, r := &registered.Items[i], reads[i]
-		rc := rollout.Cluster{Name: c.Name, Labels: c.Labels}
+		rc := decision.Cluster{Name: c.Name, Labels: c.Labels}
 		rc.Available, rc.Reason = available(c)
 		// The hub knows an agent cluster's Workspaces once the agent completed a sync (the
 		// mirrors then hold all of them, as of the last sync); a direct cluster's once engaged.
@@ -270,7 +270,7 @@ func (v *View) read(ctx context.Context, c *magosv1.Cluster, namespace string) c
 			continue
 		}
 		r.seen = append(r.seen, seen{
-			ws:     rollout.FromWorkspace(c.Name, ws),
+			ws:     decision.FromWorkspace(c.Name, ws),
 			target: Target{Cluster: c.Name, Namespace: ws.Namespace, Name: ws.Name, Workspace: ws},
 		})
 	}

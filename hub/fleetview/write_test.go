@@ -1,0 +1,88 @@
+package fleetview_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	mcmanager "sigs.k8s.io/multicluster-runtime/pkg/manager"
+
+	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
+	"github.com/magosfleet/magos/hub/fleetview"
+	dt "github.com/magosfleet/magos/hub/hubtest"
+	"github.com/magosfleet/magos/pkg/decision"
+	"github.com/magosfleet/magos/pkg/keys"
+	"github.com/magosfleet/magos/pkg/testenv"
+)
+
+// TestGrantIsFencedToTheVersionDecidedOn: a grant is written only on the version of the
+// Workspace the decision saw. If the Workspace changed between the snapshot and the write, the
+// API server refuses the grant and nothing is granted; a decision on the new version grants it,
+// naming the commit.
+func TestGrantIsFencedToTheVersionDecidedOn(t *testing.T) {
+	const region, ns = "us-east-1", "fence"
+	h := dt.Start(t, region)
+	mgr := h.StartManager(t, dt.ManagerOptions{Setup: func(mcmanager.Manager) error { return nil }})
+	mgr.WaitEngaged(t, region)
+	h.Namespace(t, ns)
+	spoke := h.Fleet.Spokes[region].Client
+	ctx := context.Background()
+
+	ws := dt.Workspace(ns, "web", "web", map[string]string{"env": "prod"})
+	h.Create(t, region, ws)
+	ws.Status.Phase, ws.Status.CurrentRunID = magosv1.PhasePending, "20261203T100000-0000abcd"
+	if err := spoke.Status().Update(ctx, ws); err != nil {
+		t.Fatal(err)
+	}
+	key := decision.Key{Cluster: region, Namespace: ns, Name: "web"}
+	view := fleetview.NewView(mgr.Manager, fleetview.ViewOptions{})
+	snapshot := func(wantRV string) *fleetview.Snapshot {
+		var snap *fleetview.Snapshot
+		testenv.Eventually(t, 0, func() error {
+			s, err := view.Snapshot(ctx, ns)
+			if err != nil {
+				return err
+			}
+			if tg, ok := s.Targets[key]; !ok || tg.Workspace.ResourceVersion != wantRV {
+				return fmt.Errorf("the snapshot does not show version %s of the Workspace yet", wantRV)
+			}
+			snap = s
+			return nil
+		})
+		return snap
+	}
+	grant := decision.Decision{Members: []decision.Key{key},
+		Grants: []decision.Change{{Key: key, Run: ws.Status.CurrentRunID, Revision: "0123456789abcdef0123456789abcdef01234567"}}}
+	annotations := func() map[string]string {
+		var cur magosv1.Workspace
+		if err := spoke.Get(ctx, types.NamespacedName{Namespace: ns, Name: "web"}, &cur); err != nil {
+			t.Fatal(err)
+		}
+		return cur.Annotations
+	}
+
+	stale := snapshot(ws.ResourceVersion)
+	// The Workspace moves on after the decision was made (here: its labels change).
+	patch := []byte(`{"metadata":{"labels":{"env":"staging"}}}`)
+	if err := spoke.Patch(ctx, ws, client.RawPatch(types.MergePatchType, patch)); err != nil {
+		t.Fatal(err)
+	}
+	out, err := stale.Write(ctx, grant, fleetview.WriteOptions{By: keys.GrantedByRollout})
+	if err != nil {
+		t.Fatalf("write: %v", err)
+	}
+	if len(out.Granted) != 0 || annotations()[keys.ExecutionAllowed] != "" {
+		t.Fatalf("granted on a version the decision did not see: outcome %+v, annotations %v", out, annotations())
+	}
+
+	fresh := snapshot(ws.ResourceVersion)
+	if out, err = fresh.Write(ctx, grant, fleetview.WriteOptions{By: keys.GrantedByRollout}); err != nil || len(out.Granted) != 1 {
+		t.Fatalf("a decision on the current version granted %+v (%v)", out, err)
+	}
+	a := annotations()
+	if a[keys.ExecutionAllowed] != "true" || a[keys.GrantedRun] != ws.Status.CurrentRunID || a[keys.GrantedRevision] != grant.Grants[0].Revision {
+		t.Fatalf("annotations %v, want the grant of run %s at the commit", a, ws.Status.CurrentRunID)
+	}
+}

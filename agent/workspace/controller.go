@@ -221,17 +221,12 @@ func (r *Reconciler) reconcile(ctx context.Context, ws *magosv1.Workspace) (ctrl
 		if err := r.settle(ctx, ws, sched); err != nil {
 			return ctrl.Result{}, err
 		}
-		if ws.DeletionTimestamp.IsZero() && settled(ws.Status.Phase) {
+		if ws.DeletionTimestamp.IsZero() && ws.Status.Phase.Settled() {
 			return ctrl.Result{RequeueAfter: max(sched.Next.Sub(r.opts.Now()), time.Second)}, nil
 		}
 		return ctrl.Result{}, nil
 	}
 	return ctrl.Result{RequeueAfter: time.Second}, nil
-}
-
-// settled phases wait for the schedule, a new revision or a request.
-func settled(p magosv1.Phase) bool {
-	return p == magosv1.PhaseApplied || p == magosv1.PhaseFailed || p == magosv1.PhaseValidationFailed || p == magosv1.PhasePlanned
 }
 
 func (r *Reconciler) schedule(ws *magosv1.Workspace) Schedule {

@@ -103,7 +103,7 @@ func (r *Reconciler) resetReason(ws *magosv1.Workspace, sched Schedule) (resetKi
 			return why, true
 		}
 	}
-	if !settled(phase) {
+	if !phase.Settled() {
 		return resetKind{}, false
 	}
 	if ws.Generation != ws.Status.ObservedGeneration {
@@ -116,7 +116,7 @@ func (r *Reconciler) resetReason(ws *magosv1.Workspace, sched Schedule) (resetKi
 			return resetKind{magosv1.ReasonScheduledReconcile, magosv1.TriggerScheduled, "Scheduled re-plan" + every}, true
 		case phase == magosv1.PhaseFailed && ws.Status.Reason == magosv1.ReasonApplyFailed:
 			return resetKind{magosv1.ReasonRetryApply, magosv1.TriggerRetry, "Retrying after a failed apply" + every}, true
-		case phase == magosv1.PhaseFailed || phase == magosv1.PhaseValidationFailed:
+		case phase.RunFailed():
 			return resetKind{magosv1.ReasonRetryPlan, magosv1.TriggerRetry, "Retrying after a failed plan" + every}, true
 		}
 	}

@@ -130,8 +130,7 @@ func (r *Reconciler) commit(ctx context.Context, ws *magosv1.Workspace, sched Sc
 	if from != ws.Status.Phase {
 		phaseTransitionsTotal.WithLabelValues(ws.Namespace, ws.Name, string(ws.Status.Phase)).Inc()
 		kind := corev1.EventTypeNormal
-		switch ws.Status.Phase {
-		case magosv1.PhaseFailed, magosv1.PhaseValidationFailed:
+		if ws.Status.Phase.RunFailed() {
 			kind = corev1.EventTypeWarning
 		}
 		if ws.Status.Reason == magosv1.ReasonDestroyFailed {
@@ -153,7 +152,7 @@ func (r *Reconciler) settle(ctx context.Context, ws *magosv1.Workspace, sched Sc
 	want := degraded(ws, sched)
 	condChanged := cur == nil || cur.Status != want.Status || cur.Reason != want.Reason || cur.Message != want.Message
 	schedChanged := ws.Status.NextReconcileTime == nil || ws.Status.ObservedReconcileInterval != sched.Interval.String() ||
-		(settled(ws.Status.Phase) && !ws.Status.NextReconcileTime.Time.Equal(sched.Next))
+		(ws.Status.Phase.Settled() && !ws.Status.NextReconcileTime.Time.Equal(sched.Next))
 	if !condChanged && !schedChanged {
 		return nil
 	}

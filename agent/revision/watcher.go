@@ -340,10 +340,15 @@ func (w *Watcher) mark(ctx context.Context, key types.NamespacedName, sha string
 		return nil
 	}
 	at := DetectedAt(w.opts.Now())
-	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{
-		keys.DetectedRevision: sha,
-		keys.DetectedAt:       at,
-	}}})
+	// Conditional on the version read: a mark decided on a stale copy (the run that consumed or
+	// applied this commit has moved the Workspace on since) is refused, and the next poll looks
+	// again.
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
+		"resourceVersion": ws.ResourceVersion,
+		"annotations": map[string]string{
+			keys.DetectedRevision: sha,
+			keys.DetectedAt:       at,
+		}}})
 	if err != nil {
 		return fmt.Errorf("encoding the %s patch: %w", keys.DetectedRevision, err)
 	}

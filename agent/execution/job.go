@@ -295,22 +295,33 @@ func (l *JobLauncher) Status(ctx context.Context, ref Ref) (Status, error) {
 	if err != nil {
 		return Status{}, err
 	}
-	if found && msg != "" {
+	st.Result = runner.Result{Operation: ref.Operation, RunID: ref.RunID, Outcome: runner.OutcomeFailed}
+	var unusable string // why the termination message cannot be the run's result
+	switch {
+	case !found:
+		unusable = "its Pod is gone"
+	case msg == "":
+		unusable = "the runner wrote no termination message"
+	default:
 		res, err := runner.DecodeResult([]byte(msg))
-		if err == nil {
+		switch {
+		case err != nil:
+			unusable = "its termination message is not a run result: " + err.Error()
+		case res.RunID != ref.RunID || res.Operation != ref.Operation:
+			unusable = fmt.Sprintf("its termination message is the result of the %s of run %s", res.Operation, res.RunID)
+		default:
 			st.Result = res
 			return st, nil
 		}
-		log.FromContext(ctx).Info("run result unreadable", "job", job.Name, "error", err.Error())
 	}
-	st.Result = runner.Result{Operation: ref.Operation, RunID: ref.RunID}
+	// Only the runner's own result says a run succeeded: a Job that completed without one is a
+	// Failed run (a wrong image or entrypoint, a missing volume), never a success.
 	if done.Type == batchv1.JobComplete {
-		st.Result.Outcome = runner.OutcomeSucceeded
-		st.Result.Message = "the run succeeded but left no result"
-		return st, nil
+		st.Result.Message = fmt.Sprintf("Job %s completed but left no result (%s); the run is counted Failed", job.Name, unusable)
+	} else {
+		st.Result.Message = fmt.Sprintf("Job %s failed (%s): %s; no result (%s)", job.Name, done.Reason, done.Message, unusable)
 	}
-	st.Result.Outcome = runner.OutcomeFailed
-	st.Result.Message = fmt.Sprintf("Job %s failed (%s): %s", job.Name, done.Reason, done.Message)
+	log.FromContext(ctx).Info("run ended without a usable result", "job", job.Name, "reason", unusable)
 	return st, nil
 }
 

@@ -3,6 +3,19 @@
 // copies the hub's decisions on each mirror down to the spoke Workspace, and heartbeats by
 // renewing the Lease magos-agent in that namespace.
 //
+// The heartbeat is the sync's liveness, not the process's: before each renewal it audits the
+// sync from the caches the syncer already has, comparing every spoke Workspace with its mirror
+// as the syncer would write it (labels, annotations but the hub's decisions, spec, status with
+// origin) and looking for mirrors of Workspaces that are gone. A mirror out of sync for less
+// than SyncGrace is a change in flight; one out of sync longer makes the audit fail, and the
+// renewal is skipped (with an Error log naming up to 5 such Workspaces), so the Lease expires
+// and the hub counts the cluster unavailable. An in-sync period begins at an audit that finds
+// every mirror that was behind at the previous audit caught up, and lasts until an audit fails;
+// the Lease is written only during one, with magosproject.io/synced-since (when the period
+// began, RFC 3339 UTC) and magosproject.io/mirrored (the number of spoke Workspaces). So the
+// first Lease after a start is the initial-sync watermark, and a Lease that resumes after a
+// failed audit carries a new synced-since.
+//
 // It needs only the agent's bootstrap kubeconfig, whose credentials can touch nothing on the hub
 // but Workspaces, Leases and Events in magos-cluster-<name>; its hub-side cache is confined to
 // that namespace.
@@ -13,6 +26,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"time"
 
@@ -56,6 +70,9 @@ type Options struct {
 	HeartbeatInterval time.Duration
 	// LeaseDuration is how long a renewal is valid. Default 40s.
 	LeaseDuration time.Duration
+	// SyncGrace is how long a mirror may stay out of sync with its spoke Workspace (a change in
+	// flight) before the heartbeat stops renewing the Lease. Default LeaseDuration/2.
+	SyncGrace time.Duration
 	// MaxConcurrentReconciles of the sync controller. Default 4.
 	MaxConcurrentReconciles int
 	// HubQPS and HubBurst limit the agent's requests to the hub (client-go's defaults, 5 and 10,
@@ -64,6 +81,11 @@ type Options struct {
 	HubBurst int
 	// ControllerName names the sync controller. Default "hubsync".
 	ControllerName string
+
+	// statusFault, when set, is asked before each mirror status write for the spoke Workspace
+	// it is about; an error fails the write as a hub refusing it would. A test fault
+	// (export_test.go): nothing else sets it.
+	statusFault func(types.NamespacedName) error
 }
 
 func (o *Options) defaults() error {
@@ -81,6 +103,9 @@ func (o *Options) defaults() error {
 	}
 	if o.LeaseDuration < o.HeartbeatInterval {
 		return fmt.Errorf("hubsync: lease duration %s must be at least the heartbeat interval %s", o.LeaseDuration, o.HeartbeatInterval)
+	}
+	if o.SyncGrace <= 0 {
+		o.SyncGrace = o.LeaseDuration / 2
 	}
 	if o.MaxConcurrentReconciles <= 0 {
 		o.MaxConcurrentReconciles = 4
@@ -136,7 +161,7 @@ func SetupWithManager(mgr ctrl.Manager, opts Options) error {
 	if err := mgr.Add(hub); err != nil {
 		return fmt.Errorf("hubsync: %w", err)
 	}
-	r := &syncer{cluster: opts.ClusterName, namespace: ns, spoke: mgr.GetClient(), hub: hub.GetClient()}
+	r := &syncer{cluster: opts.ClusterName, namespace: ns, spoke: mgr.GetClient(), hub: hub.GetClient(), statusFault: opts.statusFault}
 	notMirror := predicate.NewPredicateFuncs(func(o client.Object) bool { return o.GetLabels()[keys.Mirror] != "true" })
 	err = ctrl.NewControllerManagedBy(mgr).
 		Named(opts.ControllerName).
@@ -150,8 +175,10 @@ func SetupWithManager(mgr ctrl.Manager, opts Options) error {
 	}
 	hb := &heartbeat{
 		cluster: opts.ClusterName, namespace: ns, client: hub.GetClient(),
+		spoke: mgr.GetCache(), hub: hub.GetCache(),
 		identity: opts.ClusterName + "/" + opts.Identity, version: opts.AgentVersion,
-		interval: opts.HeartbeatInterval, duration: opts.LeaseDuration,
+		interval: opts.HeartbeatInterval, duration: opts.LeaseDuration, grace: opts.SyncGrace,
+		now: time.Now, behind: map[string]lag{},
 	}
 	if err := mgr.Add(hb); err != nil {
 		return fmt.Errorf("hubsync: %w", err)
@@ -165,6 +192,8 @@ type syncer struct {
 	namespace string
 	spoke     client.Client
 	hub       client.Client
+	// statusFault is Options.statusFault (a test fault).
+	statusFault func(types.NamespacedName) error
 }
 
 // originOf maps a mirror to the spoke Workspace it mirrors.
@@ -192,24 +221,66 @@ func (r *syncer) Reconcile(ctx context.Context, req reconcile.Request) (ctrl.Res
 	if mirror.IsMirror(ws) {
 		return ctrl.Result{}, nil // a mirror on the hub's own cluster: never mirrored again
 	}
+	want := desiredMirror(r.cluster, ws)
 	m := &magosv1.Workspace{}
 	err = r.hub.Get(ctx, key, m)
 	switch {
 	case apierrors.IsNotFound(err):
-		if m, err = r.createMirror(ctx, key, ws); err != nil {
+		if m, err = r.createMirror(ctx, want); err != nil {
 			return ctrl.Result{}, err
 		}
 	case err != nil:
 		return ctrl.Result{}, fmt.Errorf("reading mirror %s on the hub: %w", key, err)
 	default:
-		if err := r.updateMirror(ctx, m, ws); err != nil {
+		if err := r.updateMirror(ctx, m, want); err != nil {
 			return ctrl.Result{}, err
 		}
 	}
-	if err := r.updateMirrorStatus(ctx, m, ws); err != nil {
+	if err := r.updateMirrorStatus(ctx, m, want, req.NamespacedName); err != nil {
 		return ctrl.Result{}, err
 	}
 	return ctrl.Result{}, r.copyDecisionDown(ctx, m, ws)
+}
+
+// desiredMirror is the mirror the syncer keeps of the spoke Workspace ws: its name in the
+// cluster namespace, labels (with the origin), the annotations that travel up, the spec, and the
+// status with its origin (including the spoke generation the status belongs to). The syncer
+// writes it and the heartbeat's audit compares the hub's mirrors with it.
+func desiredMirror(cluster string, ws *magosv1.Workspace) *magosv1.Workspace {
+	st := ws.Status.DeepCopy()
+	st.Origin = &magosv1.WorkspaceOrigin{
+		Cluster: cluster, Namespace: ws.Namespace, Name: ws.Name, UID: string(ws.UID), Generation: ws.Generation,
+	}
+	return &magosv1.Workspace{
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace:   mirror.Namespace(cluster),
+			Name:        mirror.Name(ws.Namespace, ws.Name),
+			Labels:      mirror.Labels(cluster, ws),
+			Annotations: mirror.UpAnnotations(ws),
+		},
+		Spec:   *ws.Spec.DeepCopy(),
+		Status: *st,
+	}
+}
+
+// metadataAndSpecInSync reports whether the mirror m has the labels, the annotations (the hub's
+// decisions aside) and the spec of the desired mirror want.
+func metadataAndSpecInSync(m, want *magosv1.Workspace) bool {
+	up := map[string]string{}
+	for k, v := range m.Annotations {
+		up[k] = v
+	}
+	for k := range mirror.Decisions(m) {
+		delete(up, k)
+	}
+	return equality.Semantic.DeepEqual(want.Labels, m.Labels) &&
+		equality.Semantic.DeepEqual(nilIfEmpty(want.Annotations), nilIfEmpty(up)) &&
+		equality.Semantic.DeepEqual(want.Spec, m.Spec)
+}
+
+// statusInSync reports whether the mirror m has the status (with origin) of the desired mirror.
+func statusInSync(m, want *magosv1.Workspace) bool {
+	return equality.Semantic.DeepEqual(want.Status, m.Status)
 }
 
 func (r *syncer) deleteMirror(ctx context.Context, key client.ObjectKey, origin types.NamespacedName) error {
@@ -225,61 +296,56 @@ func (r *syncer) deleteMirror(ctx context.Context, key client.ObjectKey, origin 
 	return nil
 }
 
-func (r *syncer) createMirror(ctx context.Context, key client.ObjectKey, ws *magosv1.Workspace) (*magosv1.Workspace, error) {
-	m := &magosv1.Workspace{
-		ObjectMeta: metav1.ObjectMeta{
-			Namespace:   key.Namespace,
-			Name:        key.Name,
-			Labels:      mirror.Labels(r.cluster, ws),
-			Annotations: mirror.UpAnnotations(ws),
-		},
-		Spec: *ws.Spec.DeepCopy(),
-	}
+// createMirror creates the desired mirror (without status: the status subresource is written
+// next).
+func (r *syncer) createMirror(ctx context.Context, want *magosv1.Workspace) (*magosv1.Workspace, error) {
+	m := &magosv1.Workspace{ObjectMeta: *want.ObjectMeta.DeepCopy(), Spec: *want.Spec.DeepCopy()}
 	if err := r.hub.Create(ctx, m); err != nil {
-		return nil, fmt.Errorf("creating the mirror %s on the hub: %w", key, err)
+		return nil, fmt.Errorf("creating the mirror %s/%s on the hub: %w", m.Namespace, m.Name, err)
 	}
-	ctrl.LoggerFrom(ctx).Info("mirror created", "mirror", key.Name)
+	ctrl.LoggerFrom(ctx).Info("mirror created", "mirror", m.Name)
 	return m, nil
 }
 
 // updateMirror brings the mirror's labels, annotations (all but the hub's decisions) and spec
-// in line with the spoke Workspace, with a merge patch of the difference only: the hub's
+// in line with the desired mirror, with a merge patch of the difference only: the hub's
 // decisions are never part of it, so a decision written meanwhile is never overwritten.
-func (r *syncer) updateMirror(ctx context.Context, m, ws *magosv1.Workspace) error {
-	want := m.DeepCopy()
-	want.Labels = mirror.Labels(r.cluster, ws)
-	want.Annotations = mirror.UpAnnotations(ws)
-	for k, v := range mirror.Decisions(m) {
-		want.Annotations[k] = v
-	}
-	want.Spec = *ws.Spec.DeepCopy()
-	if equality.Semantic.DeepEqual(want.Labels, m.Labels) && equality.Semantic.DeepEqual(nilIfEmpty(want.Annotations), nilIfEmpty(m.Annotations)) &&
-		equality.Semantic.DeepEqual(want.Spec, m.Spec) {
+func (r *syncer) updateMirror(ctx context.Context, m, want *magosv1.Workspace) error {
+	if metadataAndSpecInSync(m, want) {
 		return nil
 	}
-	if err := r.hub.Patch(ctx, want, client.MergeFrom(m)); err != nil {
+	patched := m.DeepCopy()
+	patched.Labels = want.Labels
+	patched.Annotations = maps.Clone(want.Annotations)
+	if patched.Annotations == nil {
+		patched.Annotations = map[string]string{}
+	}
+	maps.Copy(patched.Annotations, mirror.Decisions(m))
+	patched.Spec = *want.Spec.DeepCopy()
+	if err := r.hub.Patch(ctx, patched, client.MergeFrom(m)); err != nil {
 		return fmt.Errorf("updating the mirror %s on the hub: %w", m.Name, err)
 	}
-	*m = *want
+	*m = *patched
 	return nil
 }
 
-// updateMirrorStatus writes the spoke Workspace's status and its origin (including the spoke
-// generation the status belongs to) in one status write.
-func (r *syncer) updateMirrorStatus(ctx context.Context, m, ws *magosv1.Workspace) error {
-	st := ws.Status.DeepCopy()
-	st.Origin = &magosv1.WorkspaceOrigin{
-		Cluster: r.cluster, Namespace: ws.Namespace, Name: ws.Name, UID: string(ws.UID), Generation: ws.Generation,
-	}
-	if equality.Semantic.DeepEqual(*st, m.Status) {
+// updateMirrorStatus writes the desired mirror's status (the spoke Workspace's, with its
+// origin) in one status write.
+func (r *syncer) updateMirrorStatus(ctx context.Context, m, want *magosv1.Workspace, origin types.NamespacedName) error {
+	if statusInSync(m, want) {
 		return nil
 	}
-	want := m.DeepCopy()
-	want.Status = *st
-	if err := r.hub.Status().Patch(ctx, want, client.MergeFrom(m)); err != nil {
+	if r.statusFault != nil {
+		if err := r.statusFault(origin); err != nil {
+			return fmt.Errorf("updating the status of the mirror %s on the hub: %w", m.Name, err)
+		}
+	}
+	patched := m.DeepCopy()
+	patched.Status = *want.Status.DeepCopy()
+	if err := r.hub.Status().Patch(ctx, patched, client.MergeFrom(m)); err != nil {
 		return fmt.Errorf("updating the status of the mirror %s on the hub: %w", m.Name, err)
 	}
-	*m = *want
+	*m = *patched
 	return nil
 }
 
@@ -317,78 +383,4 @@ func nilIfEmpty(m map[string]string) map[string]string {
 		return nil
 	}
 	return m
-}
-
-// heartbeat renews the agent's Lease on the hub.
-type heartbeat struct {
-	cluster, namespace string
-	client             client.Client
-	identity, version  string
-	interval, duration time.Duration
-}
-
-// NeedLeaderElection: one agent replica heartbeats, the one that syncs.
-func (h *heartbeat) NeedLeaderElection() bool { return true }
-
-// Start renews the Lease now and every interval until ctx ends. Failures are logged and retried
-// at the next tick: a hub that does not answer must not stop the agent.
-func (h *heartbeat) Start(ctx context.Context) error {
-	log := ctrl.LoggerFrom(ctx).WithName("heartbeat").WithValues("namespace", h.namespace)
-	tick := time.NewTicker(h.interval)
-	defer tick.Stop()
-	for {
-		rctx, cancel := context.WithTimeout(ctx, h.interval)
-		if err := h.renew(rctx); err != nil && ctx.Err() == nil {
-			log.Error(err, "renewing the heartbeat Lease on the hub")
-		}
-		cancel()
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-tick.C:
-		}
-	}
-}
-
-func (h *heartbeat) renew(ctx context.Context) error {
-	now := metav1.NewMicroTime(time.Now())
-	secs := int32(h.duration / time.Second)
-	lease := &coordinationv1.Lease{}
-	err := h.client.Get(ctx, client.ObjectKey{Namespace: h.namespace, Name: keys.AgentLease}, lease)
-	if apierrors.IsNotFound(err) {
-		lease = &coordinationv1.Lease{
-			ObjectMeta: metav1.ObjectMeta{Namespace: h.namespace, Name: keys.AgentLease,
-				Annotations: map[string]string{keys.AgentVersion: h.version}},
-			Spec: coordinationv1.LeaseSpec{
-				HolderIdentity: &h.identity, LeaseDurationSeconds: &secs, AcquireTime: &now, RenewTime: &now,
-			},
-		}
-		if err := h.client.Create(ctx, lease); err != nil {
-			return fmt.Errorf("creating Lease %s/%s: %w", h.namespace, keys.AgentLease, err)
-		}
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("reading Lease %s/%s: %w", h.namespace, keys.AgentLease, err)
-	}
-	if lease.Spec.HolderIdentity == nil || *lease.Spec.HolderIdentity != h.identity {
-		lease.Spec.AcquireTime = &now
-		n := int32(0)
-		if lease.Spec.LeaseTransitions != nil {
-			n = *lease.Spec.LeaseTransitions
-		}
-		n++
-		lease.Spec.LeaseTransitions = &n
-	}
-	lease.Spec.HolderIdentity = &h.identity
-	lease.Spec.LeaseDurationSeconds = &secs
-	lease.Spec.RenewTime = &now
-	if lease.Annotations == nil {
-		lease.Annotations = map[string]string{}
-	}
-	lease.Annotations[keys.AgentVersion] = h.version
-	if err := h.client.Update(ctx, lease); err != nil {
-		return fmt.Errorf("renewing Lease %s/%s: %w", h.namespace, keys.AgentLease, err)
-	}
-	return nil
 }

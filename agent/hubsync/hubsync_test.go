@@ -121,6 +121,8 @@ func run(m *testing.M) (int, error) {
 
 type agentOptions struct {
 	heartbeat, lease time.Duration
+	// statusFault, when set, can refuse mirror status writes (hubsync.WithStatusFault).
+	statusFault func(types.NamespacedName) error
 }
 
 // startAgent runs an agent manager on a spoke with only the hub sync, authenticated on the hub
@@ -139,10 +141,14 @@ func startAgent(t testing.TB, cluster string, o agentOptions) (stop func()) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := hubsync.SetupWithManager(mgr, hubsync.Options{
+	opts := hubsync.Options{
 		ClusterName: cluster, HubConfig: rest.CopyConfig(bootstrap[cluster]), AgentVersion: "v1.2.3-test", HubQPS: benchQPS, HubBurst: 2 * int(benchQPS),
 		Identity: "agent-0", HeartbeatInterval: o.heartbeat, LeaseDuration: o.lease,
-	}); err != nil {
+	}
+	if o.statusFault != nil {
+		hubsync.WithStatusFault(&opts, o.statusFault)
+	}
+	if err := hubsync.SetupWithManager(mgr, opts); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())

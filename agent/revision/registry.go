@@ -1,5 +1,8 @@
 // Package revision watches the git refs Workspaces track and marks a Workspace with
-// magosproject.io/detected-revision when its ref moves to a commit it has not run.
+// magosproject.io/detected-revision when its ref moves to a commit it has not run, together
+// with magosproject.io/detected-at: when the poll saw it (RFC 3339 with nanoseconds, UTC, the
+// watcher's clock), in the same patch. The hub orders commits reported by different agents by
+// it. Whoever removes detected-revision removes detected-at with it.
 //
 // It polls each distinct (repository, ref, credentials) once per interval, however many
 // Workspaces track it: the interval is the shortest magosproject.io/git-poll-interval of those

@@ -325,6 +325,11 @@ func NeedsMark(ws *magosv1.Workspace, sha string) bool {
 	return sha != ws.Status.ObservedRevision && sha != ws.Status.CurrentRevision
 }
 
+// DetectedAt formats the time of a detection as the value of magosproject.io/detected-at:
+// RFC 3339 with nanoseconds, UTC.
+func DetectedAt(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
+
+// mark sets detected-revision to sha, with detected-at, in one merge patch.
 func (w *Watcher) mark(ctx context.Context, key types.NamespacedName, sha string) error {
 	ws := &magosv1.Workspace{}
 	if err := w.client.Get(ctx, key, ws); err != nil {
@@ -333,13 +338,17 @@ func (w *Watcher) mark(ctx context.Context, key types.NamespacedName, sha string
 	if !NeedsMark(ws, sha) {
 		return nil
 	}
-	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{keys.DetectedRevision: sha}}})
+	at := DetectedAt(w.opts.Now())
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{
+		keys.DetectedRevision: sha,
+		keys.DetectedAt:       at,
+	}}})
 	if err != nil {
-		return err
+		return fmt.Errorf("encoding the %s patch: %w", keys.DetectedRevision, err)
 	}
 	if err := w.client.Patch(ctx, ws, client.RawPatch(types.MergePatchType, patch)); err != nil {
-		return fmt.Errorf("patching %s: %w", keys.DetectedRevision, err)
+		return fmt.Errorf("patching %s and %s: %w", keys.DetectedRevision, keys.DetectedAt, err)
 	}
-	log.FromContext(ctx).Info("new revision detected", "workspace", key.String(), "sha", sha)
+	log.FromContext(ctx).Info("new revision detected", "workspace", key.String(), "sha", sha, "detectedAt", at)
 	return nil
 }

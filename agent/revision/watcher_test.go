@@ -3,6 +3,7 @@ package revision_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -72,7 +73,10 @@ func TestWatcher(t *testing.T) {
 		t.Fatal(err)
 	}
 	log := &resolveLog{calls: map[string]int{}, users: map[string]string{}}
-	if _, err := revision.SetupWithManager(mgr, revision.Options{DefaultInterval: time.Second, MinInterval: time.Second, Resolve: log.resolve}); err != nil {
+	// The watcher's clock runs a day ahead: detected-at must come from it, not from time.Now.
+	const skew = 24 * time.Hour
+	now := func() time.Time { return time.Now().Add(skew) }
+	if _, err := revision.SetupWithManager(mgr, revision.Options{DefaultInterval: time.Second, MinInterval: time.Second, Resolve: log.resolve, Now: now}); err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
@@ -150,6 +154,7 @@ func TestWatcher(t *testing.T) {
 		}
 	}
 
+	committed := now()
 	second := repo.Commit(t, "second", map[string]string{"main.tf": "# v2\n"})
 	for _, name := range tracking {
 		testenv.Eventually(t, 30*time.Second, func() error {
@@ -158,6 +163,15 @@ func TestWatcher(t *testing.T) {
 			}
 			return nil
 		})
+		// detected-at came in the same patch: RFC 3339 with nanoseconds, UTC, the watcher's clock.
+		at := annotations(t, c, ns, name)[keys.DetectedAt]
+		ts, err := time.Parse(time.RFC3339Nano, at)
+		if err != nil || !strings.HasSuffix(at, "Z") {
+			t.Fatalf("%s: detected-at %q is not RFC 3339 UTC: %v", name, at, err)
+		}
+		if ts.Before(committed) || ts.After(now()) {
+			t.Errorf("%s: detected-at %s, want between %s and %s (the watcher's clock)", name, at, committed.UTC().Format(time.RFC3339Nano), now().UTC().Format(time.RFC3339Nano))
+		}
 	}
 	testenv.Consistently(t, 2*time.Second, func() error {
 		if d := annotation(t, c, ns, "pinned"); d != "" {
@@ -175,19 +189,30 @@ func TestWatcher(t *testing.T) {
 	if err := c.Update(ctx, ws); err != nil {
 		t.Fatal(err)
 	}
+	moved := now()
 	testenv.Eventually(t, 30*time.Second, func() error {
 		if d := annotation(t, c, ns, "a"); d != dev {
 			return fmt.Errorf("a: detected-revision %q, want dev's %s", d, dev)
 		}
 		return nil
 	})
+	// A new detection carries a new detected-at.
+	at := annotations(t, c, ns, "a")[keys.DetectedAt]
+	if ts, err := time.Parse(time.RFC3339Nano, at); err != nil || ts.Before(moved) {
+		t.Errorf("a: detected-at %s (%v), want the time of the new detection (after %s)", at, err, revision.DetectedAt(moved))
+	}
 }
 
 func annotation(t *testing.T, c client.Client, ns, name string) string {
+	t.Helper()
+	return annotations(t, c, ns, name)[keys.DetectedRevision]
+}
+
+func annotations(t *testing.T, c client.Client, ns, name string) map[string]string {
 	t.Helper()
 	ws := &magosv1.Workspace{}
 	if err := c.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, ws); err != nil {
 		t.Fatal(err)
 	}
-	return ws.Annotations[keys.DetectedRevision]
+	return ws.Annotations
 }

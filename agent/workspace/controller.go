@@ -8,7 +8,14 @@
 //     before any annotation changes;
 //   - a plan starts only when execution-allowed is "true" and granted-run names the current
 //     run (a grant without granted-run is honoured once, then removed);
-//   - the commit is resolved before the plan, and plan and apply run exactly that SHA;
+//   - the commit is resolved before the plan, and plan and apply run exactly that SHA: the
+//     granted-revision of a grant fenced to the current run when there is one (a value that is
+//     not a 40-hex SHA gets a Warning event, InvalidGrantedRevision, and nothing runs), else
+//     the ref watcher's detected-revision, else the ref resolved now;
+//   - a plan started on a granted-revision other than the detected-revision consumes the
+//     detection (detected-revision and detected-at): the hub's grant supersedes it, and the
+//     ref watcher detects the ref afresh if it still differs. Whoever removes
+//     detected-revision removes detected-at with it;
 //   - errors that are not Terraform's (API errors, launch failures, git outages) are retried
 //     and reported in the Degraded condition, never as phase Failed.
 package workspace
@@ -67,8 +74,9 @@ type Reconciler struct {
 	recorder events.EventRecorder
 	opts     Options
 
-	active      activeSet
-	staleGrants sync.Map // types.NamespacedName -> string (last reported stale grant)
+	active        activeSet
+	staleGrants   sync.Map // types.NamespacedName -> string (last reported stale grant)
+	invalidGrants sync.Map // types.NamespacedName -> string (last reported invalid granted-revision)
 }
 
 // SetupWithManager registers the Workspace controller with mgr. The manager's cache must
@@ -138,6 +146,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		if apierrors.IsNotFound(err) {
 			r.active.update(req.NamespacedName, false)
 			r.staleGrants.Delete(req.NamespacedName)
+			r.invalidGrants.Delete(req.NamespacedName)
 			return ctrl.Result{}, r.opts.Launcher.Forget(ctx, req.Namespace, req.Name)
 		}
 		return ctrl.Result{}, fmt.Errorf("reading Workspace: %w", err)

@@ -133,6 +133,18 @@ func TestJobLauncher(t *testing.T) {
 	if err := contains(ws.Status.Message, "Job was active longer than specified deadline"); err != nil {
 		t.Error(err)
 	}
+	// A plan Job that completes without a result (a runner that never wrote its termination
+	// message) is a failed run, never a success.
+	annotate(t, c, key, map[string]any{keys.ReconcileRequest: "retry-2"})
+	ws = pendingRun(t, c, key, magosv1.ReasonManualReconcileRequested, ws.Status.CurrentRunID)
+	grant(t, c, key, ws.Status.CurrentRunID)
+	ws = waitFor(t, c, key, 60*time.Second, inPhase(magosv1.PhasePlanning, ""))
+	plan = runJob(t, c, ws, runner.OperationPlan)
+	endJob(t, c, plan, true, "")
+	ws = waitFor(t, c, key, 60*time.Second, inPhase(magosv1.PhaseFailed, magosv1.ReasonPlanFailed))
+	if err := contains(ws.Status.Message, "completed but left no result"); err != nil {
+		t.Error(err)
+	}
 	// The Jobs of earlier runs are pruned when a new run starts.
 	testenv.Eventually(t, 30*time.Second, func() error {
 		jobs := &batchv1.JobList{}
@@ -416,6 +428,16 @@ func finishJob(t *testing.T, c client.Client, job *batchv1.Job, result *runner.R
 			t.Fatalf("setting the Pod status: %v", err)
 		}
 	}
+	endJob(t, c, job, succeeded, failMessage)
+}
+
+// endJob plays the Job controller: the Job's final conditions, Complete or (with failMessage,
+// if set) Failed.
+func endJob(t *testing.T, c client.Client, job *batchv1.Job, succeeded bool, failMessage string) {
+	t.Helper()
+	ctx := context.Background()
+	now := metav1.Now()
+	start := metav1.NewTime(now.Add(-5 * time.Second))
 	testenv.Eventually(t, 30*time.Second, func() error {
 		cur := &batchv1.Job{}
 		if err := c.Get(ctx, client.ObjectKeyFromObject(job), cur); err != nil {

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -23,6 +24,10 @@ func NewRunID(now time.Time) string {
 	_, _ = rand.Read(b)
 	return now.UTC().Format("20060102T150405") + "-" + hex.EncodeToString(b)
 }
+
+// ReasonInvalidGrantedRevision is the reason of the Warning event about a grant whose
+// granted-revision is not a commit SHA (the grant is not executed).
+const ReasonInvalidGrantedRevision = "InvalidGrantedRevision"
 
 // resetKind is why a new run becomes due.
 type resetKind struct {
@@ -85,10 +90,10 @@ func (r *Reconciler) reset(ctx context.Context, ws *magosv1.Workspace, sched Sch
 	if v := ws.Annotations[keys.ReconcileRequest]; v != "" {
 		remove[keys.ReconcileRequest] = v
 	}
-	if d := ws.Annotations[keys.DetectedRevision]; d != "" && why.reason == magosv1.ReasonConfigurationChanged {
+	if ws.Annotations[keys.DetectedRevision] != "" && why.reason == magosv1.ReasonConfigurationChanged {
 		// The spec (maybe the repository or ref) changed: the new run resolves its ref afresh
 		// rather than trust a commit detected for the old one.
-		remove[keys.DetectedRevision] = d
+		consumeDetection(ws, remove)
 	}
 	if from == magosv1.PhasePlanned && manualGrant(ws) {
 		// The abandoned run's plan used it.
@@ -98,6 +103,30 @@ func (r *Reconciler) reset(ctx context.Context, ws *magosv1.Workspace, sched Sch
 		return step{}, err
 	}
 	return step{again: true}, nil
+}
+
+// consumeDetection adds the ref watcher's detection (detected-revision and its detected-at)
+// to the annotations to remove: the two always go together.
+func consumeDetection(ws *magosv1.Workspace, remove map[string]string) {
+	for _, k := range []string{keys.DetectedRevision, keys.DetectedAt} {
+		if v, ok := ws.Annotations[k]; ok {
+			remove[k] = v
+		}
+	}
+}
+
+// grantedRevision returns the granted-revision of a grant fenced to the current run (present
+// reports the key on such a grant, whatever its value). Grants without granted-run, and stale
+// grants, name no commit.
+func grantedRevision(ws *magosv1.Workspace) (revision string, present bool) {
+	if ws.Annotations[keys.ExecutionAllowed] != "true" {
+		return "", false
+	}
+	if run, fenced := ws.Annotations[keys.GrantedRun]; !fenced || run != ws.Status.CurrentRunID {
+		return "", false
+	}
+	revision, present = ws.Annotations[keys.GrantedRevision]
+	return revision, present
 }
 
 // manualGrant reports a grant without granted-run (a person or upstream tooling wrote it):
@@ -114,6 +143,11 @@ func (r *Reconciler) startPlan(ctx context.Context, ws *magosv1.Workspace, sched
 	}
 	if granted, fenced := ws.Annotations[keys.GrantedRun]; fenced && granted != ws.Status.CurrentRunID {
 		r.reportStaleGrant(ws, granted)
+		return step{}, nil
+	}
+	granted, grantsRevision := grantedRevision(ws)
+	if grantsRevision && !gitrepo.IsSHA(granted) {
+		r.reportInvalidGrantedRevision(ctx, ws, granted)
 		return step{}, nil
 	}
 	from := ws.Status.Phase
@@ -137,6 +171,12 @@ func (r *Reconciler) startPlan(ctx context.Context, ws *magosv1.Workspace, sched
 	remove := map[string]string{}
 	if v := ws.Annotations[keys.ReconcileRequest]; v != "" {
 		remove[keys.ReconcileRequest] = v // this run satisfies it
+	}
+	if d := ws.Annotations[keys.DetectedRevision]; grantsRevision && d != "" && !strings.EqualFold(d, granted) {
+		// The hub's grant supersedes the agent's own detection: this run plans the granted
+		// commit, and a detection left behind would start another run of it once it is
+		// applied. The watcher detects the ref afresh on its next poll if it still differs.
+		consumeDetection(ws, remove)
 	}
 	if err := r.removeAnnotations(ctx, ws, remove); err != nil {
 		return step{}, err
@@ -345,12 +385,14 @@ func (r *Reconciler) observe(ctx context.Context, ws *magosv1.Workspace, sched S
 		done.record(ws)
 		remove := map[string]string{}
 		if d := ws.Annotations[keys.DetectedRevision]; d != "" && d == ws.Status.ObservedRevision {
-			remove[keys.DetectedRevision] = d
+			consumeDetection(ws, remove)
 		}
 		if manualGrant(ws) {
 			remove[keys.ExecutionAllowed] = "true"
 		}
-		return step{again: deleting}, r.removeAnnotations(ctx, ws, remove)
+		// again: a revision detected while the run ran (the ref moved past the commit it
+		// ran, e.g. a granted one) makes the next run due now, not at the next event.
+		return step{again: true}, r.removeAnnotations(ctx, ws, remove)
 	}
 	next, err := r.failRun(ctx, ws, sched, from, &runFailure{phase: magosv1.PhaseFailed, reason: magosv1.ReasonApplyFailed,
 		message: messageOr(res.Message, "the apply failed")})
@@ -381,6 +423,19 @@ func short(sha string) string {
 		return sha[:12]
 	}
 	return sha
+}
+
+// reportInvalidGrantedRevision emits one InvalidGrantedRevision Warning event per invalid
+// granted-revision seen for a run.
+func (r *Reconciler) reportInvalidGrantedRevision(ctx context.Context, ws *magosv1.Workspace, granted string) {
+	mark := ws.Status.CurrentRunID + "/" + granted
+	if prev, ok := r.invalidGrants.Load(statusKey(ws)); ok && prev == mark {
+		return
+	}
+	r.invalidGrants.Store(statusKey(ws), mark)
+	log.FromContext(ctx).Info("ignoring a grant whose granted-revision is not a commit SHA", "runID", ws.Status.CurrentRunID, "grantedRevision", granted)
+	r.recorder.Eventf(ws, nil, corev1.EventTypeWarning, ReasonInvalidGrantedRevision, "Ignore",
+		"Ignoring the grant for run %s: %s %q is not a commit SHA (40 hex digits)", ws.Status.CurrentRunID, keys.GrantedRevision, granted)
 }
 
 // reportStaleGrant emits one StaleGrant event per stale grant seen.

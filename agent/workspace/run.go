@@ -100,9 +100,14 @@ func (r *Reconciler) prepare(ctx context.Context, ws *magosv1.Workspace, op runn
 	}, nil
 }
 
-// resolveRevision returns the commit to run: the detected revision when the ref watcher saw
-// one, else the target revision resolved now.
+// resolveRevision returns the commit to run: the granted revision when the grant for the
+// current run names one (the commit the hub's Rollout is rolling out, whatever the ref points
+// at meanwhile), else the detected revision when the ref watcher saw one, else the target
+// revision resolved now.
 func (r *Reconciler) resolveRevision(ctx context.Context, ws *magosv1.Workspace, creds *credentials.Credentials) (string, error) {
+	if g, ok := grantedRevision(ws); ok && gitrepo.IsSHA(g) {
+		return strings.ToLower(g), nil
+	}
 	if d := ws.Annotations[keys.DetectedRevision]; gitrepo.IsSHA(d) {
 		return strings.ToLower(d), nil
 	}

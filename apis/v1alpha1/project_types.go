@@ -8,6 +8,9 @@ import (
 const (
 	ReasonManagedByRollout = "ManagedByRollout"
 	ReasonDefaultParallel  = "DefaultParallel"
+	// ReasonRolloutRemoved: the Project's Rollout was deleted; its Workspaces wait for a new
+	// Rollout, or for the Project to be annotated magosproject.io/orchestration: parallel.
+	ReasonRolloutRemoved = "RolloutRemoved"
 )
 
 // ProjectSpec groups Workspaces and sets their defaults.

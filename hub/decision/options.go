@@ -6,6 +6,7 @@ import "time"
 const (
 	DefaultMaxConcurrentReconciles = 4
 	DefaultResyncPeriod            = time.Minute
+	DefaultParallelGracePeriod     = 30 * time.Second
 )
 
 // ControllerOptions tunes a hub controller that decides over the fleet (the Rollout and the
@@ -18,6 +19,10 @@ type ControllerOptions struct {
 	ResyncPeriod time.Duration
 	// ClusterTimeout bounds reading one cluster's Workspaces (default DefaultClusterTimeout).
 	ClusterTimeout time.Duration
+	// ParallelGracePeriod is how long a new Project without a Rollout waits for one before it
+	// runs its Workspaces in parallel (default 30s), so that a Project applied just before its
+	// Rollout never lets its Workspaces run out of order.
+	ParallelGracePeriod time.Duration
 	// SkipNameValidation lets several hub managers run in one process (tests, tools).
 	SkipNameValidation bool
 }
@@ -29,6 +34,9 @@ func (o ControllerOptions) WithDefaults() ControllerOptions {
 	}
 	if o.ResyncPeriod <= 0 {
 		o.ResyncPeriod = DefaultResyncPeriod
+	}
+	if o.ParallelGracePeriod <= 0 {
+		o.ParallelGracePeriod = DefaultParallelGracePeriod
 	}
 	return o
 }

@@ -3,12 +3,18 @@
 // Workspace of the Project that waits for a grant, in every registered cluster. With a Rollout
 // it defers to it (ManagedByRollout) and writes nothing; the Rollout controller then revokes
 // the parallel-mode grants its order does not allow.
+//
+// Parallel mode releases every Workspace at once, so it never starts by accident: a new
+// Project first waits ParallelGracePeriod for its Rollout (Pending/AwaitingRollout), and a
+// Project whose Rollout was deleted keeps its Workspaces waiting (Pending/RolloutRemoved). The
+// annotation magosproject.io/orchestration: parallel lifts both.
 package project
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -177,11 +183,24 @@ func (r *Reconciler) reconcile(ctx context.Context, p *magosv1.Project) (ctrl.Re
 	}
 	workspaceCount.WithLabelValues(p.Namespace, p.Name).Set(float64(len(d.Members)))
 	st := status{workspaces: int32(len(d.Members)), clusters: d.Clusters}
+	requeue := r.opts.ResyncPeriod
 	var writeErr error
 	if managed {
 		managedByRollout.WithLabelValues(p.Namespace, p.Name).Set(1)
 		st.phase, st.reason = magosv1.PhaseReady, magosv1.ReasonManagedByRollout
 		st.message = fmt.Sprintf("Project orchestration is deferred to Rollout %s", p.Name)
+	} else if hold, wait := r.holdParallel(p); hold != "" {
+		// Parallel mode would release every Workspace at once: not before the Project had a
+		// chance to get its Rollout, and never by itself after its Rollout was deleted.
+		managedByRollout.WithLabelValues(p.Namespace, p.Name).Set(0)
+		st.phase, st.reason = magosv1.PhasePending, hold
+		if hold == magosv1.ReasonRolloutRemoved {
+			st.message = fmt.Sprintf("Rollout %s was deleted; the Workspaces wait for a new Rollout, or for the annotation %s: %s on the Project to run them in parallel",
+				p.Name, keys.Orchestration, keys.OrchestrationParallel)
+		} else {
+			st.message = fmt.Sprintf("Waiting up to %s for a Rollout named %s before running the Workspaces in parallel", wait.Round(time.Second), p.Name)
+			requeue = min(requeue, wait)
+		}
 	} else {
 		managedByRollout.WithLabelValues(p.Namespace, p.Name).Set(0)
 		st.phase, st.reason, st.message = d.Phase, d.Reason, d.Message
@@ -196,7 +215,27 @@ func (r *Reconciler) reconcile(ctx context.Context, p *magosv1.Project) (ctrl.Re
 	if err := errors.Join(writeErr, r.writeStatus(ctx, p, st)); err != nil {
 		return ctrl.Result{}, err
 	}
-	return ctrl.Result{RequeueAfter: r.opts.ResyncPeriod}, nil
+	return ctrl.Result{RequeueAfter: requeue}, nil
+}
+
+// holdParallel says whether a Project without a Rollout must not run its Workspaces in
+// parallel yet, and why: its Rollout was deleted (the Project said ManagedByRollout or
+// RolloutRemoved before), or it is younger than the grace period (then wait is what is left of
+// it). The annotation magosproject.io/orchestration: parallel lifts both.
+func (r *Reconciler) holdParallel(p *magosv1.Project) (reason string, wait time.Duration) {
+	if p.Annotations[keys.Orchestration] == keys.OrchestrationParallel {
+		return "", 0
+	}
+	switch p.Status.Reason {
+	case magosv1.ReasonManagedByRollout, magosv1.ReasonRolloutRemoved:
+		return magosv1.ReasonRolloutRemoved, 0
+	case magosv1.ReasonDefaultParallel:
+		return "", 0 // already running in parallel
+	}
+	if left := time.Until(p.CreationTimestamp.Add(r.opts.ParallelGracePeriod)); left > 0 {
+		return magosv1.ReasonAwaitingRollout, left
+	}
+	return "", 0
 }
 
 // hasRollout reports whether the Project has a Rollout (same namespace, same name).

@@ -10,6 +10,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	mcmanager "sigs.k8s.io/multicluster-runtime/pkg/manager"
 
@@ -27,8 +28,11 @@ func setup(mgr mcmanager.Manager) error {
 	if err := rollout.SetupWithManager(mgr, rollout.Options{SkipNameValidation: true}); err != nil {
 		return err
 	}
-	return project.SetupWithManager(mgr, project.Options{SkipNameValidation: true})
+	return project.SetupWithManager(mgr, project.Options{SkipNameValidation: true, ParallelGracePeriod: parallelGrace})
 }
+
+// parallelGrace is how long a new Project waits for its Rollout in these tests.
+const parallelGrace = 5 * time.Second
 
 // waitProject waits until the hub Project satisfies check.
 func waitProject(t *testing.T, h *dt.Hub, ns, name string, check func(*magosv1.Project) error) *magosv1.Project {
@@ -175,7 +179,32 @@ func TestProject(t *testing.T) {
 		granted(t, grants, keys.GrantedByRollout, prod)
 	})
 
-	t.Run("a Rollout takes the Project over and gives it back when deleted", func(t *testing.T) {
+	t.Run("a Project applied before its Rollout never runs its Workspaces in parallel", func(t *testing.T) {
+		ns := "project-first"
+		h.Namespace(t, ns)
+		dev, prod := dt.Key(usEast, ns, "web-dev"), dt.Key(euWest, ns, "web-prod")
+		agents[usEast].Hold(ns, "web-dev")
+		h.Create(t, usEast, dt.Workspace(ns, "web-dev", "web", map[string]string{"env": "dev"}))
+		h.Create(t, euWest, dt.Workspace(ns, "web-prod", "web", map[string]string{"env": "prod"}))
+		h.CreateHub(t, dt.Project(ns, "web"))
+		waitProject(t, h, ns, "web", func(p *magosv1.Project) error {
+			if p.Status.Phase != magosv1.PhasePending || p.Status.Reason != magosv1.ReasonAwaitingRollout || p.Status.Workspaces != 2 {
+				return fmt.Errorf("project is %s/%s with %d Workspaces, want Pending/AwaitingRollout with 2", p.Status.Phase, p.Status.Reason, p.Status.Workspaces)
+			}
+			return nil
+		})
+		if got := grants.For(dev, prod); len(got) > 0 {
+			t.Fatalf("granted before the Rollout came: %v", got)
+		}
+		h.CreateHub(t, dt.Rollout(ns, "web", []string{"dev", "prod"}, map[string]string{"env": "dev"}, map[string]string{"env": "prod"}))
+		granted(t, grants, keys.GrantedByRollout, dev)
+		waitProject(t, h, ns, "web", reason(magosv1.ReasonManagedByRollout))
+		testenv.Consistently(t, parallelGrace, noGrants(grants, prod))
+		agents[usEast].Release(t, ns, "web-dev")
+		granted(t, grants, keys.GrantedByRollout, prod)
+	})
+
+	t.Run("a Rollout takes the Project over; once deleted, nothing runs until parallel is asked for", func(t *testing.T) {
 		ns := "managed"
 		h.Namespace(t, ns)
 		dev, extra := dt.Key(usEast, ns, "web-dev"), dt.Key(euWest, ns, "web-extra")
@@ -192,6 +221,15 @@ func TestProject(t *testing.T) {
 		ro.Namespace, ro.Name = ns, "web"
 		if err := h.Client.Delete(context.Background(), ro); err != nil {
 			t.Fatalf("deleting the Rollout: %v", err)
+		}
+		p := waitProject(t, h, ns, "web", reason(magosv1.ReasonRolloutRemoved))
+		if p.Status.Phase != magosv1.PhasePending {
+			t.Errorf("phase %s, want Pending", p.Status.Phase)
+		}
+		testenv.Consistently(t, 3*time.Second, noGrants(grants, extra))
+		patch := []byte(fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, keys.Orchestration, keys.OrchestrationParallel))
+		if err := h.Client.Patch(context.Background(), p, client.RawPatch(types.MergePatchType, patch)); err != nil {
+			t.Fatalf("asking for parallel mode: %v", err)
 		}
 		waitProject(t, h, ns, "web", reason(magosv1.ReasonDefaultParallel))
 		granted(t, grants, keys.GrantedByProject, extra)

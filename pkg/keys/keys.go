@@ -38,6 +38,14 @@ const (
 	GrantedRevision = Prefix + "granted-revision"
 )
 
+// Orchestration, on a hub Project, set to OrchestrationParallel, runs the Project's Workspaces
+// in parallel without a Rollout at once: without the grace period a new Project otherwise waits
+// for its Rollout, and after its Rollout was deleted.
+const (
+	Orchestration         = Prefix + "orchestration"
+	OrchestrationParallel = "parallel"
+)
+
 // Values of GrantedBy.
 const (
 	GrantedByRollout = "rollout"

@@ -1,0 +1,276 @@
+package hubsync
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"time"
+
+	"github.com/go-logr/logr"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
+	"github.com/magosfleet/magos/pkg/keys"
+	"github.com/magosfleet/magos/pkg/mirror"
+)
+
+// maxNamed is how many stale Workspaces a skipped renewal names in its log.
+const maxNamed = 5
+
+// errNotSynced: a cache has not synced yet, so there is nothing to audit.
+var errNotSynced = errors.New("the spoke's or the hub's cache has not synced yet")
+
+// heartbeat renews the agent's Lease on the hub while, and only while, the mirror sync is live:
+// each renewal follows an audit of the spoke's Workspaces against the hub's mirrors.
+type heartbeat struct {
+	cluster, namespace string
+	// client reaches the hub (Leases are read from the API server, never cached).
+	client client.Client
+	// spoke caches the spoke's Workspaces (mirrors excluded); hub the mirrors in namespace.
+	spoke, hub         cache.Cache
+	identity, version  string
+	interval, duration time.Duration
+	grace              time.Duration
+	now                func() time.Time
+
+	// The audit's memory (used by the heartbeat's goroutine only).
+	// behind: the mirrors out of sync at the last audit, by mirror name.
+	behind map[string]lag
+	// lastAudit is when the previous audit ran (zero before the first one).
+	lastAudit time.Time
+	// syncedSince is when the current in-sync period began (zero: none).
+	syncedSince time.Time
+}
+
+// lag is a mirror found out of sync: since when, and the spoke Workspace it mirrors.
+type lag struct {
+	since     time.Time
+	workspace string
+}
+
+// auditResult is what one audit found.
+type auditResult struct {
+	// mirrored is the number of spoke Workspaces.
+	mirrored int
+	// behind is how many mirrors are out of sync (in flight or stale).
+	behind int
+	// stale are the Workspaces whose mirror has been out of sync for at least the grace, sorted.
+	stale []string
+	// caughtUp: every mirror out of sync now was in sync at the previous audit (what was
+	// behind then has been written since). False at the first audit.
+	caughtUp bool
+}
+
+// NeedLeaderElection: one agent replica heartbeats, the one that syncs.
+func (h *heartbeat) NeedLeaderElection() bool { return true }
+
+// Start audits the sync and renews the Lease now and every interval until ctx ends. Failures
+// are logged and retried at the next tick: a hub that does not answer must not stop the agent.
+// While an in-sync period is about to begin (caches syncing, mirrors catching up, nothing
+// stale), the next audit comes sooner, so that a starting agent heartbeats as soon as its
+// initial sync is done.
+func (h *heartbeat) Start(ctx context.Context) error {
+	log := ctrl.LoggerFrom(ctx).WithName("heartbeat").WithValues("namespace", h.namespace)
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	next := time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-timer.C:
+		}
+		soon := h.beat(ctx, log)
+		next = next.Add(h.interval)
+		if now := time.Now(); next.Before(now) {
+			next = now // a slow beat (or a suspended process) does not make up for lost ticks
+		}
+		wait := time.Until(next)
+		if soon {
+			wait = min(wait, startingAuditInterval)
+			next = time.Now().Add(wait)
+		}
+		timer.Reset(wait)
+	}
+}
+
+// startingAuditInterval is the longest wait between audits while an in-sync period is about to
+// begin.
+const startingAuditInterval = time.Second
+
+// beat audits the sync and renews the Lease when the audit passes. An in-sync period begins at
+// an audit that finds the mirrors caught up with the previous one, and lasts while no mirror
+// stays out of sync for the grace or longer; the Lease is renewed only during one. soon reports
+// that a period is about to begin: audit again soon.
+func (h *heartbeat) beat(ctx context.Context, log logr.Logger) (soon bool) {
+	now := h.now()
+	res, err := h.audit(ctx, now)
+	switch {
+	case errors.Is(err, errNotSynced):
+		log.V(1).Info("not renewing the heartbeat Lease yet", "reason", err.Error())
+		return true
+	case err != nil:
+		if ctx.Err() == nil {
+			h.syncedSince = time.Time{}
+			log.Error(err, "not renewing the heartbeat Lease: the mirror sync cannot be audited")
+		}
+		return false
+	case len(res.stale) > 0:
+		h.syncedSince = time.Time{}
+		named := res.stale[:min(len(res.stale), maxNamed)]
+		log.Error(fmt.Errorf("%d spoke Workspace(s) out of sync with their mirrors on the hub for %s or more", len(res.stale), h.grace),
+			"not renewing the heartbeat Lease: the mirror sync is behind, the hub will count this cluster unavailable",
+			"stale", named, "behind", res.behind, "mirrored", res.mirrored)
+		return false
+	case h.syncedSince.IsZero() && !res.caughtUp:
+		log.V(1).Info("not renewing the heartbeat Lease yet: waiting for the mirrors to catch up", "behind", res.behind, "mirrored", res.mirrored)
+		return true
+	}
+	if h.syncedSince.IsZero() {
+		h.syncedSince = now
+		log.Info("mirror sync in step with the spoke", "syncedSince", formatSyncedSince(now), "mirrored", res.mirrored)
+	}
+	rctx, cancel := context.WithTimeout(ctx, h.interval)
+	defer cancel()
+	if err := h.renew(rctx, now, res.mirrored); err != nil && ctx.Err() == nil {
+		log.Error(err, "renewing the heartbeat Lease on the hub")
+	}
+	return false
+}
+
+// audit compares every spoke Workspace with its mirror as the syncer would write it
+// (desiredMirror: labels, annotations but the hub's decisions, spec, status with origin), and
+// looks for mirrors of Workspaces that are gone, both from the caches the syncer already has. It
+// records since when each mirror has been out of sync.
+func (h *heartbeat) audit(ctx context.Context, now time.Time) (auditResult, error) {
+	for _, c := range []struct {
+		name  string
+		cache cache.Cache
+	}{{"spoke", h.spoke}, {"hub", h.hub}} {
+		inf, err := c.cache.GetInformer(ctx, &magosv1.Workspace{}, cache.BlockUntilSynced(false))
+		if err != nil {
+			return auditResult{}, fmt.Errorf("getting the %s's Workspace informer: %w", c.name, err)
+		}
+		if !inf.HasSynced() {
+			return auditResult{}, errNotSynced
+		}
+	}
+	spoke := &magosv1.WorkspaceList{}
+	if err := h.spoke.List(ctx, spoke, client.UnsafeDisableDeepCopy); err != nil {
+		return auditResult{}, fmt.Errorf("listing the spoke's Workspaces from the cache: %w", err)
+	}
+	mirrors := &magosv1.WorkspaceList{}
+	if err := h.hub.List(ctx, mirrors, client.InNamespace(h.namespace), client.UnsafeDisableDeepCopy); err != nil {
+		return auditResult{}, fmt.Errorf("listing the mirrors in %s from the cache: %w", h.namespace, err)
+	}
+	byName := make(map[string]*magosv1.Workspace, len(mirrors.Items))
+	for i := range mirrors.Items {
+		byName[mirrors.Items[i].Name] = &mirrors.Items[i]
+	}
+
+	var res auditResult
+	out := map[string]string{} // mirror name -> the spoke Workspace it mirrors
+	wanted := make(map[string]bool, len(spoke.Items))
+	for i := range spoke.Items {
+		ws := &spoke.Items[i]
+		if mirror.IsMirror(ws) {
+			continue
+		}
+		res.mirrored++
+		want := desiredMirror(h.cluster, ws)
+		wanted[want.Name] = true
+		if m := byName[want.Name]; m == nil || !metadataAndSpecInSync(m, want) || !statusInSync(m, want) {
+			out[want.Name] = ws.Namespace + "/" + ws.Name
+		}
+	}
+	for name, m := range byName {
+		if !wanted[name] {
+			out[name] = m.Labels[keys.OriginNamespace] + "/" + m.Labels[keys.OriginName] + " (deleted; mirror " + name + ")"
+		}
+	}
+
+	for name := range h.behind {
+		if _, ok := out[name]; !ok {
+			delete(h.behind, name)
+		}
+	}
+	res.caughtUp = !h.lastAudit.IsZero()
+	for name, ws := range out {
+		l, ok := h.behind[name]
+		if !ok {
+			l = lag{since: now, workspace: ws}
+			h.behind[name] = l
+		}
+		if l.since.Before(now) {
+			res.caughtUp = false
+		}
+		if now.Sub(l.since) >= h.grace {
+			res.stale = append(res.stale, ws)
+		}
+	}
+	sort.Strings(res.stale)
+	res.behind = len(out)
+	h.lastAudit = now
+	return res, nil
+}
+
+// formatSyncedSince formats the value of the synced-since annotation: RFC 3339, UTC.
+func formatSyncedSince(t time.Time) string { return t.UTC().Format(time.RFC3339) }
+
+// renew creates or renews the Lease at now, with the sync watermark: synced-since and the
+// number of spoke Workspaces mirrored. A new holder counts a transition.
+func (h *heartbeat) renew(ctx context.Context, now time.Time, mirrored int) error {
+	at := metav1.NewMicroTime(now)
+	secs := int32(h.duration / time.Second)
+	annotations := map[string]string{
+		keys.AgentVersion: h.version,
+		keys.SyncedSince:  formatSyncedSince(h.syncedSince),
+		keys.Mirrored:     strconv.Itoa(mirrored),
+	}
+	lease := &coordinationv1.Lease{}
+	err := h.client.Get(ctx, client.ObjectKey{Namespace: h.namespace, Name: keys.AgentLease}, lease)
+	if apierrors.IsNotFound(err) {
+		lease = &coordinationv1.Lease{
+			ObjectMeta: metav1.ObjectMeta{Namespace: h.namespace, Name: keys.AgentLease, Annotations: annotations},
+			Spec: coordinationv1.LeaseSpec{
+				HolderIdentity: &h.identity, LeaseDurationSeconds: &secs, AcquireTime: &at, RenewTime: &at,
+			},
+		}
+		if err := h.client.Create(ctx, lease); err != nil {
+			return fmt.Errorf("creating Lease %s/%s: %w", h.namespace, keys.AgentLease, err)
+		}
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("reading Lease %s/%s: %w", h.namespace, keys.AgentLease, err)
+	}
+	if lease.Spec.HolderIdentity == nil || *lease.Spec.HolderIdentity != h.identity {
+		lease.Spec.AcquireTime = &at
+		n := int32(0)
+		if lease.Spec.LeaseTransitions != nil {
+			n = *lease.Spec.LeaseTransitions
+		}
+		n++
+		lease.Spec.LeaseTransitions = &n
+	}
+	lease.Spec.HolderIdentity = &h.identity
+	lease.Spec.LeaseDurationSeconds = &secs
+	lease.Spec.RenewTime = &at
+	if lease.Annotations == nil {
+		lease.Annotations = map[string]string{}
+	}
+	for k, v := range annotations {
+		lease.Annotations[k] = v
+	}
+	if err := h.client.Update(ctx, lease); err != nil {
+		return fmt.Errorf("renewing Lease %s/%s: %w", h.namespace, keys.AgentLease, err)
+	}
+	return nil
+}

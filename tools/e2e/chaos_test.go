@@ -35,6 +35,9 @@ const (
 	envChaosCommits = "MAGOS_CHAOS_COMMITS"
 	// envChaosSummary names a file that receives the one-line summary (make chaos prints it).
 	envChaosSummary = "MAGOS_CHAOS_SUMMARY"
+	// envChaosDir keeps the fleet's folder (logs, run data, ledger) there instead of a
+	// temporary folder removed after the test.
+	envChaosDir = "MAGOS_CHAOS_DIR"
 )
 
 // Kinds of fault TestChaos injects.
@@ -253,7 +256,7 @@ type watcher struct {
 	last       observation
 	violations []string
 	ambiguous  []string
-	grants     []time.Time // when a new grant was first seen
+	grants     []grantSeen // new grants, when first seen
 	polls      int
 }
 
@@ -273,7 +276,7 @@ func (w *watcher) run(ctx context.Context) {
 				}
 				for cluster, run := range o.GrantedRuns {
 					if run != "" && run != w.last.GrantedRuns[cluster] {
-						w.grants = append(w.grants, o.At)
+						w.grants = append(w.grants, grantSeen{cluster, run, o.At})
 					}
 				}
 			}
@@ -322,8 +325,14 @@ func (w *watcher) observe(ctx context.Context) observation {
 	return o
 }
 
+// grantSeen is a new grant (granted-run on a mirror) the watcher saw.
+type grantSeen struct {
+	Cluster, Run string
+	At           time.Time
+}
+
 // take returns what the watcher found so far and forgets it.
-func (w *watcher) take() (violations, ambiguous []string, grants []time.Time, polls int) {
+func (w *watcher) take() (violations, ambiguous []string, grants []grantSeen, polls int) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	violations, ambiguous, grants, polls = w.violations, w.ambiguous, w.grants, w.polls
@@ -426,7 +435,11 @@ func TestChaos(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Minute)
 	defer cancel()
 	var progress bytes.Buffer
-	f, err := devfleet.Start(ctx, devfleet.Options{Dir: t.TempDir(), Progress: &progress, HubProxy: true, ControllerManager: true})
+	dir := os.Getenv(envChaosDir)
+	if dir == "" {
+		dir = t.TempDir()
+	}
+	f, err := devfleet.Start(ctx, devfleet.Options{Dir: dir, Progress: &progress, HubProxy: true, ControllerManager: true})
 	if err != nil {
 		t.Fatalf("starting the fleet: %v\n%s", err, progress.String())
 	}
@@ -472,18 +485,22 @@ func TestChaos(t *testing.T) {
 				t.Fatal(err)
 			}
 			committed := time.Now()
+			t.Logf("trial %d: committed %s as %s at %s", trial, release, sha[:8], committed.Format("15:04:05.000"))
 			var healed []time.Time
 			for _, ft := range plan[c] {
 				select {
 				case <-time.After(ft.After):
 				case <-ctx.Done():
 				}
+				began := time.Now()
 				at, err := inject(ctx, f, ft)
 				faults[ft.Kind]++
 				total++
 				if err != nil {
 					t.Fatalf("trial %d, %s: injecting %s: %v", trial, release, ft, err)
 				}
+				t.Logf("trial %d: %s: %s(%s) from %s to %s", trial, release, ft.Kind, ft.Target,
+					began.Format("15:04:05.000"), at.Format("15:04:05.000"))
 				healed = append(healed, at)
 			}
 			// Every fault of the commit is healed: the commit must now roll out everywhere.
@@ -513,7 +530,12 @@ func TestChaos(t *testing.T) {
 				break
 			}
 		}
-		vs, amb, _, polls := w.take()
+		vs, amb, grants, polls := w.take()
+		var grantText strings.Builder
+		for _, g := range grants {
+			fmt.Fprintf(&grantText, "  %-10s run %s %s\n", g.Cluster, g.Run, g.At.Format("15:04:05.000"))
+		}
+		t.Logf("trial %d: grants seen on the hub's mirrors:\n%s", trial, grantText.String())
 		for _, a := range amb {
 			t.Logf("trial %d: ambiguous (not counted): %s", trial, a)
 		}
@@ -539,7 +561,11 @@ func TestChaos(t *testing.T) {
 func (w *watcher) grantsSoFar() []time.Time {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return slices.Clone(w.grants)
+	var out []time.Time
+	for _, g := range w.grants {
+		out = append(out, g.At)
+	}
+	return out
 }
 
 // ledgerText renders the ledger lines of releases.

@@ -318,9 +318,7 @@ func (w *watcher) observe(ctx context.Context) observation {
 			Synced: c.Status.SyncedSince != nil}
 	}
 	for _, m := range mirrors.Items {
-		if m.Name != "" {
-			o.GrantedRuns[m.Labels[keys.Cluster]] = m.Annotations[keys.GrantedRun]
-		}
+		o.GrantedRuns[m.Labels[keys.Cluster]] = m.Annotations[keys.GrantedRun]
 	}
 	return o
 }

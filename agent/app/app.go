@@ -33,6 +33,7 @@ import (
 	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
 	"github.com/magosfleet/magos/pkg/gitrepo"
 	"github.com/magosfleet/magos/pkg/keys"
+	"github.com/magosfleet/magos/pkg/mirror"
 	magosscheme "github.com/magosfleet/magos/pkg/scheme"
 )
 
@@ -106,10 +107,7 @@ type Options struct {
 // agent in the hub's own cluster never sees, let alone runs, the hub's mirrors); only the
 // Jobs and Pods of runs; only repository credential Secrets.
 func CacheOptions() (cache.Options, error) {
-	notMirror, err := labels.Parse("!" + keys.Mirror)
-	if err != nil {
-		return cache.Options{}, err
-	}
+	notMirror := mirror.NotMirrors()
 	runs, err := labels.Parse(keys.JobType)
 	if err != nil {
 		return cache.Options{}, err
@@ -179,6 +177,8 @@ func NewManager(opts Options) (manager.Manager, error) {
 		DefaultReconcileInterval: opts.DefaultReconcileInterval,
 		MinReconcileInterval:     opts.MinReconcileInterval,
 		MaxConcurrentReconciles:  opts.MaxConcurrentReconciles,
+		// Connected to a hub, the hub is the only authority: no unfenced (manual) grants.
+		HubConnected: opts.HubSync != nil,
 	}
 	ropts := revision.Options{DefaultInterval: opts.GitPollInterval, MinInterval: opts.MinGitPollInterval}
 	if opts.ResolveRevision != nil {

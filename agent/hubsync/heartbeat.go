@@ -47,6 +47,10 @@ type heartbeat struct {
 	lastAudit time.Time
 	// syncedSince is when the current in-sync period began (zero: none).
 	syncedSince time.Time
+	// completeAt is the latest time as of which every change of every spoke Workspace is known
+	// to be mirrored: the time of an audit that found nothing behind, or, while changes are in
+	// flight, the time of the previous audit when everything behind now was in sync then.
+	completeAt time.Time
 }
 
 // lag is a mirror found out of sync: since when, and the spoke Workspace it mirrors.
@@ -66,6 +70,8 @@ type auditResult struct {
 	// caughtUp: every mirror out of sync now was in sync at the previous audit (what was
 	// behind then has been written since). False at the first audit.
 	caughtUp bool
+	// previous is when the previous audit ran (zero at the first).
+	previous time.Time
 }
 
 // NeedLeaderElection: one agent replica heartbeats, the one that syncs.
@@ -137,6 +143,12 @@ func (h *heartbeat) beat(ctx context.Context, log logr.Logger) (soon bool) {
 		h.syncedSince = now
 		log.Info("mirror sync in step with the spoke", "syncedSince", formatSyncedSince(now), "mirrored", res.mirrored)
 	}
+	switch {
+	case res.behind == 0:
+		h.completeAt = now
+	case res.caughtUp && res.previous.After(h.completeAt):
+		h.completeAt = res.previous
+	}
 	rctx, cancel := context.WithTimeout(ctx, h.interval)
 	defer cancel()
 	if err := h.renew(rctx, now, res.mirrored); err != nil && ctx.Err() == nil {
@@ -202,6 +214,7 @@ func (h *heartbeat) audit(ctx context.Context, now time.Time) (auditResult, erro
 		}
 	}
 	res.caughtUp = !h.lastAudit.IsZero()
+	res.previous = h.lastAudit
 	for name, ws := range out {
 		l, ok := h.behind[name]
 		if !ok {
@@ -232,6 +245,7 @@ func (h *heartbeat) renew(ctx context.Context, now time.Time, mirrored int) erro
 	annotations := map[string]string{
 		keys.AgentVersion: h.version,
 		keys.SyncedSince:  formatSyncedSince(h.syncedSince),
+		keys.SyncedAt:     h.completeAt.UTC().Format(time.RFC3339Nano),
 		keys.Mirrored:     strconv.Itoa(mirrored),
 	}
 	lease := &coordinationv1.Lease{}

@@ -135,6 +135,10 @@ func TestHeartbeatIsSyncLiveness(t *testing.T) {
 	if got, want := l.Annotations[keys.Mirrored], strconv.Itoa(spokeWorkspaces(t, spoke)); got != want {
 		t.Errorf("mirrored %q, want %s", got, want)
 	}
+	// The completeness watermark: every change before it is mirrored; here, nothing is in flight.
+	if at, err := time.Parse(time.RFC3339Nano, l.Annotations[keys.SyncedAt]); err != nil || at.Before(first) {
+		t.Errorf("synced-at %q (%v), want a time not before synced-since %s", l.Annotations[keys.SyncedAt], err, first)
+	}
 	if v := l.Annotations[keys.AgentVersion]; v != "v1.2.3-test" {
 		t.Errorf("agent version %q", v)
 	}

@@ -46,7 +46,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cluster"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
-	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
@@ -161,8 +160,9 @@ func SetupWithManager(mgr ctrl.Manager, opts Options) error {
 	if err := mgr.Add(hub); err != nil {
 		return fmt.Errorf("hubsync: %w", err)
 	}
-	r := &syncer{cluster: opts.ClusterName, namespace: ns, spoke: mgr.GetClient(), hub: hub.GetClient(), statusFault: opts.statusFault}
-	notMirror := predicate.NewPredicateFuncs(func(o client.Object) bool { return o.GetLabels()[keys.Mirror] != "true" })
+	r := &syncer{cluster: opts.ClusterName, namespace: ns, spoke: mgr.GetClient(), hub: hub.GetClient(), hubLive: hub.GetAPIReader(),
+		statusFault: opts.statusFault}
+	notMirror := mirror.NotMirror()
 	err = ctrl.NewControllerManagedBy(mgr).
 		Named(opts.ControllerName).
 		For(&magosv1.Workspace{}, builder.WithPredicates(notMirror)).
@@ -192,6 +192,9 @@ type syncer struct {
 	namespace string
 	spoke     client.Client
 	hub       client.Client
+	// hubLive reads the hub's API server, not the cache: a decision is carried down only as the
+	// hub holds it now.
+	hubLive client.Reader
 	// statusFault is Options.statusFault (a test fault).
 	statusFault func(types.NamespacedName) error
 }
@@ -322,7 +325,9 @@ func (r *syncer) updateMirror(ctx context.Context, m, want *magosv1.Workspace) e
 	}
 	maps.Copy(patched.Annotations, mirror.Decisions(m))
 	patched.Spec = *want.Spec.DeepCopy()
-	if err := r.hub.Patch(ctx, patched, client.MergeFrom(m)); err != nil {
+	// Conditional on the mirror's version: a mirror changed since it was read (a decision the
+	// hub just wrote) is read again rather than patched from a stale copy.
+	if err := r.hub.Patch(ctx, patched, client.MergeFromWithOptions(m, client.MergeFromWithOptimisticLock{})); err != nil {
 		return fmt.Errorf("updating the mirror %s on the hub: %w", m.Name, err)
 	}
 	*m = *patched
@@ -342,7 +347,7 @@ func (r *syncer) updateMirrorStatus(ctx context.Context, m, want *magosv1.Worksp
 	}
 	patched := m.DeepCopy()
 	patched.Status = *want.Status.DeepCopy()
-	if err := r.hub.Status().Patch(ctx, patched, client.MergeFrom(m)); err != nil {
+	if err := r.hub.Status().Patch(ctx, patched, client.MergeFromWithOptions(m, client.MergeFromWithOptimisticLock{})); err != nil {
 		return fmt.Errorf("updating the status of the mirror %s on the hub: %w", m.Name, err)
 	}
 	*m = *patched
@@ -353,6 +358,16 @@ func (r *syncer) updateMirrorStatus(ctx context.Context, m, want *magosv1.Worksp
 // removing each), with a JSON merge patch of those keys only. Nothing else travels down.
 func (r *syncer) copyDecisionDown(ctx context.Context, m, ws *magosv1.Workspace) error {
 	want, have := mirror.Decisions(m), mirror.Decisions(ws)
+	if maps.Equal(want, have) {
+		return nil
+	}
+	// The decision differs: carry down the one the hub holds now, never one from a cache that
+	// may lag behind a revocation.
+	live := &magosv1.Workspace{}
+	if err := r.hubLive.Get(ctx, client.ObjectKeyFromObject(m), live); err != nil {
+		return fmt.Errorf("reading the decision on the mirror %s from the hub: %w", m.Name, err)
+	}
+	want = mirror.Decisions(live)
 	patch := map[string]any{}
 	for _, k := range mirror.DecisionKeys {
 		w, wok := want[k]

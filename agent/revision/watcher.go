@@ -26,6 +26,7 @@ import (
 	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
 	"github.com/magosfleet/magos/pkg/gitrepo"
 	"github.com/magosfleet/magos/pkg/keys"
+	"github.com/magosfleet/magos/pkg/mirror"
 )
 
 // Defaults.
@@ -92,7 +93,7 @@ func SetupWithManager(mgr ctrl.Manager, opts Options) (*Watcher, error) {
 	err := ctrl.NewControllerManagedBy(mgr).
 		Named("revision").
 		For(&magosv1.Workspace{}, builder.WithPredicates(
-			predicate.NewPredicateFuncs(func(o client.Object) bool { return o.GetLabels()[keys.Mirror] != "true" }),
+			mirror.NotMirror(),
 			predicate.Or(predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{},
 				predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
 					return !e.ObjectOld.GetDeletionTimestamp().Equal(e.ObjectNew.GetDeletionTimestamp())
@@ -167,7 +168,7 @@ func (w *Watcher) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result,
 		}
 		return ctrl.Result{}, err
 	}
-	if ws.Labels[keys.Mirror] == "true" || !ws.DeletionTimestamp.IsZero() || gitrepo.IsSHA(ws.Spec.Source.TargetRevision) {
+	if mirror.IsMirror(ws) || !ws.DeletionTimestamp.IsZero() || gitrepo.IsSHA(ws.Spec.Source.TargetRevision) {
 		w.remove(req.NamespacedName)
 		return ctrl.Result{}, nil
 	}

@@ -116,7 +116,8 @@ func TestWatcher(t *testing.T) {
 		ws := &magosv1.Workspace{
 			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
 			Spec: magosv1.WorkspaceSpec{ProjectRef: magosv1.ProjectReference{Name: "p"},
-				Source: magosv1.Source{RepoURL: url, TargetRevision: ref, Path: "."}},
+				Source:    magosv1.Source{RepoURL: url, TargetRevision: ref, Path: "."},
+				Terraform: magosv1.TerraformSpec{Version: "1.10.6"}},
 		}
 		if err := testenv.Poll(30*time.Second, func() error { return c.Create(ctx, ws) }); err != nil {
 			t.Fatal(err)

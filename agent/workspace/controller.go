@@ -6,8 +6,16 @@
 // The rules, beyond upstream Magos:
 //   - every run has a run ID, minted when the run becomes due and written with phase Pending
 //     before any annotation changes;
+//   - a run is minted for the spec generation, labels and projectRef of the moment
+//     (status.observedGeneration, status.currentRunFor); while it waits (Pending, Planned) a
+//     change to any of them mints a new run (ConfigurationChanged), so a grant decided for the
+//     old one is stale, and a plan that ends after such a change is not applied;
 //   - a plan starts only when execution-allowed is "true" and granted-run names the current
-//     run (a grant without granted-run is honoured once, then removed);
+//     run (a grant without granted-run is honoured once, then removed, by a standalone agent;
+//     an agent connected to a hub ignores it with a Warning event, UnfencedGrant);
+//   - the apply runs only on the inputs its plan was made from (status.plannedInputs), else
+//     the run is abandoned for a new one; an apply that is gone after an agent restart is
+//     never started again (the run fails; a retry plans again in a new run);
 //   - the commit is resolved before the plan, and plan and apply run exactly that SHA: the
 //     granted-revision of a grant fenced to the current run when there is one (a value that is
 //     not a 40-hex SHA gets a Warning event, InvalidGrantedRevision, and nothing runs), else
@@ -65,6 +73,10 @@ type Options struct {
 	MaxConcurrentReconciles int
 	// Now is the clock (time.Now if nil).
 	Now func() time.Time
+	// HubConnected says the agent is connected to a hub, the only authority over runs: a grant
+	// without magosproject.io/granted-run is then ignored with a Warning event (UnfencedGrant)
+	// and never run. A standalone agent honours such a grant once, as upstream does.
+	HubConnected bool
 }
 
 // Reconciler reconciles Workspaces.
@@ -74,9 +86,10 @@ type Reconciler struct {
 	recorder events.EventRecorder
 	opts     Options
 
-	active        activeSet
-	staleGrants   sync.Map // types.NamespacedName -> string (last reported stale grant)
-	invalidGrants sync.Map // types.NamespacedName -> string (last reported invalid granted-revision)
+	active         activeSet
+	staleGrants    sync.Map // types.NamespacedName -> string (last reported stale grant)
+	invalidGrants  sync.Map // types.NamespacedName -> string (last reported invalid granted-revision)
+	unfencedGrants sync.Map // types.NamespacedName -> string (run ID of the last reported unfenced grant)
 }
 
 // SetupWithManager registers the Workspace controller with mgr. The manager's cache must
@@ -115,7 +128,7 @@ func SetupWithManager(mgr ctrl.Manager, opts Options) error {
 }
 
 func notMirror() predicate.Predicate {
-	return predicate.NewPredicateFuncs(func(o client.Object) bool { return o.GetLabels()[keys.Mirror] != "true" })
+	return mirror.NotMirror()
 }
 
 // metadataOrSpecChanged skips updates that only change the status: the controller writes the
@@ -147,6 +160,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 			r.active.update(req.NamespacedName, false)
 			r.staleGrants.Delete(req.NamespacedName)
 			r.invalidGrants.Delete(req.NamespacedName)
+			r.unfencedGrants.Delete(req.NamespacedName)
 			return ctrl.Result{}, r.opts.Launcher.Forget(ctx, req.Namespace, req.Name)
 		}
 		return ctrl.Result{}, fmt.Errorf("reading Workspace: %w", err)

@@ -60,7 +60,7 @@ func (r *Reconciler) startDestroy(ctx context.Context, ws *magosv1.Workspace, sc
 		return r.letGo(ctx, ws, sched)
 	}
 	from := ws.Status.Phase
-	ws.Status.CurrentRunID = NewRunID(r.opts.Now())
+	ws.Status.CurrentRunID = runner.NewRunID(r.opts.Now())
 	ws.Status.CurrentRevision = revision
 	run, err := r.prepare(ctx, ws, runner.OperationDestroy, revision)
 	if err != nil {

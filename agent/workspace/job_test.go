@@ -12,6 +12,7 @@ import (
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -173,6 +174,52 @@ func TestJobLauncher(t *testing.T) {
 	if ws.Status.ObservedRevision != sha {
 		t.Errorf("observedRevision %q, want %s", ws.Status.ObservedRevision, sha)
 	}
+
+	t.Run("a plan that ends after a spec change is not applied", func(t *testing.T) {
+		key := newWorkspace(t, c, "jobs", "respec", repo.URL(), func(ws *magosv1.Workspace) { ws.Spec.ServiceAccountName = "runner-sa" })
+		ws := pendingRun(t, c, key, magosv1.ReasonAwaitingRollout, "")
+		grant(t, c, key, ws.Status.CurrentRunID)
+		ws = waitFor(t, c, key, 60*time.Second, inPhase(magosv1.PhasePlanning, ""))
+		plan := runJob(t, c, ws, runner.OperationPlan)
+		patchWorkspace(t, c, key, `{"spec":{"terraform":{"tfvarsPath":"prod.tfvars"}}}`)
+		finishJob(t, c, plan, &runner.Result{Operation: runner.OperationPlan, RunID: ws.Status.CurrentRunID, Outcome: runner.OutcomeSucceeded,
+			Revision: sha, HasChanges: true, Add: 1}, "")
+		next := pendingRun(t, c, key, magosv1.ReasonConfigurationChanged, ws.Status.CurrentRunID)
+		if next.Status.ObservedGeneration != next.Generation {
+			t.Errorf("new run minted for generation %d, want %d", next.Status.ObservedGeneration, next.Generation)
+		}
+		apply := &batchv1.Job{}
+		err := c.Get(ctx, types.NamespacedName{Namespace: "jobs", Name: execution.JobName(key.Name, runner.OperationApply, ws.Status.CurrentRunID)}, apply)
+		if !apierrors.IsNotFound(err) {
+			t.Errorf("the plan of the old spec was applied (apply Job: %v)", err)
+		}
+	})
+
+	t.Run("an apply that is gone is never started twice", func(t *testing.T) {
+		key := newWorkspace(t, c, "jobs", "lost", repo.URL(), func(ws *magosv1.Workspace) { ws.Spec.ServiceAccountName = "runner-sa" })
+		ws := pendingRun(t, c, key, magosv1.ReasonAwaitingRollout, "")
+		grant(t, c, key, ws.Status.CurrentRunID)
+		ws = waitFor(t, c, key, 60*time.Second, inPhase(magosv1.PhasePlanning, ""))
+		finishJob(t, c, runJob(t, c, ws, runner.OperationPlan), &runner.Result{Operation: runner.OperationPlan, RunID: ws.Status.CurrentRunID,
+			Outcome: runner.OutcomeSucceeded, Revision: sha, HasChanges: true, Add: 1}, "")
+		ws = waitFor(t, c, key, 60*time.Second, inPhase(magosv1.PhaseApplying, ""))
+		apply := runJob(t, c, ws, runner.OperationApply)
+		// The Job disappears as it would under an agent restart with the Job garbage collected.
+		if err := c.Delete(ctx, apply, client.PropagationPolicy(metav1.DeletePropagationBackground)); err != nil {
+			t.Fatal(err)
+		}
+		ws = waitFor(t, c, key, 60*time.Second, inPhase(magosv1.PhaseFailed, magosv1.ReasonApplyFailed))
+		if err := contains(ws.Status.Message, "never starts twice"); err != nil {
+			t.Error(err)
+		}
+		testenv.Consistently(t, 2*time.Second, func() error {
+			err := c.Get(ctx, client.ObjectKeyFromObject(apply), &batchv1.Job{})
+			if !apierrors.IsNotFound(err) {
+				return fmt.Errorf("the apply of run %s was started again (%v)", ws.Status.CurrentRunID, err)
+			}
+			return nil
+		})
+	})
 
 	t.Run("selected policies without their CRD fail closed", func(t *testing.T) {
 		crd := &unstructured.Unstructured{}

@@ -2,11 +2,12 @@ package workspace
 
 import (
 	"context"
-	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -18,16 +19,64 @@ import (
 	"github.com/magosfleet/magos/pkg/runner"
 )
 
-// NewRunID mints a run ID: YYYYMMDDTHHMMSS-<8 lowercase hex>, UTC.
-func NewRunID(now time.Time) string {
-	b := make([]byte, 4)
-	_, _ = rand.Read(b)
-	return now.UTC().Format("20060102T150405") + "-" + hex.EncodeToString(b)
-}
-
 // ReasonInvalidGrantedRevision is the reason of the Warning event about a grant whose
 // granted-revision is not a commit SHA (the grant is not executed).
 const ReasonInvalidGrantedRevision = "InvalidGrantedRevision"
+
+// ReasonUnfencedGrant is the reason of the Warning event about a grant without granted-run on
+// a Workspace whose agent is connected to a hub: only the hub grants there, and the grant is
+// not executed.
+const ReasonUnfencedGrant = "UnfencedGrant"
+
+// runFor is a short digest of what a run is minted for besides the spec generation: the
+// Workspace's labels (the hub decides steps by them) and its projectRef.
+func runFor(ws *magosv1.Workspace) string {
+	h := sha256.New()
+	names := make([]string, 0, len(ws.Labels))
+	for k := range ws.Labels {
+		names = append(names, k)
+	}
+	slices.Sort(names)
+	for _, k := range names {
+		fmt.Fprintf(h, "label %q=%q\n", k, ws.Labels[k])
+	}
+	fmt.Fprintf(h, "projectRef %q\n", ws.Spec.ProjectRef.Name)
+	return hex.EncodeToString(h.Sum(nil))[:12]
+}
+
+// changedSinceMint says what changed, if anything, since the current run was minted: its
+// spec generation, or its labels or projectRef. A grant decided for the run no longer holds.
+func changedSinceMint(ws *magosv1.Workspace) (resetKind, bool) {
+	switch {
+	case ws.Generation != ws.Status.ObservedGeneration:
+		return resetConfiguration(ws), true
+	case ws.Status.CurrentRunFor != runFor(ws):
+		return resetKind{magosv1.ReasonConfigurationChanged, magosv1.TriggerConfiguration, fmt.Sprintf(
+			"Labels or projectRef changed since run %s was minted; waiting for a grant to run it", ws.Status.CurrentRunID)}, true
+	}
+	return resetKind{}, false
+}
+
+// inputsDigest is a short digest of what a plan or apply runs: repository, commit, path,
+// tfvarsPath, binary, version, and the variables and environment (Secret and ConfigMap values
+// by reference; git credentials left out). The apply runs only on the digest its plan had.
+func inputsDigest(run *execution.Run) string {
+	env := make([]corev1.EnvVar, 0, len(run.Env))
+	for _, e := range run.Env {
+		switch e.Name {
+		case runner.EnvGitUsername, runner.EnvGitPassword, runner.EnvGitSSHPrivateKey, runner.EnvGitSSHKnownHosts:
+			continue
+		}
+		env = append(env, e)
+	}
+	s := run.Spec
+	raw, _ := json.Marshal(struct {
+		RepoURL, Revision, Path, TfvarsPath, Binary, Version string
+		Env                                                  []corev1.EnvVar
+	}{s.RepoURL, strings.ToLower(s.Revision), s.Path, s.TfvarsPath, s.Binary, strings.TrimPrefix(s.Version, "v"), env})
+	sum := sha256.Sum256(raw)
+	return hex.EncodeToString(sum[:])[:12]
+}
 
 // resetKind is why a new run becomes due.
 type resetKind struct {
@@ -44,10 +93,16 @@ func resetConfiguration(ws *magosv1.Workspace) resetKind {
 		fmt.Sprintf("Spec changed (generation %d); waiting for a grant to run it", ws.Generation)}
 }
 
-// resetReason says whether a settled Workspace needs a new run, first match wins:
-// configuration changed, schedule due (re-plan or retry), new revision, manual request.
+// resetReason says whether a waiting or settled Workspace needs a new run, first match wins:
+// configuration changed (for a waiting run, Pending or Planned: spec, labels or projectRef
+// changed since it was minted), schedule due (re-plan or retry), new revision, manual request.
 func (r *Reconciler) resetReason(ws *magosv1.Workspace, sched Schedule) (resetKind, bool) {
 	phase := ws.Status.Phase
+	if phase == magosv1.PhasePending || phase == magosv1.PhasePlanned {
+		if why, changed := changedSinceMint(ws); changed {
+			return why, true
+		}
+	}
 	if !settled(phase) {
 		return resetKind{}, false
 	}
@@ -74,12 +129,17 @@ func (r *Reconciler) resetReason(ws *magosv1.Workspace, sched Schedule) (resetKi
 	return resetKind{}, false
 }
 
-// reset starts a new run: a new run ID, phase Pending written first, then the annotations the
-// new run satisfies are consumed (reconcile-request; a manual grant the abandoned run used).
+// reset starts a new run: a new run ID, minted for the current generation, labels and
+// projectRef (observedGeneration, currentRunFor), phase Pending written first, then the
+// annotations the new run satisfies are consumed (reconcile-request; a manual grant or an
+// approval the abandoned run's plan used).
 func (r *Reconciler) reset(ctx context.Context, ws *magosv1.Workspace, sched Schedule, why resetKind) (step, error) {
 	from := ws.Status.Phase
-	ws.Status.CurrentRunID = NewRunID(r.opts.Now())
+	ws.Status.CurrentRunID = runner.NewRunID(r.opts.Now())
 	ws.Status.CurrentRunTrigger = why.trigger
+	ws.Status.ObservedGeneration = ws.Generation
+	ws.Status.CurrentRunFor = runFor(ws)
+	ws.Status.PlannedInputs = ""
 	ws.Status.PolicyViolations = nil
 	setPhase(ws, magosv1.PhasePending, why.reason, why.message)
 	if err := r.commit(ctx, ws, sched, from); err != nil {
@@ -95,9 +155,15 @@ func (r *Reconciler) reset(ctx context.Context, ws *magosv1.Workspace, sched Sch
 		// rather than trust a commit detected for the old one.
 		consumeDetection(ws, remove)
 	}
-	if from == magosv1.PhasePlanned && manualGrant(ws) {
-		// The abandoned run's plan used it.
-		remove[keys.ExecutionAllowed] = "true"
+	if from == magosv1.PhasePlanned || from == magosv1.PhasePlanning {
+		if r.manualGrant(ws) {
+			// The abandoned run's plan used it.
+			remove[keys.ExecutionAllowed] = "true"
+		}
+		if v, ok := ws.Annotations[keys.Approved]; ok {
+			// It approved the abandoned run's plan, not the next one.
+			remove[keys.Approved] = v
+		}
 	}
 	if err := r.removeAnnotations(ctx, ws, remove); err != nil {
 		return step{}, err
@@ -129,9 +195,15 @@ func grantedRevision(ws *magosv1.Workspace) (revision string, present bool) {
 	return revision, present
 }
 
-// manualGrant reports a grant without granted-run (a person or upstream tooling wrote it):
-// honoured once, then removed when its run ends.
-func manualGrant(ws *magosv1.Workspace) bool {
+// manualGrant reports a grant without granted-run (a person or upstream tooling wrote it) on
+// a standalone agent: honoured once, then removed when its run ends. An agent connected to a
+// hub never honours one (nor removes it).
+func (r *Reconciler) manualGrant(ws *magosv1.Workspace) bool {
+	return !r.opts.HubConnected && unfenced(ws)
+}
+
+// unfenced reports a grant without granted-run.
+func unfenced(ws *magosv1.Workspace) bool {
 	_, fenced := ws.Annotations[keys.GrantedRun]
 	return ws.Annotations[keys.ExecutionAllowed] == "true" && !fenced
 }
@@ -143,6 +215,10 @@ func (r *Reconciler) startPlan(ctx context.Context, ws *magosv1.Workspace, sched
 	}
 	if granted, fenced := ws.Annotations[keys.GrantedRun]; fenced && granted != ws.Status.CurrentRunID {
 		r.reportStaleGrant(ws, granted)
+		return step{}, nil
+	}
+	if r.opts.HubConnected && unfenced(ws) {
+		r.reportUnfencedGrant(ctx, ws)
 		return step{}, nil
 	}
 	granted, grantsRevision := grantedRevision(ws)
@@ -161,6 +237,7 @@ func (r *Reconciler) startPlan(ctx context.Context, ws *magosv1.Workspace, sched
 	}
 	ws.Status.CurrentRevision = run.Spec.Revision
 	ws.Status.ObservedGeneration = ws.Generation
+	ws.Status.PlannedInputs = inputsDigest(run)
 	ws.Status.PolicyViolations = nil
 	ws.Status.ResourceChanges = nil
 	setPhase(ws, magosv1.PhasePlanning, magosv1.ReasonPlanJobCreated,
@@ -211,35 +288,58 @@ func (r *Reconciler) launch(ctx context.Context, ws *magosv1.Workspace, sched Sc
 	}
 }
 
-// startApply moves a successful plan to Applying and starts the apply. plan, when not nil, is
-// the plan run that just ended (recorded once the status says so).
+// startApply moves a successful plan to Applying and starts the apply, which runs exactly
+// what was planned: the run is abandoned for a new one (ConfigurationChanged, which needs a
+// new grant) when the spec, labels or projectRef changed since the run was minted, or when the
+// apply's inputs (repository, commit, path, tfvarsPath, binary, version, variables) differ
+// from the plan's (status.plannedInputs). The approval is consumed before the launch. plan,
+// when not nil, is the plan run that just ended (recorded once the status says so).
 func (r *Reconciler) startApply(ctx context.Context, ws *magosv1.Workspace, sched Schedule, plan *finishedRun) (step, error) {
 	from := ws.Status.Phase
+	if why, changed := changedSinceMint(ws); changed {
+		return r.abandon(ctx, ws, sched, plan, why)
+	}
+	run, err := r.prepare(ctx, ws, runner.OperationApply, ws.Status.CurrentRevision)
+	if err != nil {
+		if fail, ok := asRunFailure(err); ok {
+			fail.phase, fail.reason = magosv1.PhaseFailed, magosv1.ReasonApplyFailed
+			next, err := r.failRun(ctx, ws, sched, from, fail)
+			if err == nil {
+				plan.record(ws)
+			}
+			return next, err
+		}
+		return step{}, err
+	}
+	if got := inputsDigest(run); got != ws.Status.PlannedInputs {
+		return r.abandon(ctx, ws, sched, plan, resetKind{magosv1.ReasonConfigurationChanged, magosv1.TriggerConfiguration, fmt.Sprintf(
+			"The inputs of run %s changed since its plan (inputs %s, planned %s: repository, path, tfvarsPath, binary, version or variables); not applying it, waiting for a grant to plan again",
+			ws.Status.CurrentRunID, got, messageOr(ws.Status.PlannedInputs, "unknown"))})
+	}
 	setPhase(ws, magosv1.PhaseApplying, magosv1.ReasonApplyJobCreated,
 		fmt.Sprintf("Applying commit %s (run %s)", short(ws.Status.CurrentRevision), ws.Status.CurrentRunID))
 	if err := r.commit(ctx, ws, sched, from); err != nil {
 		return step{}, err
 	}
 	plan.record(ws)
-	return r.launchApply(ctx, ws)
-}
-
-// launchApply consumes the approval and starts (or restarts) the apply of the current run.
-func (r *Reconciler) launchApply(ctx context.Context, ws *magosv1.Workspace) (step, error) {
 	if v, ok := ws.Annotations[keys.Approved]; ok {
 		if err := r.removeAnnotations(ctx, ws, map[string]string{keys.Approved: v}); err != nil {
 			return step{}, err
 		}
 	}
-	run, err := r.prepare(ctx, ws, runner.OperationApply, ws.Status.CurrentRevision)
-	if err != nil {
-		if fail, ok := asRunFailure(err); ok {
-			fail.phase, fail.reason = magosv1.PhaseFailed, magosv1.ReasonApplyFailed
-			return r.failRun(ctx, ws, r.schedule(ws), ws.Status.Phase, fail)
-		}
-		return step{}, err
+	run.Workspace = ws
+	return r.launch(ctx, ws, sched, run)
+}
+
+// abandon gives up the current run before its apply (or before it plans again) and mints a
+// new one; plan, when not nil, is the plan run that just ended.
+func (r *Reconciler) abandon(ctx context.Context, ws *magosv1.Workspace, sched Schedule, plan *finishedRun, why resetKind) (step, error) {
+	log.FromContext(ctx).Info("abandoning run", "runID", ws.Status.CurrentRunID, "why", why.message)
+	next, err := r.reset(ctx, ws, sched, why)
+	if err == nil {
+		plan.record(ws)
 	}
-	return r.launch(ctx, ws, r.schedule(ws), run)
+	return next, err
 }
 
 // failRun ends the current run without running it (a configuration error found before the
@@ -255,7 +355,7 @@ func (r *Reconciler) failRun(ctx context.Context, ws *magosv1.Workspace, sched S
 
 // endRun removes what a finished run consumed: a manual grant.
 func (r *Reconciler) endRun(ctx context.Context, ws *magosv1.Workspace) error {
-	if manualGrant(ws) {
+	if r.manualGrant(ws) {
 		return r.removeAnnotations(ctx, ws, map[string]string{keys.ExecutionAllowed: "true"})
 	}
 	return nil
@@ -309,16 +409,29 @@ func (r *Reconciler) observe(ctx context.Context, ws *magosv1.Workspace, sched S
 			// an old or foreign status. Start over with a fresh run, which needs a grant.
 			return r.reset(ctx, ws, sched, resetConfiguration(ws))
 		}
-		log.FromContext(ctx).Info("run not found, starting it", "runID", ref.RunID, "operation", op)
 		if op == runner.OperationApply {
-			return r.launchApply(ctx, ws)
+			// The apply may have run, in part or whole, under a previous agent (or its Job was
+			// deleted): it is never started twice. A retry plans again in a new run.
+			log.FromContext(ctx).Info("apply not found, failing the run rather than applying twice", "runID", ref.RunID)
+			return r.failRun(ctx, ws, sched, from, &runFailure{phase: magosv1.PhaseFailed, reason: magosv1.ReasonApplyFailed, message: fmt.Sprintf(
+				"The apply of run %s is gone (the agent restarted or its Job was deleted) and an apply never starts twice; a retry plans again in a new run",
+				ref.RunID)})
 		}
+		if why, changed := changedSinceMint(ws); changed {
+			// The plan was granted for what the run was minted for: never plan anything else.
+			return r.reset(ctx, ws, sched, why)
+		}
+		log.FromContext(ctx).Info("plan not found, starting it", "runID", ref.RunID)
 		run, err := r.prepare(ctx, ws, runner.OperationPlan, ws.Status.CurrentRevision)
 		if err != nil {
 			if fail, ok := asRunFailure(err); ok {
 				return r.failRun(ctx, ws, sched, from, fail)
 			}
 			return step{}, err
+		}
+		if got := inputsDigest(run); ws.Status.PlannedInputs != "" && got != ws.Status.PlannedInputs {
+			return r.reset(ctx, ws, sched, resetKind{magosv1.ReasonConfigurationChanged, magosv1.TriggerConfiguration, fmt.Sprintf(
+				"The inputs of run %s changed since its plan was granted; waiting for a grant to plan again", ref.RunID)})
 		}
 		return r.launch(ctx, ws, sched, run)
 	case execution.StateRunning:
@@ -338,6 +451,10 @@ func (r *Reconciler) observe(ctx context.Context, ws *magosv1.Workspace, sched S
 		switch res.Outcome {
 		case runner.OutcomeSucceeded:
 			ws.Status.ResourceChanges = &magosv1.ResourceChanges{Add: res.Add, Change: res.Change, Destroy: res.Destroy}
+			if why, changed := changedSinceMint(ws); changed && !deleting {
+				// Planned for a spec, labels or projectRef that are no longer the Workspace's.
+				return r.abandon(ctx, ws, sched, done, why)
+			}
 			if !deleting && (ws.Spec.AutoApplies() || ws.Annotations[keys.Approved] == "true") {
 				return r.startApply(ctx, ws, sched, done)
 			}
@@ -387,7 +504,7 @@ func (r *Reconciler) observe(ctx context.Context, ws *magosv1.Workspace, sched S
 		if d := ws.Annotations[keys.DetectedRevision]; d != "" && d == ws.Status.ObservedRevision {
 			consumeDetection(ws, remove)
 		}
-		if manualGrant(ws) {
+		if r.manualGrant(ws) {
 			remove[keys.ExecutionAllowed] = "true"
 		}
 		// again: a revision detected while the run ran (the ref moved past the commit it
@@ -436,6 +553,20 @@ func (r *Reconciler) reportInvalidGrantedRevision(ctx context.Context, ws *magos
 	log.FromContext(ctx).Info("ignoring a grant whose granted-revision is not a commit SHA", "runID", ws.Status.CurrentRunID, "grantedRevision", granted)
 	r.recorder.Eventf(ws, nil, corev1.EventTypeWarning, ReasonInvalidGrantedRevision, "Ignore",
 		"Ignoring the grant for run %s: %s %q is not a commit SHA (40 hex digits)", ws.Status.CurrentRunID, keys.GrantedRevision, granted)
+}
+
+// reportUnfencedGrant emits one UnfencedGrant Warning event per run about a grant without
+// granted-run on a hub-connected agent, which never runs it.
+func (r *Reconciler) reportUnfencedGrant(ctx context.Context, ws *magosv1.Workspace) {
+	mark := ws.Status.CurrentRunID
+	if prev, ok := r.unfencedGrants.Load(statusKey(ws)); ok && prev == mark {
+		return
+	}
+	r.unfencedGrants.Store(statusKey(ws), mark)
+	log.FromContext(ctx).Info("ignoring a grant without granted-run: this agent is connected to a hub", "runID", ws.Status.CurrentRunID)
+	r.recorder.Eventf(ws, nil, corev1.EventTypeWarning, ReasonUnfencedGrant, "Ignore",
+		"Ignoring %s=true without %s: this cluster is managed by a hub, which is the only authority; grant run %s from the hub (its Rollout or Project) instead",
+		keys.ExecutionAllowed, keys.GrantedRun, ws.Status.CurrentRunID)
 }
 
 // reportStaleGrant emits one StaleGrant event per stale grant seen.

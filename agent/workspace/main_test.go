@@ -160,6 +160,10 @@ func newAgent(cfg *rest.Config, dataDir string, mutate func(*app.Options)) (mana
 	return app.NewManager(opts)
 }
 
+// tofuVersion is the OpenTofu version the tests' Workspaces ask for: the one
+// tools/provision-assets.sh builds (TOFU_VERSION).
+const tofuVersion = "1.10.6"
+
 // Test modules (no providers: they run offline).
 const (
 	moduleOK = `variable "greeting" {
@@ -227,7 +231,7 @@ func newWorkspace(t testing.TB, c client.Client, ns, name, repoURL string, mutat
 		Spec: magosv1.WorkspaceSpec{
 			ProjectRef: magosv1.ProjectReference{Name: "demo"},
 			Source:     magosv1.Source{RepoURL: repoURL, TargetRevision: "main", Path: "."},
-			Terraform:  magosv1.TerraformSpec{Binary: magosv1.BinaryOpenTofu},
+			Terraform:  magosv1.TerraformSpec{Binary: magosv1.BinaryOpenTofu, Version: tofuVersion},
 		},
 	}
 	if mutate != nil {

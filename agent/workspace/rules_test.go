@@ -191,7 +191,8 @@ func reconciles(t testing.TB, namespace, name string) float64 {
 }
 
 // TestGitOutageIsDegraded: a repository that cannot be reached is an outage, not the
-// Workspace's failure: it stays Pending with Degraded=True, and runs once the source works.
+// Workspace's failure: it stays Pending with Degraded=True; the fixed source is a new run
+// (ConfigurationChanged), which runs under its own grant.
 func TestGitOutageIsDegraded(t *testing.T) {
 	t.Parallel()
 	c := spoke.Client
@@ -217,7 +218,8 @@ func TestGitOutageIsDegraded(t *testing.T) {
 	if err := c.Update(context.Background(), cur); err != nil {
 		t.Fatal(err)
 	}
-	ws = waitFor(t, c, key, 120*time.Second, inPhase(magosv1.PhaseApplied, magosv1.ReasonApplySucceeded))
+	// The grant was decided for the old spec: the fixed spec is a new run, granted anew.
+	ws = runToApplied(t, c, key, magosv1.ReasonConfigurationChanged, ws.Status.CurrentRunID)
 	if ws.Status.ObservedRevision != sha || ws.Status.ObservedGeneration != ws.Generation {
 		t.Errorf("applied %s at generation %d, want %s at %d", ws.Status.ObservedRevision, ws.Status.ObservedGeneration, sha, ws.Generation)
 	}

@@ -126,3 +126,14 @@ type ClusterList struct {
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []Cluster `json:"items"`
 }
+
+// Availability returns whether the cluster is Available and the reason of that condition ("" and
+// false while it has none).
+func (c *Cluster) Availability() (bool, string) {
+	for _, cond := range c.Status.Conditions {
+		if cond.Type == ConditionAvailable {
+			return cond.Status == metav1.ConditionTrue, cond.Reason
+		}
+	}
+	return false, ""
+}

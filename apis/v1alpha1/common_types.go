@@ -23,6 +23,20 @@ const (
 	PhaseDeleting         Phase = "Deleting"
 )
 
+// Running reports a Workspace phase whose run is executing now: Planning or Applying.
+func (p Phase) Running() bool { return p == PhasePlanning || p == PhaseApplying }
+
+// InFlight reports a Workspace phase whose run started and has not ended: Planning, Planned
+// (a plan waiting for approval) or Applying.
+func (p Phase) InFlight() bool { return p.Running() || p == PhasePlanned }
+
+// RunFailed reports a Workspace phase whose last run failed: Failed or ValidationFailed.
+func (p Phase) RunFailed() bool { return p == PhaseFailed || p == PhaseValidationFailed }
+
+// Settled reports a Workspace phase that waits for the schedule, a new revision, a spec change
+// or a request before a new run: Applied, Failed, ValidationFailed, or Planned.
+func (p Phase) Settled() bool { return p == PhaseApplied || p.RunFailed() || p == PhasePlanned }
+
 // Condition types.
 const (
 	// ConditionReady summarises the object's phase: True when it settled well, False when it

@@ -93,6 +93,7 @@ type Source struct {
 }
 
 // TerraformSpec selects the binary and its inputs.
+// +kubebuilder:validation:XValidation:rule="has(self.version) && self.version.size() > 0",message="terraform.version is required: the exact OpenTofu/Terraform version to run, for example 1.10.6"
 type TerraformSpec struct {
 	// Binary is the program to run: tofu (OpenTofu, the default) or terraform.
 	// +kubebuilder:default=tofu
@@ -100,12 +101,15 @@ type TerraformSpec struct {
 	// +optional
 	Binary string `json:"binary,omitempty"`
 
-	// Version is the exact version to run (for example 1.10.6). Empty means the version the
-	// agent ships. The agent refuses to run a version it does not have.
+	// Version is the exact version to run (for example 1.10.6), required as upstream requires
+	// it: the version is part of the change, so an agent upgrade never swaps the binary under
+	// a Workspace's state. The agent refuses to run a version it does not have.
+	// (The schema leaves it optional so that the TerraformSpec rule, which says so clearly,
+	// is the one to refuse it.)
 	// +optional
 	// +kubebuilder:validation:MaxLength=64
 	// +kubebuilder:validation:Pattern=`^(v?[0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z.-]+)?)?$`
-	Version string `json:"version,omitempty"`
+	Version string `json:"version"`
 
 	// TfvarsPath is a .tfvars file, relative to the repository root.
 	// +optional
@@ -199,7 +203,9 @@ type WorkspaceOrigin struct {
 
 // WorkspaceStatus is the observed state of a Workspace.
 type WorkspaceStatus struct {
-	// ObservedGeneration is the spec generation the phase describes.
+	// ObservedGeneration is the spec generation the phase describes: the generation the
+	// current run was minted for (written with phase Pending), so a run always describes one
+	// spec. A spec change while the run waits for its grant or approval mints a new run.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 
@@ -247,6 +253,20 @@ type WorkspaceStatus struct {
 	// CurrentRunTrigger says what started the current run.
 	// +optional
 	CurrentRunTrigger string `json:"currentRunTrigger,omitempty"`
+	// CurrentRunFor is a short digest of the Workspace's labels and spec.projectRef when the
+	// current run was minted: with observedGeneration, what the run (and so its grant) was
+	// decided for. While the run waits (Pending, or Planned awaiting approval) a Workspace whose
+	// labels, projectRef or generation no longer match gets a new run (ConfigurationChanged),
+	// and a grant for the old run is then stale.
+	// +optional
+	CurrentRunFor string `json:"currentRunFor,omitempty"`
+	// PlannedInputs is a short digest of what the current run's plan was made from: repository,
+	// commit, path, tfvarsPath, binary, version, and the variables and environment of its
+	// VariableSets (Secret and ConfigMap values by reference). The apply runs only if its own
+	// inputs have the same digest; otherwise the run is abandoned for a new one
+	// (ConfigurationChanged), which plans again under a new grant.
+	// +optional
+	PlannedInputs string `json:"plannedInputs,omitempty"`
 
 	// Origin is set on the hub's mirrors: where the Workspace really lives.
 	// +optional

@@ -106,7 +106,8 @@ func (f fixture) mirror(t *testing.T, cluster, name, project string, phase magos
 	m := &magosv1.Workspace{
 		ObjectMeta: metav1.ObjectMeta{Namespace: mirror.Namespace(cluster), Name: mirror.Name("default", name), Labels: mirror.Labels(cluster, spoke)},
 		Spec: magosv1.WorkspaceSpec{ProjectRef: magosv1.ProjectReference{Name: project},
-			Source: magosv1.Source{RepoURL: "file:///repo", TargetRevision: "main"}},
+			Source:    magosv1.Source{RepoURL: "file:///repo", TargetRevision: "main"},
+			Terraform: magosv1.TerraformSpec{Version: "1.10.6"}},
 	}
 	f.create(t, m)
 	m.Status = magosv1.WorkspaceStatus{Phase: phase, ObservedRevision: rev, ObservedGeneration: 1,
@@ -209,7 +210,8 @@ func TestRetryAndApprove(t *testing.T) {
 	ws := &magosv1.Workspace{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "api"},
 		Spec: magosv1.WorkspaceSpec{ProjectRef: magosv1.ProjectReference{Name: "cdn"},
-			Source: magosv1.Source{RepoURL: "file:///repo", TargetRevision: "main"}},
+			Source:    magosv1.Source{RepoURL: "file:///repo", TargetRevision: "main"},
+			Terraform: magosv1.TerraformSpec{Version: "1.10.6"}},
 	}
 	f.create(t, ws)
 	mustRun(t, f.hub.Kubeconfig, "retry", "api", "-n", "default")

@@ -43,8 +43,8 @@ func (o *Options) printClusters(clusters []magosv1.Cluster) error {
 		if c := meta.FindStatusCondition(cl.Status.Conditions, magosv1.ConditionReady); c != nil {
 			ready = string(c.Status)
 		}
-		if c := meta.FindStatusCondition(cl.Status.Conditions, magosv1.ConditionAvailable); c != nil {
-			available = c.Reason
+		if _, reason := cl.Availability(); reason != "" {
+			available = reason
 		}
 		heartbeat := "-"
 		if cl.Status.LastHeartbeatTime != nil {

@@ -19,6 +19,7 @@ import (
 
 	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
 	"github.com/magosfleet/magos/pkg/keys"
+	"github.com/magosfleet/magos/pkg/mirror"
 	"github.com/magosfleet/magos/pkg/rollout"
 )
 
@@ -164,7 +165,7 @@ func RolloutStatus(ctx context.Context, c client.Client, key client.ObjectKey) (
 		return "", nil, fmt.Errorf("listing clusters: %w", err)
 	}
 	var mirrors magosv1.WorkspaceList
-	if err := c.List(ctx, &mirrors, client.MatchingLabels{keys.Mirror: "true"}); err != nil {
+	if err := c.List(ctx, &mirrors, client.MatchingLabelsSelector{Selector: mirror.OnlyMirrors()}); err != nil {
 		return "", nil, fmt.Errorf("listing workspaces: %w", err)
 	}
 	return renderRollout(&r, clusters.Items, mirrors.Items), &r, nil
@@ -184,7 +185,7 @@ func renderRollout(r *magosv1.Rollout, clusters []magosv1.Cluster, mirrors []mag
 	for i := range mirrors {
 		m := &mirrors[i]
 		w := rollout.FromWorkspace(m.Labels[keys.Cluster], m)
-		if w.ProjectRef != r.Spec.ProjectRef || w.Key.Namespace != r.Namespace {
+		if !w.MemberOf(r.Namespace, r.Spec.ProjectRef) {
 			continue
 		}
 		members = append(members, w)

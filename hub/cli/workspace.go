@@ -11,6 +11,7 @@ import (
 
 	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
 	"github.com/magosfleet/magos/pkg/keys"
+	"github.com/magosfleet/magos/pkg/mirror"
 )
 
 func newRetryCommand(o *Options) *cobra.Command {
@@ -53,7 +54,7 @@ func (o *Options) annotateWorkspace(cmd *cobra.Command, name, key, value, done s
 	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &ws); err != nil {
 		return fmt.Errorf("workspace %s/%s: %w", ns, name, err)
 	}
-	if ws.Labels[keys.Mirror] == "true" {
+	if mirror.IsMirror(&ws) {
 		return fmt.Errorf("workspace %s/%s is the hub's mirror of %s/%s in cluster %s: run this against that cluster (--context)",
 			ns, name, ws.Labels[keys.OriginNamespace], ws.Labels[keys.OriginName], ws.Labels[keys.Cluster])
 	}

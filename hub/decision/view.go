@@ -10,7 +10,7 @@ import (
 	"sync"
 	"time"
 
-	"k8s.io/apimachinery/pkg/api/meta"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/cluster"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -211,6 +211,9 @@ func (v *View) Snapshot(ctx context.Context, namespace string) (*Snapshot, error
 		if !rc.Synced && rc.Available {
 			rc.Reason = ReasonNotSynced
 		}
+		if rc.Synced {
+			rc.SyncedAt = v.syncedAt(ctx, c)
+		}
 		s.Clusters[c.Name] = rc
 		for _, f := range found {
 			if prev, dup := s.Targets[f.ws.Key]; dup {
@@ -274,11 +277,29 @@ func (v *View) read(ctx context.Context, c *magosv1.Cluster, namespace string) c
 	return r
 }
 
+// syncedAt is the time as of which the hub's view of a cluster's Workspaces is complete: for an
+// agent cluster the completeness watermark on the agent's Lease (zero when it has none), for a
+// direct cluster now (the hub watches the spoke itself).
+func (v *View) syncedAt(ctx context.Context, c *magosv1.Cluster) time.Time {
+	if c.Spec.Transport == magosv1.TransportDirect {
+		return time.Now()
+	}
+	lease := &coordinationv1.Lease{}
+	if err := v.hub.Get(ctx, client.ObjectKey{Namespace: mirror.Namespace(c.Name), Name: keys.AgentLease}, lease); err != nil {
+		return time.Time{}
+	}
+	t, err := time.Parse(time.RFC3339Nano, lease.Annotations[keys.SyncedAt])
+	if err != nil {
+		return time.Time{}
+	}
+	return t
+}
+
 // available reads the Available condition of a registered cluster.
 func available(c *magosv1.Cluster) (bool, string) {
-	cond := meta.FindStatusCondition(c.Status.Conditions, magosv1.ConditionAvailable)
-	if cond == nil {
+	ok, reason := c.Availability()
+	if reason == "" {
 		return false, ReasonAvailabilityUnknown
 	}
-	return cond.Status == "True", cond.Reason
+	return ok, reason
 }

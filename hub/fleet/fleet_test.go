@@ -155,6 +155,7 @@ func newWorkspace(ns, name string, labels map[string]string) *magosv1.Workspace 
 		Spec: magosv1.WorkspaceSpec{
 			ProjectRef: magosv1.ProjectReference{Name: "payments"},
 			Source:     magosv1.Source{RepoURL: "file:///tmp/repo", TargetRevision: "main"},
+			Terraform:  magosv1.TerraformSpec{Version: "1.10.6"},
 		},
 	}
 }

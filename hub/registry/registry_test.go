@@ -303,7 +303,8 @@ func TestRegistrationCreatesClustersAndAgentAccess(t *testing.T) {
 		ws := &magosv1.Workspace{
 			ObjectMeta: metav1.ObjectMeta{Namespace: "payments", Name: name},
 			Spec: magosv1.WorkspaceSpec{ProjectRef: magosv1.ProjectReference{Name: "p"},
-				Source: magosv1.Source{RepoURL: "file:///tmp/repo", TargetRevision: "main"}},
+				Source:    magosv1.Source{RepoURL: "file:///tmp/repo", TargetRevision: "main"},
+				Terraform: magosv1.TerraformSpec{Version: "1.10.6"}},
 		}
 		if err := spoke.Create(ctx, ws); err != nil {
 			t.Fatal(err)

@@ -47,6 +47,9 @@ const (
 	EventRevisionChanged = "RevisionChanged"
 )
 
+// waitingRecheck is how soon a Rollout waiting for clusters is decided again.
+const waitingRecheck = 2 * time.Second
+
 // Options configures the Rollout controller.
 type Options = decision.ControllerOptions
 
@@ -155,6 +158,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req mcreconcile.Request) (ct
 		return ctrl.Result{}, err
 	}
 	reconcileTotal.WithLabelValues(ro.Namespace, ro.Name, resultSuccess).Inc()
+	if d.Reason == magosv1.ReasonWaitingForClusters {
+		// Some of what it waits for (an agent's sync watermark) comes without an event.
+		return ctrl.Result{RequeueAfter: min(r.opts.ResyncPeriod, waitingRecheck)}, nil
+	}
 	return ctrl.Result{RequeueAfter: r.opts.ResyncPeriod}, nil
 }
 

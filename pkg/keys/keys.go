@@ -95,4 +95,8 @@ const (
 	SyncedSince = Prefix + "synced-since"
 	// Mirrored is the number of spoke Workspaces the agent mirrors (decimal).
 	Mirrored = Prefix + "mirrored"
+	// SyncedAt is the agent's completeness watermark (RFC 3339, the agent's clock): every change
+	// of every spoke Workspace made before it is mirrored on the hub. The hub finds a step empty
+	// (NoWorkspacesFound) only on clusters synced after the Rollout was created.
+	SyncedAt = Prefix + "synced-at"
 )

@@ -9,6 +9,12 @@ import (
 	"encoding/hex"
 	"maps"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/selection"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+
 	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
 	"github.com/magosfleet/magos/pkg/keys"
 )
@@ -35,8 +41,26 @@ func Name(namespace, name string) string {
 	return base + "-" + suffix
 }
 
-// IsMirror reports whether ws is a hub mirror.
-func IsMirror(ws *magosv1.Workspace) bool { return ws.Labels[keys.Mirror] == "true" }
+// IsMirror reports whether o is a hub mirror: labelled magosproject.io/mirror "true". This is
+// the one definition every cache, predicate and check uses.
+func IsMirror(o metav1.Object) bool { return o.GetLabels()[keys.Mirror] == "true" }
+
+// NotMirrors selects the objects that are not mirrors (IsMirror false), for caches and lists.
+func NotMirrors() labels.Selector {
+	r, err := labels.NewRequirement(keys.Mirror, selection.NotEquals, []string{"true"})
+	if err != nil {
+		panic(err) // a constant key and value: cannot fail
+	}
+	return labels.NewSelector().Add(*r)
+}
+
+// OnlyMirrors selects the mirrors (IsMirror true).
+func OnlyMirrors() labels.Selector { return labels.SelectorFromSet(labels.Set{keys.Mirror: "true"}) }
+
+// NotMirror is a predicate that passes the objects that are not mirrors.
+func NotMirror() predicate.Predicate {
+	return predicate.NewPredicateFuncs(func(o client.Object) bool { return !IsMirror(o) })
+}
 
 // Labels returns the mirror's labels: the spoke Workspace's own, plus the origin labels.
 func Labels(cluster string, ws *magosv1.Workspace) map[string]string {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"k8s.io/apimachinery/pkg/labels"
 
@@ -46,9 +47,14 @@ type step struct {
 	selector labels.Selector
 	clusters labels.Selector // nil: every cluster
 	// unknown are the clusters the step may select Workspaces in whose Workspaces the hub does
-	// not know (not Synced), sorted; blind are those that are Synced but unavailable (their
-	// last-known Workspaces are in the decision, but they may have gained Workspaces since).
+	// not know (not Synced), sorted; blind are those that are Synced but unavailable, or whose
+	// view predates the Rollout (their last-known Workspaces are in the decision, but they may
+	// have gained Workspaces since): an empty step is never decided on them.
 	unknown, blind []string
+	// removed are the clusters the step held Workspaces in when it was last decided, unfinished,
+	// that are no longer registered (also in unknown): the step waits for them rather than
+	// shrink.
+	removed []string
 }
 
 // done reports whether every Workspace the step selects is known and Done.
@@ -96,11 +102,11 @@ func members(in Input) []member {
 	ms := make([]member, 0, len(in.Workspaces))
 	for i := range in.Workspaces {
 		w := &in.Workspaces[i]
-		if w.ProjectRef != in.Project || w.Key.Namespace != in.Namespace {
+		if !w.MemberOf(in.Namespace, in.Project) {
 			continue
 		}
 		c, ok := in.Clusters[w.Key.Cluster]
-		if !ok {
+		if !ok || w.Leaving() {
 			continue
 		}
 		ms = append(ms, member{ws: w, available: c.Available})
@@ -161,7 +167,8 @@ func decideRollout(d *Decision, in Input, ms []member) {
 			s.clusters = cs
 		}
 	}
-	match(steps, ms, in.Clusters)
+	match(steps, ms, in.Clusters, in.Rollout.CreationTimestamp.Time)
+	removedClusters(steps, ro, in.Clusters)
 	for _, m := range ms {
 		if m.selected {
 			d.Total++
@@ -243,12 +250,18 @@ func decideRollout(d *Decision, in Input, ms []member) {
 	wait = slices.Compact(wait)
 	var waiting []string // "cluster <name>: <reason>", in cluster order
 	for _, name := range wait {
-		reason := in.Clusters[name].Reason
-		if reason == "" {
+		c, registered := in.Clusters[name]
+		reason := c.Reason
+		switch {
+		case !registered:
+			reason = "removed from the hub's configuration while the step ran"
+		case c.Synced && c.Available:
+			reason = "no complete sync since the Rollout was created"
+		case reason != "":
+		case !c.Synced:
+			reason = "not synced"
+		default:
 			reason = "unavailable"
-			if !in.Clusters[name].Synced {
-				reason = "not synced"
-			}
 		}
 		waiting = append(waiting, "cluster "+name+": "+reason)
 	}
@@ -270,9 +283,34 @@ func halt(d *Decision, steps []step, current int, phase magosv1.Phase, reason, m
 	}
 }
 
+// removedClusters finds, for every step that was not Completed when the Rollout (this
+// generation of it) was last decided, the clusters it held Workspaces in that are no longer
+// registered. The step cannot be done without them: a cluster removed from the hub's
+// configuration while its step runs makes the Rollout wait; it never shrinks the step. The
+// wait ends when the cluster is registered again, or when the Rollout's spec changes (a new
+// generation is decided afresh), which is how an operator acknowledges the removal.
+func removedClusters(steps []step, ro *magosv1.Rollout, clusters map[string]Cluster) {
+	if ro.Status.ObservedGeneration != ro.Generation {
+		return
+	}
+	for i := range steps {
+		j := slices.IndexFunc(ro.Status.Steps, func(st magosv1.StepStatus) bool { return st.Name == steps[i].spec.Name })
+		if j < 0 || ro.Status.Steps[j].Phase == magosv1.StepCompleted {
+			continue
+		}
+		for _, name := range ro.Status.Steps[j].Clusters {
+			if _, ok := clusters[name]; !ok {
+				steps[i].removed = append(steps[i].removed, name)
+				steps[i].unknown = append(steps[i].unknown, name)
+			}
+		}
+		slices.Sort(steps[i].unknown)
+	}
+}
+
 // match evaluates every parsed step against the members and counts where they stand, and
-// finds the clusters each step may select in that the hub does not fully see.
-func match(steps []step, ms []member, clusters map[string]Cluster) {
+// finds the clusters each step may select in that the hub does not fully see (as of since).
+func match(steps []step, ms []member, clusters map[string]Cluster, since time.Time) {
 	names := make([]string, 0, len(clusters))
 	for name := range clusters {
 		names = append(names, name)
@@ -285,7 +323,7 @@ func match(steps []step, ms []member, clusters map[string]Cluster) {
 		}
 		for _, name := range names {
 			c := clusters[name]
-			if c.Synced && c.Available || s.clusters != nil && !s.clusters.Matches(labels.Set(c.Labels)) {
+			if c.Synced && c.Available && !c.SyncedAt.Before(since) || s.clusters != nil && !s.clusters.Matches(labels.Set(c.Labels)) {
 				continue
 			}
 			if !c.Synced {
@@ -342,6 +380,11 @@ func stepStatuses(steps []step, ms []member) []magosv1.StepStatus {
 			if len(clusters) == 0 || clusters[len(clusters)-1] != c {
 				clusters = append(clusters, c)
 			}
+		}
+		if len(s.removed) > 0 { // remembered until they come back or the spec changes
+			clusters = append(clusters, s.removed...)
+			slices.Sort(clusters)
+			clusters = slices.Compact(clusters)
 		}
 		out[i] = magosv1.StepStatus{
 			Name:     s.spec.Name,

@@ -481,6 +481,72 @@ func TestDecideClusterRemoved(t *testing.T) {
 	}
 }
 
+// TestDecideClusterRemovedMidStep: a cluster removed from the hub's configuration while its
+// step runs makes the Rollout wait on that step; it never shrinks the step and never lets the
+// next one start. Registering it again, or changing the Rollout's spec, ends the wait.
+func TestDecideClusterRemovedMidStep(t *testing.T) {
+	ro := rolloutOf(stepSpec("prod", "env", "prod"), stepSpec("canary", "env", "canary"))
+	ro.Generation, ro.Status.ObservedGeneration = 1, 1
+	ro.Status.Steps = []magosv1.StepStatus{
+		{Name: "prod", Phase: magosv1.StepProgressing, Matched: 2, Clusters: []string{"c1", "c2"}},
+		{Name: "canary", Phase: magosv1.StepPending, Matched: 1, Clusters: []string{"c1"}},
+	}
+	ws := []Workspace{
+		newWS("c1", "a", "env", "prod").with(appliedOK),
+		newWS("c2", "b", "env", "prod").with(inPhase(magosv1.PhasePlanning, magosv1.ReasonPlanning)),
+		newWS("c1", "c", "env", "canary"),
+	}
+	in := Input{Namespace: testNamespace, Project: testProject, Rollout: ro, Clusters: clusters("c1"), Workspaces: ws}
+	d := Decide(in)
+	assertStatus(t, d, magosv1.PhaseReconciling, magosv1.ReasonWaitingForClusters, 0)
+	want := "Waiting for cluster c2: removed from the hub's configuration while the step ran (step prod: 1/1 applied)"
+	if d.Message != want || len(d.Grants) != 0 {
+		t.Fatalf("message %q grants %v, want %q and no grants", d.Message, d.Grants, want)
+	}
+	if !slices.Equal(d.Steps[0].Clusters, []string{"c1", "c2"}) {
+		t.Fatalf("step clusters %v: the removed cluster is forgotten", d.Steps[0].Clusters)
+	}
+	// The next decision still remembers it (the status now says so).
+	ro.Status.Steps = d.Steps
+	if d := Decide(in); d.Reason != magosv1.ReasonWaitingForClusters {
+		t.Fatalf("second decision %s: %s", d.Reason, d.Message)
+	}
+	// An operator acknowledges by changing the Rollout: the step is decided afresh.
+	ro.Generation = 2
+	d = Decide(in)
+	assertStatus(t, d, magosv1.PhaseReconciling, magosv1.ReasonLevelProgressing, 1)
+	assertKeys(t, "grants", keysOf(d.Grants), []Key{k("c1", "c")})
+	// A completed step does not wait for a cluster removed after it.
+	ro.Generation = 1
+	ro.Status.Steps[0].Phase = magosv1.StepCompleted
+	if d := Decide(in); d.CurrentStep != 1 {
+		t.Fatalf("current step %d (%s), want 1", d.CurrentStep, d.Message)
+	}
+}
+
+// TestDecideDeletingWorkspaces: a Workspace being deleted leaves its step (it never blocks it
+// forever); one whose destroy failed halts its step like any failed run.
+func TestDecideDeletingWorkspaces(t *testing.T) {
+	ro := rolloutOf(stepSpec("prod", "env", "prod"), stepSpec("canary", "env", "canary"))
+	base := func(p magosv1.Phase, reason string) []Workspace {
+		return []Workspace{
+			newWS("c1", "a", "env", "prod").with(appliedOK),
+			newWS("c1", "b", "env", "prod").with(inPhase(p, reason)),
+			newWS("c1", "c", "env", "canary"),
+		}
+	}
+	for _, reason := range []string{magosv1.ReasonDeleting, magosv1.ReasonDestroying} {
+		d := Decide(Input{Namespace: testNamespace, Project: testProject, Rollout: ro, Clusters: clusters("c1"), Workspaces: base(magosv1.PhaseDeleting, reason)})
+		assertStatus(t, d, magosv1.PhaseReconciling, magosv1.ReasonLevelProgressing, 1)
+		assertKeys(t, "grants", keysOf(d.Grants), []Key{k("c1", "c")})
+	}
+	d := Decide(Input{Namespace: testNamespace, Project: testProject, Rollout: ro, Clusters: clusters("c1"), Workspaces: base(magosv1.PhaseDeleting, magosv1.ReasonDestroyFailed)})
+	assertStatus(t, d, magosv1.PhaseFailed, magosv1.ReasonStepFailed, 0)
+	if want := "One or more workspaces failed in step prod: c1/payments/b (DestroyFailed)"; d.Message != want {
+		t.Fatalf("message %q, want %q", d.Message, want)
+	}
+}
+
 // TestDecideWaitingForClusters checks that a Rollout waits on the Workspaces of a cluster
 // whose agent is silent: it neither advances past them nor fails the step.
 func TestDecideWaitingForClusters(t *testing.T) {

@@ -56,6 +56,7 @@ func randomInput(rng *rand.Rand) Input {
 				Labels:    map[string]string{"tier": pick(rng, []string{"canary", "fleet"})},
 				Available: rng.Intn(100) < 80,
 				Synced:    rng.Intn(100) < 90,
+				SyncedAt:  randomEpoch.Add(time.Duration(rng.Intn(20)) * time.Minute),
 				Reason:    pick(rng, []string{"", "AgentSilent"}),
 			}
 		}
@@ -84,6 +85,9 @@ func randomInput(rng *rand.Rand) Input {
 		w.Labels["region"] = pick(rng, []string{"us", "eu"})
 		if rng.Intn(10) == 0 {
 			w.RunID = ""
+		}
+		if w.Phase == magosv1.PhaseDeleting {
+			w.Reason = pick(rng, []string{magosv1.ReasonDeleting, magosv1.ReasonDestroying, magosv1.ReasonDestroyFailed})
 		}
 		w.ObservedGeneration = w.Generation - int64(rng.Intn(2))
 		w.Source = pick(rng, randomSources)
@@ -118,6 +122,7 @@ func randomInput(rng *rand.Rand) Input {
 	}
 	in.Rollout = rolloutOf()
 	in.Rollout.Spec.Paused = rng.Intn(10) == 0
+	in.Rollout.CreationTimestamp = metav1.NewTime(randomEpoch.Add(time.Duration(rng.Intn(4)) * time.Minute))
 	in.Now = randomEpoch.Add(time.Hour)
 	for _, src := range randomSources {
 		if rng.Intn(3) == 0 {
@@ -205,7 +210,8 @@ func checkInvariants(t *testing.T, in Input, d Decision) {
 	var members []Key
 	for _, w := range in.Workspaces {
 		byKey[w.Key] = w
-		if _, ok := in.Clusters[w.Key.Cluster]; ok && w.ProjectRef == in.Project && w.Key.Namespace == in.Namespace {
+		leaving := w.Phase == magosv1.PhaseDeleting && w.Reason != magosv1.ReasonDestroyFailed
+		if _, ok := in.Clusters[w.Key.Cluster]; ok && w.ProjectRef == in.Project && w.Key.Namespace == in.Namespace && !leaving {
 			members = append(members, w.Key)
 		}
 	}
@@ -293,8 +299,9 @@ func checkInvariants(t *testing.T, in Input, d Decision) {
 		}
 		if d.Reason == magosv1.ReasonNoWorkspacesFound {
 			for _, c := range relevant(steps[d.CurrentStep]) {
-				if !c.Synced || !c.Available {
-					t.Fatalf("NoWorkspacesFound at step %d while cluster %s is synced=%v available=%v", d.CurrentStep, c.Name, c.Synced, c.Available)
+				if !c.Synced || !c.Available || c.SyncedAt.Before(in.Rollout.CreationTimestamp.Time) {
+					t.Fatalf("NoWorkspacesFound at step %d while cluster %s is synced=%v (at %v, Rollout created %v) available=%v",
+						d.CurrentStep, c.Name, c.Synced, c.SyncedAt, in.Rollout.CreationTimestamp, c.Available)
 				}
 			}
 		}

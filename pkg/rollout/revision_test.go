@@ -222,6 +222,25 @@ func TestDecideIncompleteViews(t *testing.T) {
 		d = Decide(Input{Namespace: testNamespace, Project: testProject, Rollout: ro, Clusters: cl, Workspaces: ws})
 		assertStatus(t, d, magosv1.PhaseReconciling, magosv1.ReasonWaitingForClusters, 2)
 	})
+	t.Run("an empty step is not decided on a view from before the Rollout", func(t *testing.T) {
+		ro := regionSteps()
+		ro.CreationTimestamp = metav1.NewTime(t0)
+		cl := clusters("us-east-1", "eu-west-1", "ap-south-1")
+		for name, c := range cl {
+			c.SyncedAt = t0.Add(time.Second)
+			cl[name] = c
+		}
+		c := cl["ap-south-1"]
+		c.SyncedAt = t0.Add(-time.Second) // its Workspace may be on its way up
+		cl["ap-south-1"] = c
+		in := Input{Namespace: testNamespace, Project: testProject, Rollout: ro, Clusters: cl, Workspaces: all()[:2]}
+		d := Decide(in)
+		assertStatus(t, d, magosv1.PhaseReconciling, magosv1.ReasonLevelProgressing, 1)
+		c.SyncedAt = t0.Add(time.Second)
+		cl["ap-south-1"] = c
+		d = Decide(in)
+		assertStatus(t, d, magosv1.PhaseFailed, magosv1.ReasonNoWorkspacesFound, 2)
+	})
 	t.Run("NoWorkspacesFound once every cluster is known and answers", func(t *testing.T) {
 		d := Decide(Input{Namespace: testNamespace, Project: testProject, Rollout: ro, Clusters: clusters("us-east-1", "eu-west-1", "ap-south-1"), Workspaces: all()[:2]})
 		assertStatus(t, d, magosv1.PhaseFailed, magosv1.ReasonNoWorkspacesFound, 2)

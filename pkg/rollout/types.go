@@ -86,6 +86,10 @@ type Cluster struct {
 	// has completed a sync. The Workspaces of a cluster that is not Synced are unknown, so no
 	// step that may select them is ever counted done or found empty.
 	Synced bool
+	// SyncedAt is the time as of which the hub's view of the cluster's Workspaces is complete
+	// (every change made before it has reached the hub). A step is found empty
+	// (NoWorkspacesFound) only on clusters synced after the Rollout was created.
+	SyncedAt time.Time
 	// Reason explains an unavailable or unsynced cluster (for messages).
 	Reason string
 }

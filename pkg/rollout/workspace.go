@@ -80,6 +80,13 @@ func (w Workspace) AppliedForCurrent() bool {
 		!w.ReconcileRequested
 }
 
+// MemberOf reports whether the Workspace belongs to the hub Project namespace/project: its
+// spec.projectRef names the Project and it lives in the namespace of the same name (namespace
+// sameness). This is the one definition of Project membership.
+func (w Workspace) MemberOf(namespace, project string) bool {
+	return w.ProjectRef == project && w.Key.Namespace == namespace
+}
+
 // Grantable reports whether the Workspace waits for a grant: phase Pending with a run ID.
 func (w Workspace) Grantable() bool {
 	return w.Phase == magosv1.PhasePending && w.RunID != ""
@@ -87,16 +94,20 @@ func (w Workspace) Grantable() bool {
 
 // InFlight reports whether a run of the Workspace has started: Planning, Planned or Applying.
 func (w Workspace) InFlight() bool {
-	switch w.Phase {
-	case magosv1.PhasePlanning, magosv1.PhasePlanned, magosv1.PhaseApplying:
-		return true
-	}
-	return false
+	return w.Phase.InFlight()
 }
 
-// Failed reports whether the Workspace's last run failed: Failed or ValidationFailed.
+// Failed reports whether the Workspace's last run failed: Failed or ValidationFailed, or its
+// destroy on deletion failed (Deleting/DestroyFailed: it waits for a person, so its step halts
+// rather than wait forever).
 func (w Workspace) Failed() bool {
-	return w.Phase == magosv1.PhaseFailed || w.Phase == magosv1.PhaseValidationFailed
+	return w.Phase.RunFailed() || w.Phase == magosv1.PhaseDeleting && w.Reason == magosv1.ReasonDestroyFailed
+}
+
+// Leaving reports whether the Workspace is being deleted (and its destroy, if any, has not
+// failed): it is on its way out of the fleet, so it is no member of any step.
+func (w Workspace) Leaving() bool {
+	return w.Phase == magosv1.PhaseDeleting && w.Reason != magosv1.ReasonDestroyFailed
 }
 
 // HasGrant reports whether the Workspace carries any decision (execution-allowed or

@@ -10,8 +10,11 @@
 package runner
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"time"
 
 	"github.com/magosfleet/magos/pkg/policy"
 )
@@ -186,4 +189,12 @@ func DecodeResult(b []byte) (Result, error) {
 		return Result{}, fmt.Errorf("decoding run result: no outcome in %q", b)
 	}
 	return r, nil
+}
+
+// NewRunID mints a run ID: YYYYMMDDTHHMMSS-<8 lowercase hex>, UTC, upstream's format. Plan and
+// apply of one run share it, and a grant names it. This is the one place run IDs are minted.
+func NewRunID(now time.Time) string {
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	return now.UTC().Format("20060102T150405") + "-" + hex.EncodeToString(b)
 }

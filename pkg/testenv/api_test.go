@@ -13,6 +13,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -195,6 +196,23 @@ func TestAdmissionRejections(t *testing.T) {
 			ws.Spec.Terraform.Version = "~> 1.5"
 			return ws
 		}, "spec.terraform.version"},
+		{"workspace empty version", func() client.Object {
+			ws := validWorkspace("w-noversion")
+			ws.Spec.Terraform.Version = ""
+			return ws
+		}, "terraform.version is required"},
+		{"workspace terraform {}", func() client.Object {
+			u := &unstructured.Unstructured{Object: map[string]any{
+				"apiVersion": "magosproject.io/v1alpha1", "kind": "Workspace",
+				"metadata": map[string]any{"name": "w-terraform-empty", "namespace": "default"},
+				"spec": map[string]any{
+					"projectRef": map[string]any{"name": "payments"},
+					"source":     map[string]any{"repoURL": "https://example.com/infra.git", "targetRevision": "main"},
+					"terraform":  map[string]any{},
+				},
+			}}
+			return u
+		}, "terraform.version is required"},
 		{"workspace unknown binary", func() client.Object {
 			ws := validWorkspace("w-badbinary")
 			ws.Spec.Terraform.Binary = "pulumi"
@@ -495,4 +513,49 @@ func tableRow(t *testing.T, cfg *rest.Config, path string) map[string]any {
 		row[col.Name] = table.Rows[0].Cells[i]
 	}
 	return row
+}
+
+// TestHubRefusesProjectDefaults: with the magos-hub chart's admission policy, a hub Project
+// that sets Workspace defaults the hub would not enforce is refused with a message that says
+// where to set them; a Project without them is accepted. (Its own API server: the policy must
+// not reach the other tests' Projects.)
+func TestHubRefusesProjectDefaults(t *testing.T) {
+	fleet := testenv.Start(t, testenv.Options{})
+	hub := fleet.Hub
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := testenv.ApplyFile(ctx(t), hub.Client, root+"/charts/magos-hub/files/admission-policy.yaml"); err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name string
+		spec magosv1.ProjectSpec
+		want string
+	}{
+		{"variableSetRef", magosv1.ProjectSpec{VariableSetRefs: []magosv1.LocalObjectReference{{Name: "common"}}},
+			"spec.variableSetRef is not enforced on the hub"},
+		{"validation", magosv1.ProjectSpec{Validation: &magosv1.ValidationSpec{}}, "spec.validation is not enforced on the hub"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			testenv.Eventually(t, 30*time.Second, func() error {
+				p := &magosv1.Project{ObjectMeta: metav1.ObjectMeta{Name: "defaults-" + strings.ToLower(tc.name), Namespace: "default"}, Spec: tc.spec}
+				err := hub.Client.Create(ctx(t), p)
+				if err == nil {
+					_ = hub.Client.Delete(ctx(t), p)
+					return fmt.Errorf("accepted, want a rejection mentioning %q", tc.want)
+				}
+				if !strings.Contains(err.Error(), tc.want) {
+					return fmt.Errorf("error %q does not mention %q", err, tc.want)
+				}
+				return nil
+			})
+		})
+	}
+	p := &magosv1.Project{ObjectMeta: metav1.ObjectMeta{Name: "plain", Namespace: "default"}, Spec: magosv1.ProjectSpec{Description: "no defaults"}}
+	if err := hub.Client.Create(ctx(t), p); err != nil {
+		t.Fatalf("a Project without defaults was refused: %v", err)
+	}
 }

@@ -22,6 +22,8 @@ import (
 	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
 	"github.com/magosfleet/magos/hub/cli"
 	"github.com/magosfleet/magos/pkg/keys"
+	"github.com/magosfleet/magos/pkg/mirror"
+	"github.com/magosfleet/magos/pkg/testenv"
 	"github.com/magosfleet/magos/tools/devfleet"
 )
 
@@ -33,6 +35,9 @@ const (
 	Workspace = "cdn-edge"
 	// VariableSet names the Workspace's VariableSet in every spoke.
 	VariableSet = "cdn-edge-inputs"
+	// TofuVersion is the OpenTofu version the demo's Workspaces run: the one the repository
+	// pins (TOFU_VERSION in tools/provision-assets.sh), which the dev fleet's agents run.
+	TofuVersion = "1.10.6"
 )
 
 // Options configures Run.
@@ -151,17 +156,46 @@ func Setup(ctx context.Context, fleet *devfleet.Fleet, opts Options) error {
 		return err
 	}
 	fmt.Fprintf(opts.Out, "demo: module committed to %s\n", repo)
-	if err := applyHub(ctx, fleet, opts.Paused); err != nil {
-		return err
-	}
+	// The Workspaces first, as a platform team has them, then the Rollout that orders them: a
+	// Rollout created before its Workspaces reach the hub rightly reports NoWorkspacesFound.
 	for _, name := range fleet.Order {
 		if err := applySpoke(ctx, fleet, name, repo, branch, name == opts.FailRegion, opts.PollIntervals[name]); err != nil {
 			return err
 		}
 	}
-	fmt.Fprintf(opts.Out, "demo: Project and Rollout %s applied on the hub, one Workspace in each of %s\n\n",
-		Project, strings.Join(fleet.Order, ", "))
+	if err := waitMirrored(ctx, fleet); err != nil {
+		return err
+	}
+	fmt.Fprintf(opts.Out, "demo: one Workspace in each of %s, mirrored to the hub\n", strings.Join(fleet.Order, ", "))
+	if err := applyHub(ctx, fleet, opts.Paused); err != nil {
+		return err
+	}
+	fmt.Fprintf(opts.Out, "demo: Project and Rollout %s applied on the hub\n\n", Project)
 	return nil
+}
+
+// waitMirrored waits until the hub holds the mirror of every spoke's demo Workspace.
+func waitMirrored(ctx context.Context, fleet *devfleet.Fleet) error {
+	return testenv.Poll(2*time.Minute, func() error {
+		var mirrors magosv1.WorkspaceList
+		if err := fleet.Client("hub").List(ctx, &mirrors, client.MatchingLabelsSelector{Selector: mirror.OnlyMirrors()}); err != nil {
+			return err
+		}
+		seen := map[string]bool{}
+		for _, name := range fleet.Order {
+			for _, m := range mirrors.Items {
+				if m.Namespace == mirror.Namespace(name) && mirror.OriginOf(name, &m).Name == Workspace {
+					seen[name] = true
+				}
+			}
+		}
+		for _, name := range fleet.Order {
+			if !seen[name] {
+				return fmt.Errorf("the Workspace of %s is not mirrored on the hub yet", name)
+			}
+		}
+		return nil
+	})
 }
 
 // Follow redraws the Rollout on every change until it completes or halts.
@@ -346,6 +380,7 @@ func applySpoke(ctx context.Context, fleet *devfleet.Fleet, name, repo, branch s
 			Spec: magosv1.WorkspaceSpec{
 				ProjectRef:      magosv1.ProjectReference{Name: Project},
 				Source:          magosv1.Source{RepoURL: repo, TargetRevision: branch},
+				Terraform:       magosv1.TerraformSpec{Version: TofuVersion},
 				VariableSetRefs: []magosv1.LocalObjectReference{{Name: VariableSet}},
 			},
 		},

@@ -21,9 +21,11 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/yaml"
 
 	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
+	"github.com/magosfleet/magos/pkg/logging"
 	"github.com/magosfleet/magos/pkg/testenv"
 )
 
@@ -94,6 +96,11 @@ func (p *process) exited() bool {
 // Start starts the fleet and returns when every cluster is registered and Ready, or an error
 // (after stopping whatever it started).
 func Start(ctx context.Context, opts Options) (*Fleet, error) {
+	// The fleet's clients log through controller-runtime: errors only, and never its "SetLogger
+	// was never called" warning and stack trace.
+	if logger, err := logging.New(logging.Options{Level: "error"}); err == nil {
+		ctrllog.SetLogger(logger)
+	}
 	if opts.Progress == nil {
 		opts.Progress = io.Discard
 	}

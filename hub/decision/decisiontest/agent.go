@@ -2,8 +2,6 @@ package decisiontest
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"slices"
 	"strings"
@@ -20,6 +18,7 @@ import (
 
 	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
 	"github.com/magosfleet/magos/pkg/keys"
+	"github.com/magosfleet/magos/pkg/runner"
 	magosscheme "github.com/magosfleet/magos/pkg/scheme"
 	"github.com/magosfleet/magos/pkg/testenv"
 )
@@ -320,9 +319,5 @@ func phase(w *magosv1.Workspace, p magosv1.Phase, reason string, ready metav1.Co
 	})
 }
 
-// RunID mints a run ID in the Workspace controller's format.
-func RunID() string {
-	b := make([]byte, 4)
-	_, _ = rand.Read(b)
-	return time.Now().UTC().Format("20060102T150405") + "-" + hex.EncodeToString(b)
-}
+// RunID mints a run ID as the Workspace controller does.
+func RunID() string { return runner.NewRunID(time.Now()) }

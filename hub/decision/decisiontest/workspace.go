@@ -20,7 +20,7 @@ func Workspace(ns, name, project string, labels map[string]string) *magosv1.Work
 		Spec: magosv1.WorkspaceSpec{
 			ProjectRef: magosv1.ProjectReference{Name: project},
 			Source:     magosv1.Source{RepoURL: "https://git.example.com/infra.git", TargetRevision: "main", Path: "."},
-			Terraform:  magosv1.TerraformSpec{Binary: magosv1.BinaryOpenTofu},
+			Terraform:  magosv1.TerraformSpec{Binary: magosv1.BinaryOpenTofu, Version: "1.10.6"},
 		},
 	}
 }

@@ -21,19 +21,12 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
-	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
-	"github.com/magosfleet/magos/pkg/logging"
 	"github.com/magosfleet/magos/tools/demo"
 	"github.com/magosfleet/magos/tools/devfleet"
 )
 
 func main() {
-	// The fleet's clients log through controller-runtime: errors only, never its "SetLogger was
-	// never called" warning.
-	if logger, err := logging.New(logging.Options{Level: "error"}); err == nil {
-		ctrllog.SetLogger(logger)
-	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, os.Args[1:]); err != nil {

@@ -49,6 +49,20 @@ test: ## Run every test, against real API servers and a real tofu.
 	$(WITH_ASSETS) go test $(GO_TEST_FLAGS) $(PACKAGES)
 	$(WITH_ASSETS) cd charts/tests && GOWORK=off go test $(GO_TEST_FLAGS) ./...
 
+# make chaos runs TestChaos alone, longer than in make test. Its output goes to stderr, and the run
+# ends with one summary line on stdout: chaos: trials=N faults=F violations=V seed=S.
+CHAOS_TRIALS  ?= 10
+CHAOS_SEED    ?=
+CHAOS_COMMITS ?= 2
+
+.PHONY: chaos
+chaos: ## Roll commits out under injected faults (CHAOS_TRIALS=10 CHAOS_SEED=<n> CHAOS_COMMITS=2).
+	@$(WITH_ASSETS) summary="$$(mktemp)" && rc=0 && \
+	MAGOS_CHAOS_TRIALS=$(CHAOS_TRIALS) MAGOS_CHAOS_SEED=$(CHAOS_SEED) MAGOS_CHAOS_COMMITS=$(CHAOS_COMMITS) \
+	MAGOS_CHAOS_SUMMARY="$$summary" go test -count=1 -timeout 90m -v -run '^TestChaos$$' ./tools/e2e/ >&2 || rc=$$?; \
+	if [[ -s "$$summary" ]]; then cat "$$summary"; else echo "chaos: no summary: the test ended before writing it (see its output above)"; fi; \
+	rm -f "$$summary"; exit $$rc
+
 .PHONY: bench
 bench: ## Run the benchmarks and print their numbers.
 	$(WITH_ASSETS) go test -run '^$$' -bench . -benchmem $(PACKAGES)

@@ -15,6 +15,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -41,6 +42,14 @@ type Options struct {
 	Single bool
 	// Progress receives one line per step of the start-up.
 	Progress io.Writer
+	// HubProxy makes every agent reach the hub's API server through its own TCP proxy, owned
+	// by the fleet on 127.0.0.1, so that tests can partition an agent from the hub at the
+	// transport level (Partition, Heal). Off by default: agents dial the hub directly.
+	HubProxy bool
+	// ControllerManager also runs kube-controller-manager (namespace deletion, garbage
+	// collection) against every API server, which Deregister needs: deregistering a cluster
+	// deletes its namespace on the hub, and without it the namespace stays Terminating.
+	ControllerManager bool
 }
 
 // Fleet is a running local fleet.
@@ -54,9 +63,15 @@ type Fleet struct {
 	// Dir is Options.Dir.
 	Dir string
 
-	env   *testenv.Fleet
-	procs []*process
-	out   io.Writer
+	env     *testenv.Fleet
+	procs   []*process
+	out     io.Writer
+	single  bool
+	proxies map[string]*transportProxy // by spoke name, when Options.HubProxy
+
+	// mu guards registered and the hub's config file.
+	mu         sync.Mutex
+	registered map[string]bool
 }
 
 // process is a child process and a channel closed when it exits.
@@ -100,7 +115,11 @@ func Start(ctx context.Context, opts Options) (*Fleet, error) {
 			return nil, err
 		}
 	}
-	f := &Fleet{Dir: opts.Dir, Order: opts.Spokes, Spokes: map[string]*testenv.Cluster{}, out: opts.Progress}
+	f := &Fleet{Dir: opts.Dir, Order: opts.Spokes, Spokes: map[string]*testenv.Cluster{}, out: opts.Progress,
+		single: opts.Single, proxies: map[string]*transportProxy{}, registered: map[string]bool{}}
+	for _, name := range opts.Spokes {
+		f.registered[name] = true
+	}
 	if err := f.start(ctx, opts); err != nil {
 		return nil, errors.Join(err, f.Stop())
 	}
@@ -126,10 +145,10 @@ func (f *Fleet) start(ctx context.Context, opts Options) error {
 	}
 	if opts.Single {
 		f.step("starting one API server (hub and spoke)")
-		f.env, err = testenv.New(testenv.Options{})
+		f.env, err = testenv.New(testenv.Options{ControllerManager: opts.ControllerManager})
 	} else {
 		f.step("starting API servers: hub, %s", strings.Join(opts.Spokes, ", "))
-		f.env, err = testenv.New(testenv.Options{Spokes: opts.Spokes})
+		f.env, err = testenv.New(testenv.Options{Spokes: opts.Spokes, ControllerManager: opts.ControllerManager})
 	}
 	if err != nil {
 		return err
@@ -148,7 +167,7 @@ func (f *Fleet) start(ctx context.Context, opts Options) error {
 			return err
 		}
 	}
-	if err := f.writeHubConfig(opts); err != nil {
+	if err := f.writeHubConfig(); err != nil {
 		return err
 	}
 	f.step("starting the hub")
@@ -164,6 +183,13 @@ func (f *Fleet) start(ctx context.Context, opts Options) error {
 			"--runner-kubeconfig", f.Kubeconfig(name),
 			"--metrics-bind-address", "0", "--health-probe-bind-address", "0", "--log-development"}
 		if !opts.Single {
+			if opts.HubProxy {
+				p, err := newTransportProxy(f.Hub.Config.Host)
+				if err != nil {
+					return fmt.Errorf("the hub proxy of %s: %w", name, err)
+				}
+				f.proxies[name] = p
+			}
 			hubCfg, err := f.agentKubeconfig(ctx, name)
 			if err != nil {
 				return err
@@ -202,11 +228,15 @@ type kubeconfigSource struct {
 	Path string `json:"path"`
 }
 
-func (f *Fleet) writeHubConfig(opts Options) error {
+// writeHubConfig writes the hub's config file: every registered spoke (the hub hot-reloads it).
+func (f *Fleet) writeHubConfig() error {
 	var cfg hubConfig
 	for _, name := range f.Order {
+		if !f.registered[name] {
+			continue
+		}
 		e := clusterEntry{Name: name, Labels: map[string]string{"region": name}}
-		if opts.Single {
+		if f.single {
 			e.Kubeconfig = &kubeconfigSource{Path: f.Kubeconfig("hub")}
 		} else {
 			e.Agent = &struct{}{}
@@ -217,11 +247,20 @@ func (f *Fleet) writeHubConfig(opts Options) error {
 	if err != nil {
 		return err
 	}
-	return os.WriteFile(f.path("hub-config.yaml"), raw, 0o600)
+	// Written whole and renamed, so the hub's reload never reads half a file.
+	tmp := f.path(".hub-config.yaml.tmp")
+	if err := os.WriteFile(tmp, raw, 0o600); err != nil {
+		return fmt.Errorf("writing the hub's config: %w", err)
+	}
+	if err := os.Rename(tmp, f.path("hub-config.yaml")); err != nil {
+		return fmt.Errorf("writing the hub's config: %w", err)
+	}
+	return nil
 }
 
 // agentKubeconfig waits for the hub to set up the cluster's access, then writes the agent's
-// bootstrap kubeconfig, as an operator would with `magos-hub agent-kubeconfig`.
+// bootstrap kubeconfig, as an operator would with `magos-hub agent-kubeconfig`. With a hub proxy
+// for the cluster, the kubeconfig names the proxy's address instead of the hub's.
 func (f *Fleet) agentKubeconfig(ctx context.Context, cluster string) (string, error) {
 	out := f.path(cluster + "-hub.kubeconfig")
 	var last []byte
@@ -237,7 +276,14 @@ func (f *Fleet) agentKubeconfig(ctx context.Context, cluster string) (string, er
 			last = stderr.Bytes()
 			return fmt.Errorf("magos-hub agent-kubeconfig --cluster %s: %w: %s", cluster, err, last)
 		}
-		return os.WriteFile(out, stdout.Bytes(), 0o600)
+		raw := stdout.Bytes()
+		if p := f.proxies[cluster]; p != nil {
+			var err error
+			if raw, err = throughProxy(raw, p); err != nil {
+				return err
+			}
+		}
+		return os.WriteFile(out, raw, 0o600)
 	})
 	return out, err
 }
@@ -341,10 +387,12 @@ func (f *Fleet) Client(name string) client.Client {
 	return f.Spokes[name].Client
 }
 
-// Stop stops the agents, the hub and the API servers.
+// Stop stops the agents, the hub and the API servers (and the hub proxies).
 func (f *Fleet) Stop() error {
 	for i := len(f.procs) - 1; i >= 0; i-- {
 		_ = syscall.Kill(-f.procs[i].cmd.Process.Pid, syscall.SIGTERM)
+		// A stopped process (StopProcess) acts on SIGTERM only once continued.
+		_ = syscall.Kill(-f.procs[i].cmd.Process.Pid, syscall.SIGCONT)
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for _, p := range f.procs {
@@ -356,6 +404,10 @@ func (f *Fleet) Stop() error {
 		}
 	}
 	f.procs = nil
+	for name, p := range f.proxies {
+		p.close()
+		delete(f.proxies, name)
+	}
 	if f.env != nil {
 		err := f.env.Stop()
 		f.env = nil

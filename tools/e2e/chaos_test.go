@@ -1,0 +1,692 @@
+package e2e_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
+	"github.com/magosfleet/magos/pkg/keys"
+	"github.com/magosfleet/magos/tools/demo"
+	"github.com/magosfleet/magos/tools/devfleet"
+)
+
+// Settings of TestChaos, from the environment.
+const (
+	// envChaosTrials is the number of trials (default 3).
+	envChaosTrials = "MAGOS_CHAOS_TRIALS"
+	// envChaosSeed seeds the fault schedule (default: derived from the time, and printed).
+	envChaosSeed = "MAGOS_CHAOS_SEED"
+	// envChaosCommits is the number of commits pushed per trial (default 2).
+	envChaosCommits = "MAGOS_CHAOS_COMMITS"
+	// envChaosSummary names a file that receives the one-line summary (make chaos prints it).
+	envChaosSummary = "MAGOS_CHAOS_SUMMARY"
+	// envChaosDir keeps the fleet's folder (logs, run data, ledger) there instead of a
+	// temporary folder removed after the test.
+	envChaosDir = "MAGOS_CHAOS_DIR"
+)
+
+// Kinds of fault TestChaos injects.
+const (
+	// faultHubKill kills the hub (SIGKILL) and restarts it after a while.
+	faultHubKill = "hub-kill"
+	// faultAgentKill kills an agent (SIGKILL) and restarts it after a while.
+	faultAgentKill = "agent-kill"
+	// faultAgentStop suspends an agent (SIGSTOP) and resumes it (SIGCONT) after a while.
+	faultAgentStop = "agent-stop"
+	// faultPartition cuts an agent off from the hub at the transport level (its TCP proxy to
+	// the hub's API server blackholes), then heals.
+	faultPartition = "partition"
+	// faultDeregister removes a cluster from the hub's config file and adds it back.
+	faultDeregister = "deregister"
+	// faultMirrorDelay suspends an agent for a short time right after a commit, so that its
+	// mirror reports the commit late.
+	faultMirrorDelay = "mirror-delay"
+)
+
+// faultKinds in a fixed order, for the schedule and the report.
+var faultKinds = []string{faultHubKill, faultAgentKill, faultAgentStop, faultPartition, faultDeregister, faultMirrorDelay}
+
+// chaosPollIntervals: every region polls git fast (the agent's floor is 5s), the later ones
+// faster, so that a later region usually sees a commit first.
+var chaosPollIntervals = map[string]time.Duration{
+	"us-east-1":  7 * time.Second,
+	"eu-west-1":  6 * time.Second,
+	"ap-south-1": 5 * time.Second,
+}
+
+// fault is one scheduled fault: Kind on Target, injected After the previous fault of the commit
+// was healed (the first, after the commit), healed For later.
+type fault struct {
+	Kind, Target string
+	After, For   time.Duration
+}
+
+func (f fault) String() string {
+	return fmt.Sprintf("%s(%s) after %s for %s", f.Kind, f.Target, f.After, f.For)
+}
+
+// schedule draws the faults of one commit from rng: sometimes a delayed mirror right after the
+// commit, then one to three other faults, each bounded in time.
+func schedule(rng *rand.Rand, order []string) []fault {
+	var out []fault
+	agent := func() string { return order[rng.IntN(len(order))] }
+	ms := func(lo, hi int) time.Duration { return time.Duration(lo+rng.IntN(hi-lo+1)) * time.Millisecond }
+	if rng.IntN(3) == 0 {
+		out = append(out, fault{Kind: faultMirrorDelay, Target: agent(), For: ms(1000, 3000)})
+	}
+	others := []string{faultHubKill, faultAgentKill, faultAgentStop, faultPartition, faultDeregister}
+	for range 1 + rng.IntN(3) {
+		f := fault{Kind: others[rng.IntN(len(others))], After: ms(0, 6000)}
+		switch f.Kind {
+		case faultHubKill:
+			f.Target, f.For = "hub", ms(0, 5000)
+		case faultAgentKill:
+			f.Target, f.For = agent(), ms(0, 8000)
+		case faultAgentStop:
+			f.Target, f.For = agent(), ms(2000, 10000)
+		case faultPartition:
+			f.Target, f.For = agent(), ms(2000, 12000)
+		case faultDeregister:
+			f.Target, f.For = agent(), ms(1000, 6000)
+		}
+		out = append(out, f)
+	}
+	return out
+}
+
+// inject applies a fault, holds it for its duration and heals it, returning when it was healed.
+// It heals whatever it broke even when it fails half-way.
+func inject(ctx context.Context, f *devfleet.Fleet, ft fault) (healed time.Time, err error) {
+	hold := func() {
+		select {
+		case <-time.After(ft.For):
+		case <-ctx.Done():
+		}
+	}
+	switch ft.Kind {
+	case faultHubKill, faultAgentKill:
+		if err := f.Kill(ft.Target); err != nil {
+			return time.Time{}, err
+		}
+		hold()
+		err = f.Restart(ft.Target)
+	case faultAgentStop, faultMirrorDelay:
+		if err := f.StopProcess(ft.Target); err != nil {
+			return time.Time{}, err
+		}
+		hold()
+		err = f.ContinueProcess(ft.Target)
+	case faultPartition:
+		if err := f.Partition(ft.Target); err != nil {
+			return time.Time{}, err
+		}
+		hold()
+		err = f.Heal(ft.Target)
+	case faultDeregister:
+		if err := f.Deregister(ctx, ft.Target); err != nil {
+			// Put it back whatever happened.
+			return time.Now(), fmt.Errorf("%w (registering again: %v)", err, f.Register(ctx, ft.Target))
+		}
+		hold()
+		// Register waits for the hub to set the cluster up again, with a fresh context: the
+		// fault must be healed even when the trial's context is done.
+		rctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		err = f.Register(rctx, ft.Target)
+	default:
+		return time.Time{}, fmt.Errorf("unknown fault kind %q", ft.Kind)
+	}
+	return time.Now(), err
+}
+
+// clusterState is what the hub's Cluster object said about a cluster in one poll.
+type clusterState struct {
+	Registered, Ready, Synced bool
+}
+
+func (c clusterState) problem() string {
+	switch {
+	case !c.Registered:
+		return "deregistered"
+	case !c.Ready:
+		return "not Ready"
+	case !c.Synced:
+		return "unsynced"
+	}
+	return ""
+}
+
+// observation is one poll of the hub by the test: the Rollout and every Cluster, read together.
+type observation struct {
+	At             time.Time
+	ResourceVer    string
+	Current        bool // status.observedGeneration == metadata.generation
+	Phase          magosv1.Phase
+	Reason, Step   string
+	Message        string
+	Clusters       map[string]clusterState
+	GrantedRuns    map[string]string // by cluster: the granted-run annotation of its mirror
+	ReadErr        error
+	hasRolloutRead bool
+}
+
+// settled reports whether the observation is a report of the end of a Rollout: RolloutCompleted,
+// or Failed (for any reason) for the current spec.
+func (o observation) settled() bool {
+	return o.Current && (o.Phase == magosv1.PhaseApplied && o.Reason == magosv1.ReasonRolloutCompleted ||
+		o.Phase == magosv1.PhaseFailed)
+}
+
+// judgeReport checks one new report of the Rollout (cur, whose resourceVersion differs from
+// prev's) against the Clusters read in the same poll and in the poll before (the report was
+// written between the two): the hub must never report a Rollout RolloutCompleted or Failed
+// while a cluster it rolls out to is unsynced or not Ready; and in a chaos trial nothing fails,
+// so Failed is allowed only as NoWorkspacesFound while a cluster is deregistered (the
+// documented outcome of removing a cluster). A problem seen in both polls is a violation; in
+// only one of them, the report may have been written before it began or after it ended, and
+// is only ambiguous.
+func judgeReport(order []string, prev, cur observation) (violation, ambiguous string) {
+	if !cur.settled() || cur.ResourceVer == prev.ResourceVer {
+		return "", ""
+	}
+	var both, one []string
+	deregistered := false
+	for _, name := range order {
+		p, c := prev.Clusters[name].problem(), cur.Clusters[name].problem()
+		if p == "deregistered" || c == "deregistered" {
+			deregistered = true
+		}
+		switch {
+		case p != "" && c != "":
+			both = append(both, name+" "+c)
+		case p != "" || c != "":
+			one = append(one, name+" "+p+c)
+		}
+	}
+	what := fmt.Sprintf("Rollout reported %s/%s at step %q (%s)", cur.Phase, cur.Reason, cur.Step, cur.Message)
+	if cur.Phase == magosv1.PhaseFailed && !(cur.Reason == magosv1.ReasonNoWorkspacesFound && deregistered) {
+		return what + " although nothing fails in a chaos trial; clusters: " + describe(order, cur), ""
+	}
+	if cur.Phase == magosv1.PhaseFailed {
+		return "", "" // NoWorkspacesFound while a cluster is deregistered: as documented
+	}
+	if len(both) > 0 {
+		return what + " while " + strings.Join(both, ", ") + " (in the polls before and after the report)", ""
+	}
+	if len(one) > 0 {
+		return "", what + " while " + strings.Join(one, ", ") + " in one of the two polls around the report"
+	}
+	return "", ""
+}
+
+func describe(order []string, o observation) string {
+	var out []string
+	for _, name := range order {
+		p := o.Clusters[name].problem()
+		if p == "" {
+			p = "Ready and synced"
+		}
+		out = append(out, name+" "+p)
+	}
+	return strings.Join(out, ", ")
+}
+
+// watcher polls the hub from outside the system under test: the Rollout, the Clusters and the
+// grants on the mirrors, and judges every new report of the Rollout.
+type watcher struct {
+	f     *devfleet.Fleet
+	order []string
+
+	mu         sync.Mutex
+	last       observation
+	violations []string
+	ambiguous  []string
+	grants     []grantSeen // new grants, when first seen
+	polls      int
+}
+
+func (w *watcher) run(ctx context.Context) {
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		o := w.observe(ctx)
+		w.mu.Lock()
+		w.polls++
+		if o.ReadErr == nil {
+			if w.last.hasRolloutRead {
+				if v, a := judgeReport(w.order, w.last, o); v != "" {
+					w.violations = append(w.violations, o.At.Format("15:04:05.000")+" "+v)
+				} else if a != "" {
+					w.ambiguous = append(w.ambiguous, o.At.Format("15:04:05.000")+" "+a)
+				}
+				for cluster, run := range o.GrantedRuns {
+					if run != "" && run != w.last.GrantedRuns[cluster] {
+						w.grants = append(w.grants, grantSeen{cluster, run, o.At})
+					}
+				}
+			}
+			w.last = o
+		}
+		w.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+func (w *watcher) observe(ctx context.Context) observation {
+	hub := w.f.Client("hub")
+	o := observation{At: time.Now(), Clusters: map[string]clusterState{}, GrantedRuns: map[string]string{}}
+	var r magosv1.Rollout
+	if o.ReadErr = hub.Get(ctx, client.ObjectKey{Namespace: corev1.NamespaceDefault, Name: demo.Project}, &r); o.ReadErr != nil {
+		return o
+	}
+	var clusters magosv1.ClusterList
+	if o.ReadErr = hub.List(ctx, &clusters); o.ReadErr != nil {
+		return o
+	}
+	var mirrors magosv1.WorkspaceList
+	if o.ReadErr = hub.List(ctx, &mirrors, client.MatchingLabels{keys.Mirror: "true"}); o.ReadErr != nil {
+		return o
+	}
+	o.hasRolloutRead = true
+	o.ResourceVer, o.Current = r.ResourceVersion, r.Status.ObservedGeneration == r.Generation
+	o.Phase, o.Reason, o.Step, o.Message = r.Status.Phase, r.Status.Reason, r.Status.CurrentStepName, r.Status.Message
+	for _, c := range clusters.Items {
+		if c.DeletionTimestamp != nil {
+			continue
+		}
+		o.Clusters[c.Name] = clusterState{Registered: true,
+			Ready:  meta.IsStatusConditionTrue(c.Status.Conditions, magosv1.ConditionReady),
+			Synced: c.Status.SyncedSince != nil}
+	}
+	for _, m := range mirrors.Items {
+		o.GrantedRuns[m.Labels[keys.Cluster]] = m.Annotations[keys.GrantedRun]
+	}
+	return o
+}
+
+// grantSeen is a new grant (granted-run on a mirror) the watcher saw.
+type grantSeen struct {
+	Cluster, Run string
+	At           time.Time
+}
+
+// take returns what the watcher found so far and forgets it.
+func (w *watcher) take() (violations, ambiguous []string, grants []grantSeen, polls int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	violations, ambiguous, grants, polls = w.violations, w.ambiguous, w.grants, w.polls
+	w.violations, w.ambiguous, w.grants, w.polls = nil, nil, nil, 0
+	return
+}
+
+// chaosSettings reads the settings of TestChaos from the environment.
+func chaosSettings(t *testing.T) (trials, commits int, seed uint64) {
+	t.Helper()
+	intFrom := func(name string, def int) int {
+		v := os.Getenv(name)
+		if v == "" {
+			return def
+		}
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			t.Fatalf("%s=%q: want a positive number", name, v)
+		}
+		return n
+	}
+	trials, commits = intFrom(envChaosTrials, 3), intFrom(envChaosCommits, 2)
+	seed = uint64(time.Now().UnixNano())
+	if v := os.Getenv(envChaosSeed); v != "" {
+		var err error
+		if seed, err = strconv.ParseUint(v, 10, 64); err != nil {
+			t.Fatalf("%s=%q: want a number", envChaosSeed, v)
+		}
+	}
+	return trials, commits, seed
+}
+
+// trialLedgerViolations checks the ledger lines of one trial's releases (the ledger also holds
+// the other trials'): every release applied in step order, exactly once per region.
+func trialLedgerViolations(lines []ledgerLine, order, releases []string) []violation {
+	var mine []ledgerLine
+	for _, l := range lines {
+		if slices.Contains(releases, l.Release) {
+			mine = append(mine, l)
+		}
+	}
+	return checkLedger(mine, order, releases)
+}
+
+// percentiles returns p50, p90 and max of ds (zeros when empty).
+func percentiles(ds []time.Duration) (p50, p90, top time.Duration) {
+	if len(ds) == 0 {
+		return 0, 0, 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	at := func(q float64) time.Duration { return s[min(len(s)-1, int(q*float64(len(s))))] }
+	return at(0.5), at(0.9), s[len(s)-1]
+}
+
+// TestChaos: on one fleet (hub and three regional spokes, real binaries, real tofu), after the
+// demo Rollout completed, each trial pushes new commits of the ledger module one at a time
+// while a seeded random schedule injects faults: the hub or an agent killed and restarted, an
+// agent suspended, an agent partitioned from the hub at the transport level, a cluster removed
+// from the hub's config and added back, a delayed mirror. Every fault is healed before the wait
+// for the commit, which is bounded. Two observers outside Magos judge each trial: the ledger
+// the module writes on every apply (step order, exactly once per region and release), and the
+// test's own polls of the Rollout and Clusters on the hub (never RolloutCompleted or Failed
+// while a cluster is unsynced or not Ready). Settings: MAGOS_CHAOS_TRIALS, MAGOS_CHAOS_SEED,
+// MAGOS_CHAOS_COMMITS; see docs (make chaos).
+func TestChaos(t *testing.T) {
+	trials, commits, seed := chaosSettings(t)
+	t.Logf("chaos: %d trials of %d commits, seed %d (rerun with %s=%d)", trials, commits, seed, envChaosSeed, seed)
+	rng := rand.New(rand.NewPCG(seed, 0x6d61676f73))
+
+	var (
+		faults     = map[string]int{}
+		total      int
+		violations []string
+		resumes    = map[string][]time.Duration{} // by fault kind
+		ran        int
+	)
+	report := func() {
+		var byKind []string
+		var all []time.Duration
+		for _, k := range faultKinds {
+			byKind = append(byKind, fmt.Sprintf("%s=%d", k, faults[k]))
+			all = append(all, resumes[k]...)
+		}
+		t.Logf("chaos: %d trials, %d faults (%s), %d violations", ran, total, strings.Join(byKind, " "), len(violations))
+		// Only faults healed while the commit had not rolled out everywhere yet have a resume.
+		resumeLine := func(what string, ds []time.Duration) {
+			p50, p90, top := percentiles(ds)
+			t.Logf("chaos: from a fault healed to the Rollout resuming (next grant or apply), %s, over %d faults: p50 %s, p90 %s, max %s",
+				what, len(ds), p50.Round(time.Millisecond), p90.Round(time.Millisecond), top.Round(time.Millisecond))
+		}
+		resumeLine("all kinds", all)
+		for _, k := range faultKinds {
+			if len(resumes[k]) > 0 {
+				resumeLine(k, resumes[k])
+			}
+		}
+		for _, v := range violations {
+			t.Errorf("violation: %s", v)
+		}
+		line := fmt.Sprintf("chaos: trials=%d faults=%d violations=%d seed=%d", ran, total, len(violations), seed)
+		t.Log(line)
+		if path := os.Getenv(envChaosSummary); path != "" {
+			if err := os.WriteFile(path, []byte(line+"\n"), 0o644); err != nil {
+				t.Errorf("writing the summary: %v", err)
+			}
+		}
+	}
+	defer report()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Minute)
+	defer cancel()
+	var progress bytes.Buffer
+	dir := os.Getenv(envChaosDir)
+	if dir == "" {
+		dir = t.TempDir()
+	}
+	f, err := devfleet.Start(ctx, devfleet.Options{Dir: dir, Progress: &progress, HubProxy: true, ControllerManager: true})
+	if err != nil {
+		t.Fatalf("starting the fleet: %v\n%s", err, progress.String())
+	}
+	defer func() {
+		if err := f.Stop(); err != nil {
+			t.Errorf("stopping the fleet: %v", err)
+		}
+	}()
+	ledger := filepath.Join(f.Dir, "ledger")
+	s, err := demo.Run(ctx, f, demo.Options{Module: ledgerModule("v1", ledger), PollIntervals: chaosPollIntervals})
+	if err != nil || !s.Completed {
+		t.Fatalf("the demo Rollout did not complete (%v):\n%s", err, s.Final)
+	}
+	if err := waitRelease(t, ctx, f, ledger, "v1", workspace(t, ctx, f, f.Order[0]).Status.ObservedRevision); err != nil {
+		t.Fatalf("the first release: %v", err)
+	}
+
+	w := &watcher{f: f, order: f.Order}
+	wctx, stopWatching := context.WithCancel(ctx)
+	watched := make(chan struct{})
+	go func() { defer close(watched); w.run(wctx) }()
+	defer func() { stopWatching(); <-watched }()
+
+	for trial := 1; trial <= trials; trial++ {
+		var releases []string
+		var plan [][]fault
+		for c := 1; c <= commits; c++ {
+			releases = append(releases, fmt.Sprintf("t%dc%d", trial, c))
+			plan = append(plan, schedule(rng, f.Order))
+		}
+		for c, fs := range plan {
+			var text []string
+			for _, ft := range fs {
+				text = append(text, ft.String())
+			}
+			t.Logf("trial %d: commit %s: faults %s", trial, releases[c], strings.Join(text, "; "))
+		}
+		ran = trial
+		stalled := ""
+		for c, release := range releases {
+			sha, err := demo.Commit(f, "edge module "+release, ledgerModule(release, ledger))
+			if err != nil {
+				t.Fatal(err)
+			}
+			committed := time.Now()
+			t.Logf("trial %d: committed %s as %s at %s", trial, release, sha[:8], committed.Format("15:04:05.000"))
+			type heal struct {
+				kind string
+				at   time.Time
+			}
+			var healed []heal
+			for _, ft := range plan[c] {
+				select {
+				case <-time.After(ft.After):
+				case <-ctx.Done():
+				}
+				began := time.Now()
+				at, err := inject(ctx, f, ft)
+				faults[ft.Kind]++
+				total++
+				if err != nil {
+					t.Fatalf("trial %d, %s: injecting %s: %v", trial, release, ft, err)
+				}
+				t.Logf("trial %d: %s: %s(%s) from %s to %s", trial, release, ft.Kind, ft.Target,
+					began.Format("15:04:05.000"), at.Format("15:04:05.000"))
+				healed = append(healed, heal{ft.Kind, at})
+			}
+			// Every fault of the commit is healed: the commit must now roll out everywhere.
+			if err := waitRelease(t, ctx, f, ledger, release, sha); err != nil {
+				stalled = fmt.Sprintf("trial %d (seed %d): %s (%s) did not roll out everywhere within the bounded wait after every fault was healed: %v\nRollout: %s",
+					trial, seed, release, sha[:8], err, rolloutLine(t, ctx, f))
+			}
+			done := time.Now()
+			lines, err := readLedger(ledger)
+			if err != nil {
+				t.Fatal(err)
+			}
+			progress := w.grantsSoFar()
+			for _, l := range lines {
+				if l.Release == release {
+					progress = append(progress, l.At)
+				}
+			}
+			slices.SortFunc(progress, func(a, b time.Time) int { return a.Compare(b) })
+			for _, h := range healed {
+				if i := slices.IndexFunc(progress, func(p time.Time) bool { return p.After(h.at) && p.Before(done) }); i >= 0 {
+					resumes[h.kind] = append(resumes[h.kind], progress[i].Sub(h.at))
+				}
+			}
+			t.Logf("trial %d: %s rolled out %s after its commit", trial, release, done.Sub(committed).Round(time.Millisecond))
+			if stalled != "" {
+				break
+			}
+		}
+		vs, amb, grants, polls := w.take()
+		var grantText strings.Builder
+		for _, g := range grants {
+			fmt.Fprintf(&grantText, "  %-10s run %s %s\n", g.Cluster, g.Run, g.At.Format("15:04:05.000"))
+		}
+		t.Logf("trial %d: grants seen on the hub's mirrors:\n%s", trial, grantText.String())
+		for _, a := range amb {
+			t.Logf("trial %d: ambiguous (not counted): %s", trial, a)
+		}
+		for _, v := range vs {
+			violations = append(violations, fmt.Sprintf("trial %d (seed %d): status: %s", trial, seed, v))
+		}
+		lines, err := readLedger(ledger)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, v := range trialLedgerViolations(lines, f.Order, releases) {
+			text := fmt.Sprintf("trial %d (seed %d): ledger: %s", trial, seed, v)
+			if i == 0 { // the trial's ledger, once
+				text += "\n  the trial's ledger:\n" + ledgerText(lines, releases)
+			}
+			violations = append(violations, text)
+		}
+		t.Logf("trial %d: %d polls of the hub, %d status violations, ledger:\n%s", trial, polls, len(vs), ledgerText(lines, releases))
+		if stalled != "" {
+			violations = append(violations, stalled)
+			break // the fleet did not recover: the next trials would only repeat it
+		}
+	}
+}
+
+// grantsSoFar returns when the grants seen since the last take were seen.
+func (w *watcher) grantsSoFar() []time.Time {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out []time.Time
+	for _, g := range w.grants {
+		out = append(out, g.At)
+	}
+	return out
+}
+
+// ledgerText renders the ledger lines of releases.
+func ledgerText(lines []ledgerLine, releases []string) string {
+	var b strings.Builder
+	for _, l := range lines {
+		if slices.Contains(releases, l.Release) {
+			fmt.Fprintf(&b, "  %-10s %s %s\n", l.Region, l.Release, l.At.Format("15:04:05.000"))
+		}
+	}
+	return b.String()
+}
+
+// rolloutLine renders where the Rollout stands, for a stalled commit.
+func rolloutLine(t *testing.T, ctx context.Context, f *devfleet.Fleet) string {
+	r := rolloutOf(t, ctx, f)
+	return fmt.Sprintf("%s/%s at step %q: %s", r.Status.Phase, r.Status.Reason, r.Status.CurrentStepName, r.Status.Message)
+}
+
+// TestChaosObserversCatchViolations: the observers of TestChaos can fail. The ledger check
+// catches an apply out of step order and a duplicate apply injected into a trial's ledger (and
+// ignores the other trials' lines); the status check catches a RolloutCompleted reported while
+// a cluster was unsynced or not Ready, and a Failed in a trial where nothing fails, and lets
+// through NoWorkspacesFound while a cluster is deregistered, a report without a change, and a
+// problem seen in only one of the two polls around a report (ambiguous, not counted).
+func TestChaosObserversCatchViolations(t *testing.T) {
+	order := []string{"us-east-1", "eu-west-1", "ap-south-1"}
+	t.Run("ledger", func(t *testing.T) {
+		lines, err := parseLedger([]byte(`us-east-1 t1c1 1
+eu-west-1 t1c1 2
+ap-south-1 t1c1 3
+ap-south-1 t2c1 4
+us-east-1 t2c1 5
+eu-west-1 t2c1 6
+us-east-1 t2c1 7
+ap-south-1 t3c1 8
+`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := trialLedgerViolations(lines, order, []string{"t1c1"}); len(got) != 0 {
+			t.Errorf("a clean trial: %v", got)
+		}
+		got := trialLedgerViolations(lines, order, []string{"t2c1"})
+		want := []violation{
+			{"t2c1", "ap-south-1", "applied before us-east-1 (an earlier step) had applied it"},
+			{"t2c1", "ap-south-1", "applied before eu-west-1 (an earlier step) had applied it"},
+			{"t2c1", "us-east-1", "applied more than once"},
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("out of order and duplicate:\n got %v\nwant %v", got, want)
+		}
+	})
+
+	healthy := map[string]clusterState{}
+	for _, name := range order {
+		healthy[name] = clusterState{Registered: true, Ready: true, Synced: true}
+	}
+	with := func(name string, st clusterState) map[string]clusterState {
+		m := maps.Clone(healthy)
+		if st.Registered {
+			m[name] = st
+		} else {
+			delete(m, name)
+		}
+		return m
+	}
+	progressing := observation{ResourceVer: "1", Current: true, Phase: magosv1.PhaseReconciling,
+		Reason: magosv1.ReasonLevelProgressing, Clusters: healthy}
+	report := func(rv string, phase magosv1.Phase, reason string, clusters map[string]clusterState) observation {
+		return observation{ResourceVer: rv, Current: true, Phase: phase, Reason: reason, Step: "ap-south-1", Clusters: clusters}
+	}
+	unsynced := clusterState{Registered: true, Ready: true}
+	notReady := clusterState{Registered: true, Synced: true}
+	for _, tc := range []struct {
+		name           string
+		prev, cur      observation
+		violation, amb bool
+	}{
+		{"completed with every cluster Ready and synced", progressing,
+			report("2", magosv1.PhaseApplied, magosv1.ReasonRolloutCompleted, healthy), false, false},
+		{"completed while a cluster is unsynced", observation{ResourceVer: "1", Clusters: with("eu-west-1", unsynced)},
+			report("2", magosv1.PhaseApplied, magosv1.ReasonRolloutCompleted, with("eu-west-1", unsynced)), true, false},
+		{"completed while a cluster is not Ready", observation{ResourceVer: "1", Clusters: with("us-east-1", notReady)},
+			report("2", magosv1.PhaseApplied, magosv1.ReasonRolloutCompleted, with("us-east-1", notReady)), true, false},
+		{"completed while a cluster is deregistered", observation{ResourceVer: "1", Clusters: with("us-east-1", clusterState{})},
+			report("2", magosv1.PhaseApplied, magosv1.ReasonRolloutCompleted, with("us-east-1", clusterState{})), true, false},
+		{"completed, a cluster went unready after the report", progressing,
+			report("2", magosv1.PhaseApplied, magosv1.ReasonRolloutCompleted, with("eu-west-1", notReady)), false, true},
+		{"the same completed report polled again", report("2", magosv1.PhaseApplied, magosv1.ReasonRolloutCompleted, with("eu-west-1", notReady)),
+			report("2", magosv1.PhaseApplied, magosv1.ReasonRolloutCompleted, with("eu-west-1", notReady)), false, false},
+		{"a step failed", progressing, report("2", magosv1.PhaseFailed, magosv1.ReasonStepFailed, healthy), true, false},
+		{"an empty step while every cluster is registered", observation{ResourceVer: "1", Clusters: with("us-east-1", unsynced)},
+			report("2", magosv1.PhaseFailed, magosv1.ReasonNoWorkspacesFound, with("us-east-1", unsynced)), true, false},
+		{"an empty step while a cluster is deregistered", progressing,
+			report("2", magosv1.PhaseFailed, magosv1.ReasonNoWorkspacesFound, with("us-east-1", clusterState{})), false, false},
+		{"waiting for an unsynced cluster", progressing,
+			report("2", magosv1.PhaseReconciling, magosv1.ReasonWaitingForClusters, with("us-east-1", unsynced)), false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			v, a := judgeReport(order, tc.prev, tc.cur)
+			if (v != "") != tc.violation || (a != "") != tc.amb {
+				t.Errorf("judgeReport: violation %q, ambiguous %q; want violation %v, ambiguous %v", v, a, tc.violation, tc.amb)
+			}
+		})
+	}
+}

@@ -201,13 +201,11 @@ func TestApplyRunsOnlyWhatWasPlanned(t *testing.T) {
 	}
 }
 
-// TestUnfencedGrantIgnoredWhenHubConnected: on an agent connected to a hub (here the hub is
-// the cluster itself), a grant without granted-run written on the hub's mirror reaches the
-// Workspace and runs nothing (a Warning event, UnfencedGrant, says to grant from the hub); the
-// hub's fenced grant for the same run does run it.
-func TestUnfencedGrantIgnoredWhenHubConnected(t *testing.T) {
-	t.Parallel()
-	const clusterName = "hubbed"
+// startHubbedAgent starts a cluster of its own with an agent connected to a hub, the cluster
+// itself (its mirrors live in the cluster namespace of clusterName), and the namespace "apps"
+// for Workspaces. The agent stops when the test ends.
+func startHubbedAgent(t *testing.T, clusterName string) client.Client {
+	t.Helper()
 	fleet := testenv.Start(t, testenv.Options{NoHub: true, Spokes: []string{clusterName}})
 	cluster := fleet.Spokes[clusterName]
 	c := cluster.Client
@@ -227,8 +225,8 @@ func TestUnfencedGrantIgnoredWhenHubConnected(t *testing.T) {
 			BinaryPath: tofuPath,
 		},
 		SkipNameValidation: true,
-		Logger:             ctrl.Log.WithName("hubbed-agent"),
-		HubSync:            &hubsync.Options{ClusterName: clusterName, HubConfig: cluster.Config, ControllerName: "hubsync-hubbed"},
+		Logger:             ctrl.Log.WithName(clusterName + "-agent"),
+		HubSync:            &hubsync.Options{ClusterName: clusterName, HubConfig: cluster.Config, ControllerName: "hubsync-" + clusterName},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -242,18 +240,40 @@ func TestUnfencedGrantIgnoredWhenHubConnected(t *testing.T) {
 			t.Errorf("agent: %v", err)
 		}
 	})
+	return c
+}
 
-	repo, _ := newRepo(t, map[string]string{"main.tf": moduleOK})
-	key := newWorkspace(t, c, "apps", "hubbed", repo.URL(), nil)
-	ws := pendingRun(t, c, key, magosv1.ReasonAwaitingRollout, "")
-	runID := ws.Status.CurrentRunID
-	mkey := types.NamespacedName{Namespace: mirror.Namespace(clusterName), Name: mirror.Name(key.Namespace, key.Name)}
+// mirrorKey is the key of the hub's mirror of the Workspace key of the cluster clusterName.
+func mirrorKey(clusterName string, key types.NamespacedName) types.NamespacedName {
+	return types.NamespacedName{Namespace: mirror.Namespace(clusterName), Name: mirror.Name(key.Namespace, key.Name)}
+}
+
+// waitMirrorRun waits until the hub's mirror mkey reports run runID.
+func waitMirrorRun(t testing.TB, c client.Client, mkey types.NamespacedName, runID string) {
+	t.Helper()
 	waitFor(t, c, mkey, 60*time.Second, func(m *magosv1.Workspace) error {
 		if m.Status.CurrentRunID != runID {
 			return fmt.Errorf("mirror reports run %q, want %s", m.Status.CurrentRunID, runID)
 		}
 		return nil
 	})
+}
+
+// TestUnfencedGrantIgnoredWhenHubConnected: on an agent connected to a hub (here the hub is
+// the cluster itself), a grant without granted-run written on the hub's mirror reaches the
+// Workspace and runs nothing (a Warning event, UnfencedGrant, says to grant from the hub); the
+// hub's fenced grant for the same run does run it.
+func TestUnfencedGrantIgnoredWhenHubConnected(t *testing.T) {
+	t.Parallel()
+	const clusterName = "hubbed"
+	c := startHubbedAgent(t, clusterName)
+
+	repo, _ := newRepo(t, map[string]string{"main.tf": moduleOK})
+	key := newWorkspace(t, c, "apps", "hubbed", repo.URL(), nil)
+	ws := pendingRun(t, c, key, magosv1.ReasonAwaitingRollout, "")
+	runID := ws.Status.CurrentRunID
+	mkey := mirrorKey(clusterName, key)
+	waitMirrorRun(t, c, mkey, runID)
 
 	// A person grants on the hub without naming the run: copied down, never run.
 	annotate(t, c, mkey, map[string]any{keys.ExecutionAllowed: "true"})

@@ -16,7 +16,9 @@ import (
 
 // stepDelete makes one transition of a Workspace being deleted: an in-flight plan or apply
 // finishes first (nothing new starts); then, with spec.destroyOnDelete, a destroy runs and the
-// finalizer goes only once it succeeded; without, the finalizer goes at once.
+// finalizer goes only once it succeeded; without, the finalizer goes at once. Under a hub
+// (Options.HubConnected) the destroy is a run like any other: it is minted first
+// (Deleting/DestroyPending) and starts only with the hub's grant for it.
 func (r *Reconciler) stepDelete(ctx context.Context, ws *magosv1.Workspace, sched Schedule) (step, error) {
 	if !controllerutil.ContainsFinalizer(ws, keys.Finalizer) {
 		return step{done: true}, nil
@@ -32,6 +34,10 @@ func (r *Reconciler) stepDelete(ctx context.Context, ws *magosv1.Workspace, sche
 		switch ws.Status.Reason {
 		case magosv1.ReasonDestroying:
 			return r.observeDestroy(ctx, ws, sched)
+		case magosv1.ReasonDestroyPending:
+			if ws.Spec.DestroyOnDelete {
+				return r.grantedDestroy(ctx, ws, sched)
+			}
 		case magosv1.ReasonDestroyFailed:
 			req := ws.Annotations[keys.ReconcileRequest]
 			if req == "" {
@@ -49,8 +55,10 @@ func (r *Reconciler) stepDelete(ctx context.Context, ws *magosv1.Workspace, sche
 	return r.startDestroy(ctx, ws, sched)
 }
 
-// startDestroy destroys what the Workspace applied, at the last applied commit (or the last
-// one it ran, after a failed apply). A Workspace that never ran has nothing to destroy.
+// startDestroy mints the destroy run of what the Workspace applied, at the last applied commit
+// (or the last one it ran, after a failed apply). A Workspace that never ran has nothing to
+// destroy. A standalone agent starts the destroy at once; an agent connected to a hub writes
+// Deleting/DestroyPending and waits for the hub's grant of the run (grantedDestroy).
 func (r *Reconciler) startDestroy(ctx context.Context, ws *magosv1.Workspace, sched Schedule) (step, error) {
 	revision := ws.Status.ObservedRevision
 	if revision == "" {
@@ -62,6 +70,29 @@ func (r *Reconciler) startDestroy(ctx context.Context, ws *magosv1.Workspace, sc
 	from := ws.Status.Phase
 	ws.Status.CurrentRunID = runner.NewRunID(r.opts.Now())
 	ws.Status.CurrentRevision = revision
+	if r.opts.HubConnected {
+		setPhase(ws, magosv1.PhaseDeleting, magosv1.ReasonDestroyPending,
+			fmt.Sprintf("Waiting for the hub's grant to destroy the resources of commit %s before deletion (run %s)",
+				short(revision), ws.Status.CurrentRunID))
+		return step{}, r.commit(ctx, ws, sched, from)
+	}
+	return r.runDestroy(ctx, ws, sched, from)
+}
+
+// grantedDestroy starts the destroy minted by startDestroy (Deleting/DestroyPending) when the
+// Workspace holds a grant for that run. A standalone agent (one no longer connected to a hub)
+// destroys at once, as startDestroy would have.
+func (r *Reconciler) grantedDestroy(ctx context.Context, ws *magosv1.Workspace, sched Schedule) (step, error) {
+	if r.opts.HubConnected && !r.grantAllowsRun(ctx, ws) {
+		return step{}, nil
+	}
+	return r.runDestroy(ctx, ws, sched, ws.Status.Phase)
+}
+
+// runDestroy starts the destroy of the current run (status.currentRunID) at
+// status.currentRevision, writing Deleting/Destroying first; from is the phase before.
+func (r *Reconciler) runDestroy(ctx context.Context, ws *magosv1.Workspace, sched Schedule, from magosv1.Phase) (step, error) {
+	revision := ws.Status.CurrentRevision
 	run, err := r.prepare(ctx, ws, runner.OperationDestroy, revision)
 	if err != nil {
 		if fail, ok := asRunFailure(err); ok {

@@ -12,6 +12,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/magosfleet/magos/agent/workspace"
 	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
 	"github.com/magosfleet/magos/pkg/keys"
 	"github.com/magosfleet/magos/pkg/testenv"
@@ -124,6 +125,77 @@ func TestDestroyFailureKeepsTheFinalizer(t *testing.T) {
 		t.Fatal(err)
 	}
 	annotate(t, c, key, map[string]any{keys.ReconcileRequest: "retry-destroy"})
+	waitGone(t, c, key, 120*time.Second)
+	if out := stateOutputs(t, c, key); out["#resources"] != 0 {
+		t.Errorf("state %v after destroy, want no resources", out)
+	}
+}
+
+// stillDestroyPending checks for a while that the deleted Workspace waits in its destroy run
+// runID (Deleting/DestroyPending) without destroying anything.
+func stillDestroyPending(t testing.TB, c client.Client, key types.NamespacedName, runID string) {
+	t.Helper()
+	testenv.Consistently(t, 3*time.Second, func() error {
+		ws, err := getWorkspace(c, key)
+		if err != nil {
+			return err
+		}
+		if ws.Status.Phase != magosv1.PhaseDeleting || ws.Status.Reason != magosv1.ReasonDestroyPending || ws.Status.CurrentRunID != runID {
+			return fmt.Errorf("%s/%s run %s, want Deleting/DestroyPending in run %s and nothing started",
+				ws.Status.Phase, ws.Status.Reason, ws.Status.CurrentRunID, runID)
+		}
+		return nil
+	})
+	if out := stateOutputs(t, c, key); out["#resources"] != 1 {
+		t.Errorf("state %v while the destroy waits, want its resource kept", out)
+	}
+}
+
+// TestDestroyWaitsForTheHubsGrant: on an agent connected to a hub, a deleted destroyOnDelete
+// Workspace mints its destroy run and waits (Deleting/DestroyPending): the spent grant of its
+// apply, a grant for another run and a grant without granted-run all destroy nothing; the
+// hub's grant for the destroy run destroys, and the Workspace goes.
+func TestDestroyWaitsForTheHubsGrant(t *testing.T) {
+	t.Parallel()
+	const clusterName = "hubdestroy"
+	c := startHubbedAgent(t, clusterName)
+
+	repo, _ := newRepo(t, map[string]string{"main.tf": moduleOK})
+	key := newWorkspace(t, c, "apps", "doomed", repo.URL(), func(ws *magosv1.Workspace) { ws.Spec.DestroyOnDelete = true })
+	mkey := mirrorKey(clusterName, key)
+	ws := pendingRun(t, c, key, magosv1.ReasonAwaitingRollout, "")
+	applyRun := ws.Status.CurrentRunID
+	waitMirrorRun(t, c, mkey, applyRun)
+	grant(t, c, mkey, applyRun)
+	waitFor(t, c, key, 180*time.Second, inPhase(magosv1.PhaseApplied, magosv1.ReasonApplySucceeded))
+
+	deleteWorkspace(t, c, key)
+	ws = waitFor(t, c, key, 30*time.Second, inPhase(magosv1.PhaseDeleting, magosv1.ReasonDestroyPending))
+	destroyRun := ws.Status.CurrentRunID
+	if destroyRun == applyRun {
+		t.Fatalf("the destroy reuses run %s, want a new run", applyRun)
+	}
+	if err := contains(ws.Status.Message, "hub's grant"); err != nil {
+		t.Error(err)
+	}
+	// The apply's grant is still there: stale for the destroy run.
+	stillDestroyPending(t, c, key, destroyRun)
+
+	// A grant for another run, then one without granted-run: neither destroys.
+	grant(t, c, mkey, "20260101T000000Z-0000")
+	waitFor(t, c, key, 30*time.Second, func(ws *magosv1.Workspace) error {
+		if ws.Annotations[keys.GrantedRun] != "20260101T000000Z-0000" {
+			return fmt.Errorf("the grant for another run has not reached the Workspace")
+		}
+		return nil
+	})
+	stillDestroyPending(t, c, key, destroyRun)
+	annotate(t, c, mkey, map[string]any{keys.GrantedRun: nil})
+	waitEvent(t, c, key, workspace.ReasonUnfencedGrant)
+	stillDestroyPending(t, c, key, destroyRun)
+
+	// The hub's grant for the destroy run destroys.
+	grant(t, c, mkey, destroyRun)
 	waitGone(t, c, key, 120*time.Second)
 	if out := stateOutputs(t, c, key); out["#resources"] != 0 {
 		t.Errorf("state %v after destroy, want no resources", out)

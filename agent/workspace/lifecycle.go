@@ -208,17 +208,29 @@ func unfenced(ws *magosv1.Workspace) bool {
 	return ws.Annotations[keys.ExecutionAllowed] == "true" && !fenced
 }
 
-// startPlan starts the plan of a Pending Workspace that holds a grant for its current run.
-func (r *Reconciler) startPlan(ctx context.Context, ws *magosv1.Workspace, sched Schedule) (step, error) {
+// grantAllowsRun reports whether the Workspace's grant allows its current run
+// (status.currentRunID): execution-allowed "true" and granted-run naming the run, or, on a
+// standalone agent only, no granted-run at all (a manual grant). A grant for another run is
+// stale and, under a hub, a grant without granted-run is unfenced: both are ignored, with an
+// Event.
+func (r *Reconciler) grantAllowsRun(ctx context.Context, ws *magosv1.Workspace) bool {
 	if ws.Annotations[keys.ExecutionAllowed] != "true" {
-		return step{}, nil
+		return false
 	}
 	if granted, fenced := ws.Annotations[keys.GrantedRun]; fenced && granted != ws.Status.CurrentRunID {
 		r.reportStaleGrant(ws, granted)
-		return step{}, nil
+		return false
 	}
 	if r.opts.HubConnected && unfenced(ws) {
 		r.reportUnfencedGrant(ctx, ws)
+		return false
+	}
+	return true
+}
+
+// startPlan starts the plan of a Pending Workspace that holds a grant for its current run.
+func (r *Reconciler) startPlan(ctx context.Context, ws *magosv1.Workspace, sched Schedule) (step, error) {
+	if !r.grantAllowsRun(ctx, ws) {
 		return step{}, nil
 	}
 	granted, grantsRevision := grantedRevision(ws)

@@ -25,7 +25,10 @@ const (
 	ReasonReconcileError           = "ReconcileError"
 	ReasonDeleting                 = "Deleting"
 	ReasonDestroying               = "Destroying"
-	ReasonDestroyFailed            = "DestroyFailed"
+	// ReasonDestroyPending (Magos Fleet, not upstream): a deleted Workspace under a hub has
+	// minted its destroy run and waits for the hub's grant of that run before destroying.
+	ReasonDestroyPending = "DestroyPending"
+	ReasonDestroyFailed  = "DestroyFailed"
 )
 
 // Run triggers recorded in status.currentRunTrigger.

@@ -89,7 +89,9 @@ func Decide(in Input) Decision {
 	d.Revisions = fleetRevisions(in.Rollout.Status.Revisions, ms, in.Now)
 	for i := range ms {
 		m := &ms[i]
-		m.revision = revisionOf(d.Revisions, m.ws.Source)
+		if !m.ws.DestroyPending() { // a destroy runs at the commit last applied, never the Rollout's
+			m.revision = revisionOf(d.Revisions, m.ws.Source)
+		}
 		m.done = m.available && m.ws.AppliedForCurrent() && (m.revision == "" || m.ws.ObservedRevision == m.revision)
 	}
 	decideRollout(&d, in, ms)

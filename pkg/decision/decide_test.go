@@ -547,6 +547,81 @@ func TestDecideDeletingWorkspaces(t *testing.T) {
 	}
 }
 
+// destroyPending makes the Workspace a deleted one whose destroy run waits for its grant
+// (Deleting/DestroyPending), last applied at commit rev-0.
+func destroyPending(w *Workspace) {
+	w.Phase, w.Reason = magosv1.PhaseDeleting, magosv1.ReasonDestroyPending
+	w.ObservedGeneration = w.Generation
+	w.ObservedRevision = "rev-0"
+	w.RunID = "destroy-" + w.Key.Cluster + "-" + w.Key.Name
+}
+
+// TestDecideDestroyPending: a deleted Workspace whose destroy waits for its grant stays a
+// member of its steps: its destroy run is granted (naming no commit) when its step progresses,
+// so destroys go in step order; it waits in a later step and while the Rollout is paused, and
+// in parallel mode it is granted at once.
+func TestDecideDestroyPending(t *testing.T) {
+	ro := rolloutOf(stepSpec("prod", "env", "prod"), stepSpec("canary", "env", "canary"))
+	fleet := []Workspace{
+		newWS("c1", "a", "env", "prod").with(appliedOK),
+		newWS("c1", "b", "env", "prod").with(destroyPending),
+		newWS("c1", "c", "env", "canary").with(destroyPending),
+		newWS("c1", "d", "env", "prod"),
+	}
+	in := Input{Namespace: testNamespace, Project: testProject, Rollout: ro, Clusters: clusters("c1"), Workspaces: fleet}
+
+	// In the current step: granted its destroy run, without a commit; the later step waits.
+	d := Decide(in)
+	assertStatus(t, d, magosv1.PhaseReconciling, magosv1.ReasonLevelProgressing, 0)
+	want := []Change{
+		{Key: k("c1", "b"), Run: "destroy-c1-b"},
+		{Key: k("c1", "d"), Run: "run-1-c1-d", Revision: "rev-1"},
+	}
+	if !slices.Equal(d.Grants, want) {
+		t.Fatalf("grants %v, want %v", d.Grants, want)
+	}
+	if d.Total != 4 || d.Steps[0].Matched != 3 || d.Steps[0].Applied != 1 {
+		t.Fatalf("total %d, step prod %d/%d applied: the destroy must count as a member, not Done", d.Total, d.Steps[0].Applied, d.Steps[0].Matched)
+	}
+	// Granted already: nothing to write again.
+	if d2 := Decide(Input{Namespace: in.Namespace, Project: in.Project, Rollout: ro, Clusters: in.Clusters, Workspaces: applyWrites(fleet, d, keys.GrantedByRollout)}); d2.HasWrites() {
+		t.Fatalf("deciding again writes %v %v", d2.Grants, d2.Revokes)
+	}
+
+	// Once b's destroy runs and d is applied, prod is done and canary's destroy is granted.
+	step2 := slices.Clone(fleet)
+	step2[1] = step2[1].with(inPhase(magosv1.PhaseDeleting, magosv1.ReasonDestroying))
+	step2[3] = step2[3].with(appliedOK)
+	d = Decide(Input{Namespace: in.Namespace, Project: in.Project, Rollout: ro, Clusters: in.Clusters, Workspaces: step2})
+	assertStatus(t, d, magosv1.PhaseReconciling, magosv1.ReasonLevelProgressing, 1)
+	if want := []Change{{Key: k("c1", "c"), Run: "destroy-c1-c"}}; !slices.Equal(d.Grants, want) {
+		t.Fatalf("grants %v, want %v", d.Grants, want)
+	}
+
+	// Paused: nothing is granted, and a grant not yet used is revoked.
+	paused := ro.DeepCopy()
+	paused.Spec.Paused = true
+	held := slices.Clone(fleet)
+	held[1] = held[1].with(grantedNow)
+	d = Decide(Input{Namespace: in.Namespace, Project: in.Project, Rollout: paused, Clusters: in.Clusters, Workspaces: held})
+	assertStatus(t, d, magosv1.PhaseReconciling, magosv1.ReasonPaused, 0)
+	if len(d.Grants) != 0 {
+		t.Fatalf("paused, grants %v", d.Grants)
+	}
+	assertKeys(t, "revokes", keysOf(d.Revokes), []Key{k("c1", "b")})
+
+	// Parallel mode: every waiting destroy is granted at once.
+	d = Decide(Input{Namespace: in.Namespace, Project: in.Project, Clusters: in.Clusters, Workspaces: fleet})
+	want = []Change{
+		{Key: k("c1", "b"), Run: "destroy-c1-b"},
+		{Key: k("c1", "c"), Run: "destroy-c1-c"},
+		{Key: k("c1", "d"), Run: "run-1-c1-d"},
+	}
+	if !slices.Equal(d.Grants, want) {
+		t.Fatalf("parallel grants %v, want %v", d.Grants, want)
+	}
+}
+
 // TestDecideWaitingForClusters checks that a Rollout waits on the Workspaces of a cluster
 // whose agent is silent: it neither advances past them nor fails the step.
 func TestDecideWaitingForClusters(t *testing.T) {

@@ -13,6 +13,11 @@
 // labels; Workspaces of clusters that are not registered are ignored entirely (a removed
 // cluster's Workspaces drop out of every step). Keys are expected to be unique.
 //
+// A deleted Workspace stays a member while the hub still has a say in it: while its destroy
+// run waits for a grant (Deleting/DestroyPending with a run ID) and when its destroy failed
+// (Deleting/DestroyFailed, which counts as Failed). Once it lets go (Deleting/Deleting) or its
+// destroy runs (Deleting/Destroying) it is leaving and drops out of every step.
+//
 // # Applied, grantable, in flight
 //
 // A member is Done (counted Applied for a step) when its phase is Applied for its current
@@ -20,10 +25,12 @@
 // from status.observedRevision, no reconcile-request is pending, and its cluster is available.
 // A report from an older spec or revision, or from a silent cluster, never counts.
 //
-// A member is grantable when its phase is Pending and it has a run ID. A grant always names
-// that run; a member already granted for its run needs no write, so deciding again after the
-// writes are done changes nothing (a replayed event is harmless). A member is in flight while
-// it is Planning, Planned or Applying.
+// A member is grantable when it has a run ID and its phase is Pending, or it is
+// Deleting/DestroyPending (its destroy waits for a grant). A grant always names that run; a
+// destroy's grant names no commit (the agent destroys at the commit last applied), and a
+// destroy is never Done. A member already granted for its run needs no write, so deciding
+// again after the writes are done changes nothing (a replayed event is harmless). A member is
+// in flight while it is Planning, Planned or Applying.
 //
 // # Parallel mode
 //
@@ -52,6 +59,8 @@
 // recomputed from scratch every time, so a new Workspace, a spec change, a new revision or a
 // reconcile-request in an earlier step makes that step current again (the rollout rewinds).
 // Only a progressing current step gets grants: its grantable members in available clusters.
+// Destroys are grantable members like any other, so they go in step order, halt with the
+// Rollout and wait while it is paused; in parallel mode they are granted at once.
 // A Workspace matched by several steps counts in each of them; since only the single current
 // step is ever granted, it never flaps between a grant and a revocation.
 //

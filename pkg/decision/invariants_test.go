@@ -87,7 +87,7 @@ func randomInput(rng *rand.Rand) Input {
 			w.RunID = ""
 		}
 		if w.Phase == magosv1.PhaseDeleting {
-			w.Reason = pick(rng, []string{magosv1.ReasonDeleting, magosv1.ReasonDestroying, magosv1.ReasonDestroyFailed})
+			w.Reason = pick(rng, []string{magosv1.ReasonDeleting, magosv1.ReasonDestroying, magosv1.ReasonDestroyPending, magosv1.ReasonDestroyFailed})
 		}
 		w.ObservedGeneration = w.Generation - int64(rng.Intn(2))
 		w.Source = pick(rng, randomSources)
@@ -187,6 +187,13 @@ func TestDecideInvariants(t *testing.T) {
 		in := randomInput(rng)
 		d := Decide(in)
 		reasons[d.Reason]++
+		// Count the decisions that grant a destroy (in parallel mode, under a Rollout).
+		for _, g := range d.Grants {
+			if i := slices.IndexFunc(in.Workspaces, func(w Workspace) bool { return w.Key == g.Key }); in.Workspaces[i].Phase == magosv1.PhaseDeleting {
+				reasons[destroyGranted(in.Rollout != nil)]++
+				break
+			}
+		}
 		t.Run(fmt.Sprintf("case-%d", c), func(t *testing.T) { checkInvariants(t, in, d) })
 		if t.Failed() {
 			t.Fatalf("case %d failed: input %+v rollout %+v", c, in, in.Rollout)
@@ -198,6 +205,7 @@ func TestDecideInvariants(t *testing.T) {
 		magosv1.ReasonDefaultParallel, magosv1.ReasonNoSteps, magosv1.ReasonInvalidSelector,
 		magosv1.ReasonNoWorkspacesFound, magosv1.ReasonPaused, magosv1.ReasonRolloutCompleted,
 		magosv1.ReasonStepFailed, magosv1.ReasonLevelProgressing, magosv1.ReasonWaitingForClusters,
+		destroyGranted(false), destroyGranted(true),
 	} {
 		if reasons[r] < 20 {
 			t.Errorf("only %d random cases ended %s: %v", reasons[r], r, reasons)
@@ -205,12 +213,36 @@ func TestDecideInvariants(t *testing.T) {
 	}
 }
 
+// destroyGranted names, in the tally of TestDecideInvariants, the decisions that grant the
+// destroy of a deleted Workspace.
+func destroyGranted(rollout bool) string {
+	if rollout {
+		return "destroy granted under a Rollout"
+	}
+	return "destroy granted in parallel mode"
+}
+
 func checkInvariants(t *testing.T, in Input, d Decision) {
+	// The checker's own notions, independent of the Workspace helpers under test: a deleted
+	// Workspace whose destroy run waits for its grant stays a member and is grantable (its grant
+	// names no commit); other deleted Workspaces leave, unless their destroy failed.
+	destroyWaits := func(w Workspace) bool {
+		return w.Phase == magosv1.PhaseDeleting && w.Reason == magosv1.ReasonDestroyPending && w.RunID != ""
+	}
+	grantable := func(w Workspace) bool {
+		return w.Phase == magosv1.PhasePending && w.RunID != "" || destroyWaits(w)
+	}
+	grantRevision := func(w Workspace) string {
+		if destroyWaits(w) {
+			return ""
+		}
+		return revisionOf(d.Revisions, w.Source)
+	}
 	byKey := map[Key]Workspace{}
 	var members []Key
 	for _, w := range in.Workspaces {
 		byKey[w.Key] = w
-		leaving := w.Phase == magosv1.PhaseDeleting && w.Reason != magosv1.ReasonDestroyFailed
+		leaving := w.Phase == magosv1.PhaseDeleting && w.Reason != magosv1.ReasonDestroyFailed && !destroyWaits(w)
 		if _, ok := in.Clusters[w.Key.Cluster]; ok && w.ProjectRef == in.Project && w.Key.Namespace == in.Namespace && !leaving {
 			members = append(members, w.Key)
 		}
@@ -229,13 +261,14 @@ func checkInvariants(t *testing.T, in Input, d Decision) {
 	granted := map[Key]bool{}
 	for _, g := range d.Grants {
 		w := byKey[g.Key]
-		if want := revisionOf(d.Revisions, w.Source); g.Revision != want {
-			t.Fatalf("grant %v names commit %q; the Rollout rolls out %q for %v", g, g.Revision, want, w.Source)
+		if want := grantRevision(w); g.Revision != want {
+			t.Fatalf("grant %v to %s/%s names commit %q, want %q (the Rollout rolls out %q for %v)",
+				g, w.Phase, w.Reason, g.Revision, want, revisionOf(d.Revisions, w.Source), w.Source)
 		}
 		switch {
 		case !isMember(g.Key):
 			t.Fatalf("grant to a non-member %s", g.Key)
-		case !w.Grantable() || g.Run != w.RunID:
+		case !grantable(w) || g.Run != w.RunID:
 			t.Fatalf("grant %v to a Workspace in %s with run %q", g, w.Phase, w.RunID)
 		case !in.Clusters[g.Key.Cluster].Available:
 			t.Fatalf("grant %v in an unavailable cluster", g)
@@ -261,7 +294,7 @@ func checkInvariants(t *testing.T, in Input, d Decision) {
 		if d.Reason != magosv1.ReasonDefaultParallel || len(d.Revokes) != 0 {
 			t.Fatalf("parallel mode: %s, revokes %v", d.Reason, d.Revokes)
 		}
-		shouldHold = func(w Workspace) bool { return w.Grantable() && in.Clusters[w.Key.Cluster].Available }
+		shouldHold = func(w Workspace) bool { return grantable(w) && in.Clusters[w.Key.Cluster].Available }
 	case len(in.Rollout.Spec.Strategy.Steps) == 0:
 		if d.Reason != magosv1.ReasonNoSteps || d.HasWrites() {
 			t.Fatalf("no steps: %s, writes %v %v", d.Reason, d.Grants, d.Revokes)
@@ -282,7 +315,7 @@ func checkInvariants(t *testing.T, in Input, d Decision) {
 				}
 			}
 		}
-		checkRevisions(t, in, d)
+		checkRevisions(t, in, d, destroyWaits)
 		// relevant are the clusters a step may select Workspaces in.
 		relevant := func(s magosv1.RolloutStep) []Cluster {
 			var out []Cluster
@@ -348,7 +381,7 @@ func checkInvariants(t *testing.T, in Input, d Decision) {
 				}
 			}
 			shouldHold = func(w Workspace) bool {
-				return w.Grantable() && in.Clusters[w.Key.Cluster].Available && inStep(t, in, cur, w)
+				return grantable(w) && in.Clusters[w.Key.Cluster].Available && inStep(t, in, cur, w)
 			}
 		} else {
 			shouldHold = func(Workspace) bool { return false }
@@ -369,7 +402,8 @@ func checkInvariants(t *testing.T, in Input, d Decision) {
 	if shouldHold != nil {
 		for _, key := range members {
 			w := byKey[key]
-			if want := shouldHold(w) && !w.GrantedCurrentRun(revisionOf(d.Revisions, w.Source)); granted[key] != want {
+			held := w.Grant.Allowed && w.Grant.Run == w.RunID && w.Grant.Revision == grantRevision(w)
+			if want := shouldHold(w) && !held; granted[key] != want {
 				t.Fatalf("%s (%s, run %q, grant %+v): granted %v, want %v", key, w.Phase, w.RunID, w.Grant, granted[key], want)
 			}
 		}
@@ -389,8 +423,9 @@ func checkInvariants(t *testing.T, in Input, d Decision) {
 }
 
 // checkRevisions checks the commits a decision rolls out: one per source its members report,
-// and a recorded commit replaced only by one an agent saw at the ref later.
-func checkRevisions(t *testing.T, in Input, d Decision) {
+// and a recorded commit replaced only by one an agent saw at the ref later, never by the report
+// of a Workspace whose destroy waits (it rolls out nothing).
+func checkRevisions(t *testing.T, in Input, d Decision, destroyWaits func(Workspace) bool) {
 	t.Helper()
 	prev := map[Source]magosv1.RolloutRevision{}
 	for _, r := range in.Rollout.Status.Revisions {
@@ -410,7 +445,7 @@ func checkRevisions(t *testing.T, in Input, d Decision) {
 		}
 		reported := false
 		for _, w := range in.Workspaces {
-			if w.Source == src && w.DetectedRevision == r.Commit && w.DetectedAt.Equal(r.DetectedAt.Time) {
+			if w.Source == src && w.DetectedRevision == r.Commit && w.DetectedAt.Equal(r.DetectedAt.Time) && !destroyWaits(w) {
 				reported = true
 			}
 		}

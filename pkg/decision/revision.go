@@ -29,13 +29,14 @@ type report struct {
 // run resolved itself, the commit last applied) never replace a recorded commit, so a region
 // whose agent has not polled yet can never turn the Rollout back to an older commit, and
 // whichever region polls first, the new commit rolls out in step order. Sources no member
-// tracks any more are forgotten. The result is sorted by repository and ref.
+// tracks any more are forgotten. A member whose destroy waits for its grant reports nothing: it
+// rolls out no commit. The result is sorted by repository and ref.
 func fleetRevisions(prev []magosv1.RolloutRevision, ms []member, now time.Time) []magosv1.RolloutRevision {
 	reports := map[Source]map[string]*report{}
 	for i := range ms {
 		w := ms[i].ws
 		commit, seen := w.Reported()
-		if commit == "" || w.Source.RepoURL == "" {
+		if commit == "" || w.Source.RepoURL == "" || w.DestroyPending() {
 			continue
 		}
 		byCommit := reports[w.Source]

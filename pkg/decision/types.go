@@ -119,7 +119,7 @@ type Change struct {
 	// Run is the run a grant allows (empty for a revocation).
 	Run string
 	// Revision is the commit a grant allows (empty when the Rollout does not know the commit
-	// of the Workspace's source yet, in parallel mode, and for a revocation).
+	// of the Workspace's source yet, in parallel mode, for a destroy, and for a revocation).
 	Revision string
 }
 

@@ -87,9 +87,18 @@ func (w Workspace) MemberOf(namespace, project string) bool {
 	return w.ProjectRef == project && w.Key.Namespace == namespace
 }
 
-// Grantable reports whether the Workspace waits for a grant: phase Pending with a run ID.
+// Grantable reports whether the Workspace waits for a grant of a run it minted: phase Pending
+// with a run ID, or a deleted Workspace whose destroy waits for the hub (Deleting/DestroyPending
+// with a run ID).
 func (w Workspace) Grantable() bool {
-	return w.Phase == magosv1.PhasePending && w.RunID != ""
+	return w.RunID != "" && (w.Phase == magosv1.PhasePending || w.DestroyPending())
+}
+
+// DestroyPending reports whether the Workspace is deleted and its destroy waits for a grant
+// (Deleting/DestroyPending). Such a Workspace is still a member of its steps: its destroy goes
+// in step order.
+func (w Workspace) DestroyPending() bool {
+	return w.Phase == magosv1.PhaseDeleting && w.Reason == magosv1.ReasonDestroyPending
 }
 
 // InFlight reports whether a run of the Workspace has started: Planning, Planned or Applying.
@@ -104,10 +113,13 @@ func (w Workspace) Failed() bool {
 	return w.Phase.RunFailed() || w.Phase == magosv1.PhaseDeleting && w.Reason == magosv1.ReasonDestroyFailed
 }
 
-// Leaving reports whether the Workspace is being deleted (and its destroy, if any, has not
-// failed): it is on its way out of the fleet, so it is no member of any step.
+// Leaving reports whether the Workspace is being deleted and needs nothing more from the hub:
+// it lets go (Deleting/Deleting) or its destroy runs (Deleting/Destroying). It is on its way out
+// of the fleet, so it is no member of any step. A destroy that waits for its grant
+// (DestroyPending, with a run ID) or that failed (DestroyFailed) keeps the Workspace a member.
 func (w Workspace) Leaving() bool {
-	return w.Phase == magosv1.PhaseDeleting && w.Reason != magosv1.ReasonDestroyFailed
+	return w.Phase == magosv1.PhaseDeleting && w.Reason != magosv1.ReasonDestroyFailed &&
+		!(w.DestroyPending() && w.RunID != "")
 }
 
 // HasGrant reports whether the Workspace carries any decision (execution-allowed or

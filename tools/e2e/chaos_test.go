@@ -112,7 +112,8 @@ func schedule(rng *rand.Rand, order []string) []fault {
 		case faultHubKill:
 			f.Target, f.For = "hub", ms(0, 5000)
 		case faultLeaderFailover:
-			f.Target, f.For = "leader", ms(0, 5000)
+			// Soon, so that the takeover (up to the 15s lease) falls within the rollout.
+			f.Target, f.After, f.For = "leader", ms(0, 2000), ms(0, 5000)
 		case faultReplayedGrant:
 			f.Target = agent() // written at once: nothing to heal
 		case faultAgentKill:

@@ -12,7 +12,10 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/spf13/pflag"
+	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -41,6 +44,10 @@ type Options struct {
 	Flags *pflag.FlagSet
 	// LeaderElectionNamespace is where the leader Lease lives; empty: the in-cluster namespace.
 	LeaderElectionNamespace string
+	// LeaderElectionIdentity is this replica's identity in the leader Lease (its holderIdentity
+	// while it leads); empty: controller-runtime's default, the host name and a random UUID.
+	// Distinct replicas must have distinct identities.
+	LeaderElectionIdentity string
 	// Logger is the hub's logger.
 	Logger logr.Logger
 	// Fleet tunes the provider (its Hub and OnChange are set by New).
@@ -83,7 +90,7 @@ func New(opts Options) (*Hub, error) {
 	}
 	cfg := opts.Config
 	skip := opts.SkipNameValidation
-	local, err := ctrl.NewManager(opts.RestConfig, ctrl.Options{
+	mopts := ctrl.Options{
 		Scheme:                        scheme.New(),
 		Logger:                        opts.Logger,
 		Cache:                         CacheOptions(),
@@ -94,7 +101,15 @@ func New(opts Options) (*Hub, error) {
 		LeaderElectionNamespace:       opts.LeaderElectionNamespace,
 		LeaderElectionReleaseOnCancel: true,
 		Controller:                    config.Controller{SkipNameValidation: &skip},
-	})
+	}
+	if cfg.LeaderElect && opts.LeaderElectionIdentity != "" {
+		lock, err := leaderLock(opts.RestConfig, opts.LeaderElectionNamespace, opts.LeaderElectionIdentity)
+		if err != nil {
+			return nil, err
+		}
+		mopts.LeaderElectionResourceLockInterface = lock
+	}
+	local, err := ctrl.NewManager(opts.RestConfig, mopts)
 	if err != nil {
 		return nil, fmt.Errorf("hub: creating the manager: %w", err)
 	}
@@ -147,4 +162,29 @@ func orDefault(v, def string) string {
 		return def
 	}
 	return v
+}
+
+// leaderLock is the leader Lease LeaderElectionID in namespace, held under identity: the lock
+// controller-runtime builds itself, with a chosen identity instead of a random one.
+func leaderLock(restCfg *rest.Config, namespace, identity string) (resourcelock.Interface, error) {
+	if namespace == "" {
+		return nil, errors.New("hub: a leader election identity needs the leader election namespace")
+	}
+	cfg := rest.AddUserAgent(rest.CopyConfig(restCfg), "leader-election")
+	// As controller-runtime does: a hung request must not outlive the renew deadline (10s).
+	cfg.Timeout = 5 * time.Second
+	core, err := corev1client.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("hub: the leader election client: %w", err)
+	}
+	coordination, err := coordinationv1client.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("hub: the leader election client: %w", err)
+	}
+	lock, err := resourcelock.New(resourcelock.LeasesResourceLock, namespace, LeaderElectionID, core, coordination,
+		resourcelock.ResourceLockConfig{Identity: identity})
+	if err != nil {
+		return nil, fmt.Errorf("hub: the leader Lease: %w", err)
+	}
+	return lock, nil
 }

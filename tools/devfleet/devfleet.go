@@ -50,6 +50,11 @@ type Options struct {
 	// collection) against every API server, which Deregister needs: deregistering a cluster
 	// deletes its namespace on the hub, and without it the namespace stays Terminating.
 	ControllerManager bool
+	// HubReplicas is the number of magos-hub processes (default 1). With more than one, every
+	// replica runs with leader election on (the Lease HubLeaseName in the default namespace),
+	// under its process name as its identity: "hub", "hub-2", "hub-3"... One leads, the others
+	// stand by (HubLeader). With one, the hub runs without leader election.
+	HubReplicas int
 }
 
 // Fleet is a running local fleet.
@@ -68,6 +73,7 @@ type Fleet struct {
 	out     io.Writer
 	single  bool
 	proxies map[string]*transportProxy // by spoke name, when Options.HubProxy
+	hubs    []string                   // the hub replicas' process names
 
 	// mu guards registered and the hub's config file.
 	mu         sync.Mutex
@@ -170,11 +176,26 @@ func (f *Fleet) start(ctx context.Context, opts Options) error {
 	if err := f.writeHubConfig(); err != nil {
 		return err
 	}
-	f.step("starting the hub")
-	if err := f.run("hub", "magos-hub", nil, "controller",
-		"--kubeconfig", f.Kubeconfig("hub"), "--config", f.path("hub-config.yaml"),
-		"--metrics-bind-address", "0", "--health-probe-bind-address", "0", "--log-development"); err != nil {
-		return err
+	replicas := max(opts.HubReplicas, 1)
+	for i := range replicas {
+		name := "hub"
+		if i > 0 {
+			name = fmt.Sprintf("hub-%d", i+1)
+		}
+		args := []string{"controller",
+			"--kubeconfig", f.Kubeconfig("hub"), "--config", f.path("hub-config.yaml"),
+			"--metrics-bind-address", "0", "--health-probe-bind-address", "0", "--log-development"}
+		if replicas > 1 {
+			f.step("starting the hub replica %s (leader election on)", name)
+			args = append(args, "--leader-elect", "--leader-election-namespace", HubLeaseNamespace,
+				"--leader-election-identity", name)
+		} else {
+			f.step("starting the hub")
+		}
+		if err := f.run(name, "magos-hub", nil, args...); err != nil {
+			return err
+		}
+		f.hubs = append(f.hubs, name)
 	}
 	for _, name := range f.Order {
 		f.step("starting the agent of %s", name)

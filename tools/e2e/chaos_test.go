@@ -3,6 +3,7 @@ package e2e_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"math/rand/v2"
@@ -42,8 +43,11 @@ const (
 
 // Kinds of fault TestChaos injects.
 const (
-	// faultHubKill kills the hub (SIGKILL) and restarts it after a while.
+	// faultHubKill kills every hub replica (SIGKILL) and restarts them after a while.
 	faultHubKill = "hub-kill"
+	// faultLeaderFailover kills the leading hub replica (SIGKILL), waits for the standby to take
+	// the leader Lease over, and restarts the killed replica after a while.
+	faultLeaderFailover = "leader-failover"
 	// faultAgentKill kills an agent (SIGKILL) and restarts it after a while.
 	faultAgentKill = "agent-kill"
 	// faultAgentStop suspends an agent (SIGSTOP) and resumes it (SIGCONT) after a while.
@@ -56,10 +60,21 @@ const (
 	// faultMirrorDelay suspends an agent for a short time right after a commit, so that its
 	// mirror reports the commit late.
 	faultMirrorDelay = "mirror-delay"
+	// faultReplayedGrant writes on a cluster's mirror on the hub an old grant: execution-allowed
+	// "true", granted-by rollout and the granted-run of an earlier run of that Workspace, as a
+	// stale controller or a replayed event would. Magos must not run on it.
+	faultReplayedGrant = "replayed-grant"
 )
 
+// chaosHubReplicas is the number of hub replicas of the chaos fleet (leader election on).
+const chaosHubReplicas = 2
+
+// failoverTimeout bounds the wait for a hub replica to lead (the Lease lasts 15s).
+const failoverTimeout = 45 * time.Second
+
 // faultKinds in a fixed order, for the schedule and the report.
-var faultKinds = []string{faultHubKill, faultAgentKill, faultAgentStop, faultPartition, faultDeregister, faultMirrorDelay}
+var faultKinds = []string{faultHubKill, faultLeaderFailover, faultAgentKill, faultAgentStop, faultPartition,
+	faultDeregister, faultMirrorDelay, faultReplayedGrant}
 
 // chaosPollIntervals: every region polls git fast (the agent's floor is 5s), the later ones
 // faster, so that a later region usually sees a commit first.
@@ -89,12 +104,18 @@ func schedule(rng *rand.Rand, order []string) []fault {
 	if rng.IntN(3) == 0 {
 		out = append(out, fault{Kind: faultMirrorDelay, Target: agent(), For: ms(1000, 3000)})
 	}
-	others := []string{faultHubKill, faultAgentKill, faultAgentStop, faultPartition, faultDeregister}
+	others := []string{faultHubKill, faultLeaderFailover, faultAgentKill, faultAgentStop, faultPartition,
+		faultDeregister, faultReplayedGrant}
 	for range 1 + rng.IntN(3) {
 		f := fault{Kind: others[rng.IntN(len(others))], After: ms(0, 6000)}
 		switch f.Kind {
 		case faultHubKill:
 			f.Target, f.For = "hub", ms(0, 5000)
+		case faultLeaderFailover:
+			// Soon, so that the takeover (up to the 15s lease) falls within the rollout.
+			f.Target, f.After, f.For = "leader", ms(0, 2000), ms(0, 5000)
+		case faultReplayedGrant:
+			f.Target = agent() // written at once: nothing to heal
 		case faultAgentKill:
 			f.Target, f.For = agent(), ms(0, 8000)
 		case faultAgentStop:
@@ -110,8 +131,9 @@ func schedule(rng *rand.Rand, order []string) []fault {
 }
 
 // inject applies a fault, holds it for its duration and heals it, returning when it was healed.
-// It heals whatever it broke even when it fails half-way.
-func inject(ctx context.Context, f *devfleet.Fleet, ft fault) (healed time.Time, err error) {
+// It heals whatever it broke even when it fails half-way. w gives the runs seen so far (for a
+// replayed grant); what is logged with the fault's window.
+func inject(ctx context.Context, f *devfleet.Fleet, w *watcher, ft fault) (healed time.Time, what string, err error) {
 	hold := func() {
 		select {
 		case <-time.After(ft.For):
@@ -119,28 +141,52 @@ func inject(ctx context.Context, f *devfleet.Fleet, ft fault) (healed time.Time,
 		}
 	}
 	switch ft.Kind {
-	case faultHubKill, faultAgentKill:
+	case faultHubKill:
+		hubs := f.HubReplicas()
+		for _, h := range hubs {
+			if err := f.Kill(h); err != nil {
+				return time.Time{}, "", err
+			}
+		}
+		hold()
+		for _, h := range hubs {
+			err = errors.Join(err, f.Restart(h))
+		}
+	case faultLeaderFailover:
+		began := time.Now()
+		killed, successor, ferr := f.KillHubLeader(ctx, failoverTimeout)
+		if killed == "" {
+			return time.Time{}, "", fmt.Errorf("killing the hub leader: %w", ferr)
+		}
+		what = fmt.Sprintf("killed leader %s, %s took over after %s", killed, successor,
+			time.Since(began).Round(time.Millisecond))
+		hold()
+		err = errors.Join(ferr, f.Restart(killed))
+	case faultReplayedGrant:
+		what, err = replayGrant(ctx, f, w, ft.Target)
+		return time.Now(), what, err
+	case faultAgentKill:
 		if err := f.Kill(ft.Target); err != nil {
-			return time.Time{}, err
+			return time.Time{}, "", err
 		}
 		hold()
 		err = f.Restart(ft.Target)
 	case faultAgentStop, faultMirrorDelay:
 		if err := f.StopProcess(ft.Target); err != nil {
-			return time.Time{}, err
+			return time.Time{}, "", err
 		}
 		hold()
 		err = f.ContinueProcess(ft.Target)
 	case faultPartition:
 		if err := f.Partition(ft.Target); err != nil {
-			return time.Time{}, err
+			return time.Time{}, "", err
 		}
 		hold()
 		err = f.Heal(ft.Target)
 	case faultDeregister:
 		if err := f.Deregister(ctx, ft.Target); err != nil {
 			// Put it back whatever happened.
-			return time.Now(), fmt.Errorf("%w (registering again: %v)", err, f.Register(ctx, ft.Target))
+			return time.Now(), "", fmt.Errorf("%w (registering again: %v)", err, f.Register(ctx, ft.Target))
 		}
 		hold()
 		// Register waits for the hub to set the cluster up again, with a fresh context: the
@@ -149,9 +195,60 @@ func inject(ctx context.Context, f *devfleet.Fleet, ft fault) (healed time.Time,
 		defer cancel()
 		err = f.Register(rctx, ft.Target)
 	default:
-		return time.Time{}, fmt.Errorf("unknown fault kind %q", ft.Kind)
+		return time.Time{}, "", fmt.Errorf("unknown fault kind %q", ft.Kind)
 	}
-	return time.Now(), err
+	return time.Now(), what, err
+}
+
+// replayGrant writes on the hub's mirror of cluster's Workspace, with the hub's admin client, a
+// grant of an earlier run of that Workspace (the latest run the watcher saw granted or running
+// that is not the mirror's current run, preferably not its granted one either):
+// execution-allowed "true", granted-by rollout, granted-run the old run. Until the Workspace has
+// a run other than one the watcher saw (the commit's run, once its agent detected the commit),
+// it waits, up to a minute. It returns what it wrote.
+func replayGrant(ctx context.Context, f *devfleet.Fleet, w *watcher, cluster string) (string, error) {
+	hub := f.Client("hub")
+	deadline := time.Now().Add(time.Minute)
+	for {
+		var mirrors magosv1.WorkspaceList
+		if err := hub.List(ctx, &mirrors, client.InNamespace(keys.ClusterNamespace(cluster)),
+			client.MatchingLabels{keys.Mirror: "true", keys.Cluster: cluster}); err != nil {
+			return "", fmt.Errorf("listing the mirrors of %s: %w", cluster, err)
+		}
+		if len(mirrors.Items) == 1 {
+			m := mirrors.Items[0]
+			var old string
+			for _, run := range slices.Backward(w.runsOf(cluster)) {
+				if run == m.Status.CurrentRunID {
+					continue
+				}
+				if old == "" || old == m.Annotations[keys.GrantedRun] {
+					old = run
+				}
+			}
+			if old != "" {
+				patch := client.MergeFrom(m.DeepCopy())
+				if m.Annotations == nil {
+					m.Annotations = map[string]string{}
+				}
+				m.Annotations[keys.ExecutionAllowed] = "true"
+				m.Annotations[keys.GrantedRun] = old
+				m.Annotations[keys.GrantedBy] = keys.GrantedByRollout
+				if err := hub.Patch(ctx, &m, patch); err != nil {
+					return "", fmt.Errorf("writing the old grant on %s/%s: %w", m.Namespace, m.Name, err)
+				}
+				return fmt.Sprintf("granted-run %s on %s/%s (its current run %s)", old, m.Namespace, m.Name, m.Status.CurrentRunID), nil
+			}
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return "", fmt.Errorf("no earlier run of %s to replay within a minute (seen %v, %d mirrors)",
+				cluster, w.runsOf(cluster), len(mirrors.Items))
+		}
+		select {
+		case <-time.After(200 * time.Millisecond):
+		case <-ctx.Done():
+		}
+	}
 }
 
 // clusterState is what the hub's Cluster object said about a cluster in one poll.
@@ -180,7 +277,8 @@ type observation struct {
 	Reason, Step   string
 	Message        string
 	Clusters       map[string]clusterState
-	GrantedRuns    map[string]string // by cluster: the granted-run annotation of its mirror
+	GrantedRuns    map[string]string   // by cluster: the granted-run annotation of its mirror
+	Runs           map[string][]string // by cluster: its mirror's granted-run and currentRunID
 	ReadErr        error
 	hasRolloutRead bool
 }
@@ -258,6 +356,28 @@ type watcher struct {
 	ambiguous  []string
 	grants     []grantSeen // new grants, when first seen
 	polls      int
+	runs       map[string][]string // by cluster: every run granted or current seen, oldest first, for good
+}
+
+// runsOf returns the runs of cluster's Workspace seen so far, oldest first.
+func (w *watcher) runsOf(cluster string) []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.runs[cluster])
+}
+
+// remember records the runs of o for runsOf. Called with mu held.
+func (w *watcher) remember(o observation) {
+	if w.runs == nil {
+		w.runs = map[string][]string{}
+	}
+	for cluster, runs := range o.Runs {
+		for _, run := range runs {
+			if run != "" && !slices.Contains(w.runs[cluster], run) {
+				w.runs[cluster] = append(w.runs[cluster], run)
+			}
+		}
+	}
 }
 
 func (w *watcher) run(ctx context.Context) {
@@ -268,6 +388,7 @@ func (w *watcher) run(ctx context.Context) {
 		w.mu.Lock()
 		w.polls++
 		if o.ReadErr == nil {
+			w.remember(o)
 			if w.last.hasRolloutRead {
 				if v, a := judgeReport(w.order, w.last, o); v != "" {
 					w.violations = append(w.violations, o.At.Format("15:04:05.000")+" "+v)
@@ -293,7 +414,8 @@ func (w *watcher) run(ctx context.Context) {
 
 func (w *watcher) observe(ctx context.Context) observation {
 	hub := w.f.Client("hub")
-	o := observation{At: time.Now(), Clusters: map[string]clusterState{}, GrantedRuns: map[string]string{}}
+	o := observation{At: time.Now(), Clusters: map[string]clusterState{}, GrantedRuns: map[string]string{},
+		Runs: map[string][]string{}}
 	var r magosv1.Rollout
 	if o.ReadErr = hub.Get(ctx, client.ObjectKey{Namespace: corev1.NamespaceDefault, Name: demo.Project}, &r); o.ReadErr != nil {
 		return o
@@ -319,6 +441,7 @@ func (w *watcher) observe(ctx context.Context) observation {
 	}
 	for _, m := range mirrors.Items {
 		o.GrantedRuns[m.Labels[keys.Cluster]] = m.Annotations[keys.GrantedRun]
+		o.Runs[m.Labels[keys.Cluster]] = []string{m.Annotations[keys.GrantedRun], m.Status.CurrentRunID}
 	}
 	return o
 }
@@ -388,9 +511,10 @@ func percentiles(ds []time.Duration) (p50, p90, top time.Duration) {
 
 // TestChaos: on one fleet (hub and three regional spokes, real binaries, real tofu), after the
 // demo Rollout completed, each trial pushes new commits of the ledger module one at a time
-// while a seeded random schedule injects faults: the hub or an agent killed and restarted, an
-// agent suspended, an agent partitioned from the hub at the transport level, a cluster removed
-// from the hub's config and added back, a delayed mirror. Every fault is healed before the wait
+// while a seeded random schedule injects faults: the hub (both replicas) or an agent killed and
+// restarted, the leading hub replica killed so that the standby takes over, an agent suspended,
+// an agent partitioned from the hub at the transport level, a cluster removed from the hub's
+// config and added back, a delayed mirror, an old grant replayed onto a mirror. Every fault is healed before the wait
 // for the commit, which is bounded. Two observers outside Magos judge each trial: the ledger
 // the module writes on every apply (step order, exactly once per region and release), and the
 // test's own polls of the Rollout and Clusters on the hub (never RolloutCompleted or Failed
@@ -448,7 +572,8 @@ func TestChaos(t *testing.T) {
 	if dir == "" {
 		dir = t.TempDir()
 	}
-	f, err := devfleet.Start(ctx, devfleet.Options{Dir: dir, Progress: &progress, HubProxy: true, ControllerManager: true})
+	f, err := devfleet.Start(ctx, devfleet.Options{Dir: dir, Progress: &progress, HubProxy: true, ControllerManager: true,
+		HubReplicas: chaosHubReplicas})
 	if err != nil {
 		t.Fatalf("starting the fleet: %v\n%s", err, progress.String())
 	}
@@ -506,14 +631,17 @@ func TestChaos(t *testing.T) {
 				case <-ctx.Done():
 				}
 				began := time.Now()
-				at, err := inject(ctx, f, ft)
+				at, what, err := inject(ctx, f, w, ft)
 				faults[ft.Kind]++
 				total++
 				if err != nil {
 					t.Fatalf("trial %d, %s: injecting %s: %v", trial, release, ft, err)
 				}
-				t.Logf("trial %d: %s: %s(%s) from %s to %s", trial, release, ft.Kind, ft.Target,
-					began.Format("15:04:05.000"), at.Format("15:04:05.000"))
+				if what != "" {
+					what = ": " + what
+				}
+				t.Logf("trial %d: %s: %s(%s) from %s to %s%s", trial, release, ft.Kind, ft.Target,
+					began.Format("15:04:05.000"), at.Format("15:04:05.000"), what)
 				healed = append(healed, heal{ft.Kind, at})
 			}
 			// Every fault of the commit is healed: the commit must now roll out everywhere.

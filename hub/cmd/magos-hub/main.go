@@ -68,6 +68,7 @@ func controller(ctx context.Context, args []string) error {
 	fs.String("log-level", def.Log.Level, "debug, info, warn or error")
 	fs.Bool("log-development", def.Log.Development, "human-readable logs")
 	leNamespace := fs.String("leader-election-namespace", os.Getenv("POD_NAMESPACE"), "namespace of the leader election Lease (default: the pod's)")
+	leIdentity := fs.String("leader-election-identity", os.Getenv("POD_NAME"), "this replica's identity in the leader election Lease (default: the pod's name, else the host name and a random UUID)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -93,6 +94,7 @@ func controller(ctx context.Context, args []string) error {
 		ConfigFile:              *file,
 		Flags:                   fs,
 		LeaderElectionNamespace: *leNamespace,
+		LeaderElectionIdentity:  *leIdentity,
 		Logger:                  log,
 	})
 	if err != nil {

@@ -1,0 +1,94 @@
+package devfleet
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"syscall"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/magosfleet/magos/hub/app"
+)
+
+// The hub replicas' leader Lease, with Options.HubReplicas above one.
+const (
+	// HubLeaseNamespace is the namespace of the leader Lease on the hub's API server.
+	HubLeaseNamespace = corev1.NamespaceDefault
+	// HubLeaseName is the name of the leader Lease (the hub's LeaderElectionID).
+	HubLeaseName = app.LeaderElectionID
+)
+
+// HubReplicas returns the process names of the hub replicas ("hub" first).
+func (f *Fleet) HubReplicas() []string { return slices.Clone(f.hubs) }
+
+// HubLeader returns the hub replica that leads now: the holderIdentity of the leader Lease, read
+// from the hub's API server, when it names a running replica and the Lease was renewed within
+// its duration. It waits up to timeout for one (a takeover takes up to the lease duration).
+func (f *Fleet) HubLeader(ctx context.Context, timeout time.Duration) (string, error) {
+	if len(f.hubs) < 2 {
+		return "", fmt.Errorf("the hub runs without leader election (Options.HubReplicas is %d)", len(f.hubs))
+	}
+	deadline := time.Now().Add(timeout)
+	for {
+		leader, why := f.leaseHolder(ctx)
+		if leader != "" {
+			return leader, nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return "", fmt.Errorf("no hub replica leads after %s: %s", timeout, why)
+		}
+		select {
+		case <-time.After(200 * time.Millisecond):
+		case <-ctx.Done():
+		}
+	}
+}
+
+// leaseHolder returns the running replica that holds a live leader Lease, or why there is none.
+func (f *Fleet) leaseHolder(ctx context.Context) (leader, why string) {
+	var l coordinationv1.Lease
+	if err := f.Hub.Client.Get(ctx, client.ObjectKey{Namespace: HubLeaseNamespace, Name: HubLeaseName}, &l); err != nil {
+		return "", fmt.Sprintf("reading the Lease: %v", err)
+	}
+	if l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity == "" {
+		return "", "the Lease has no holder"
+	}
+	holder := *l.Spec.HolderIdentity
+	if l.Spec.RenewTime == nil || l.Spec.LeaseDurationSeconds == nil ||
+		time.Since(l.Spec.RenewTime.Time) > time.Duration(*l.Spec.LeaseDurationSeconds)*time.Second {
+		return "", fmt.Sprintf("the Lease of %s expired", holder)
+	}
+	if !slices.Contains(f.hubs, holder) {
+		return "", fmt.Sprintf("the Lease is held by %q, not a replica of this fleet", holder)
+	}
+	p, err := f.process(holder)
+	if err != nil || p.exited() {
+		return "", fmt.Sprintf("the Lease is held by %s, which is not running", holder)
+	}
+	return holder, ""
+}
+
+// KillHubLeader kills the leading hub replica (SIGKILL, as Kill) and waits up to timeout for
+// another replica to take the Lease over. It returns the killed replica (for Restart) and the
+// one that took over; on a timeout, the killed replica and an error.
+func (f *Fleet) KillHubLeader(ctx context.Context, timeout time.Duration) (killed, successor string, err error) {
+	killed, err = f.HubLeader(ctx, timeout)
+	if err != nil {
+		return "", "", err
+	}
+	p, err := f.process(killed)
+	if err != nil {
+		return "", "", err
+	}
+	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+	<-p.done
+	successor, err = f.HubLeader(ctx, timeout)
+	if err != nil {
+		return killed, "", fmt.Errorf("after killing the leader %s: %w", killed, err)
+	}
+	return killed, successor, nil
+}

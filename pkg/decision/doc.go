@@ -21,9 +21,30 @@
 // # Applied, grantable, in flight
 //
 // A member is Done (counted Applied for a step) when its phase is Applied for its current
-// generation (status.observedGeneration equals the generation), no detected-revision differs
-// from status.observedRevision, no reconcile-request is pending, and its cluster is available.
-// A report from an older spec or revision, or from a silent cluster, never counts.
+// generation (status.observedGeneration equals the generation), under a Rollout at the commit
+// the Rollout rolls out for its source (below), no detected-revision differs from
+// status.observedRevision, no reconcile-request is pending, and its cluster is available. A
+// report from an older spec or commit, or from a silent cluster, never counts.
+//
+// # One commit per source, fleet-wide
+//
+// Under a Rollout, Decide keeps in Decision.Revisions, for every Source (repository and ref)
+// its members track, the commit it rolls out, starting from the Rollout's status.revisions. A
+// recorded commit is replaced only by a commit a member reports with a detection time later
+// than the recorded one (an agent polled the ref and saw it there); a report without a time
+// never replaces it. With no commit recorded, the latest detection wins, else the commit of a
+// run in flight, else the commit most members applied. Every grant names the commit of the
+// member's source, so a step never runs a commit the earlier steps did not apply, whichever
+// region's agent polled first.
+//
+// # Complete views
+//
+// A step is Done only when every member it matches is Done and every cluster it may select in
+// (all registered clusters, or those its clusterSelector matches) is Synced. A step that
+// matches nothing is empty (NoWorkspacesFound) only when every such cluster is Synced,
+// Available and synced after the Rollout's creation (Cluster.SyncedAt); otherwise it waits. A
+// cluster listed in an unfinished step's previous status (same Rollout generation) that is no
+// longer registered keeps the step waiting too: a removed cluster never shrinks a step.
 //
 // A member is grantable when it has a run ID and its phase is Pending, or it is
 // Deleting/DestroyPending (its destroy waits for a grant). A grant always names that run; a
@@ -44,8 +65,9 @@
 //
 //   - no steps: Ready/NoSteps, no grants and no revocations;
 //   - a step whose selector or clusterSelector does not parse: Failed/InvalidSelector;
-//   - a step that matches no member: Failed/NoWorkspacesFound, with CurrentStep at the first
-//     such step. Every step is checked up front, so a typo never silently skips an environment;
+//   - a step that matches no member on a complete view: Failed/NoWorkspacesFound, with
+//     CurrentStep at the first such step. Every step is checked up front, so a typo never
+//     silently skips an environment;
 //   - spec.paused: Reconciling/Paused;
 //   - every member matched by a step is Done: Applied/RolloutCompleted, CurrentStep is the number
 //     of steps;
@@ -53,7 +75,8 @@
 //     first failure);
 //   - otherwise the current step progresses: Reconciling/LevelProgressing, or
 //     Reconciling/WaitingForClusters while members of the step that are not Done live in
-//     unavailable clusters (the Rollout then waits: it neither advances past them nor fails).
+//     unavailable clusters, or clusters it may select in are not Synced or were removed (the
+//     Rollout then waits: it neither advances past them nor fails; the message names them).
 //
 // The current step is the first step, in order, whose matched members are not all Done. It is
 // recomputed from scratch every time, so a new Workspace, a spec change, a new revision or a

@@ -11,8 +11,8 @@ import (
 
 	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
 	"github.com/magosfleet/magos/pkg/keys"
+	"github.com/magosfleet/magos/pkg/localcluster"
 	"github.com/magosfleet/magos/pkg/mirror"
-	"github.com/magosfleet/magos/pkg/testenv"
 )
 
 // parallel runs do for 0..n-1 on 8 goroutines and returns the first error.
@@ -36,7 +36,7 @@ func parallel(n int, do func(i int) error) error {
 
 // mirrored waits until the hub has n mirrors of namespace ns whose status satisfies ok.
 func mirrored(ns string, n int, ok func(*magosv1.Workspace) bool) error {
-	return testenv.Poll(5*time.Minute, func() error {
+	return localcluster.Poll(5*time.Minute, func() error {
 		list := &magosv1.WorkspaceList{}
 		if err := env.Hub.Client.List(context.Background(), list, client.InNamespace(mirror.Namespace("eu-west-1")),
 			client.MatchingLabels{keys.OriginNamespace: ns}); err != nil {

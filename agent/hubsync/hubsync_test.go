@@ -34,13 +34,14 @@ import (
 	"github.com/magosfleet/magos/hub/fleet"
 	"github.com/magosfleet/magos/hub/registry"
 	"github.com/magosfleet/magos/pkg/keys"
+	"github.com/magosfleet/magos/pkg/localcluster"
 	"github.com/magosfleet/magos/pkg/mirror"
 	magosscheme "github.com/magosfleet/magos/pkg/scheme"
 	"github.com/magosfleet/magos/pkg/testenv"
 )
 
 var (
-	env *testenv.Fleet
+	env *localcluster.Fleet
 	hub *app.Hub
 	// bootstrap holds each spoke's agent bootstrap kubeconfig, as the hub printed it.
 	bootstrap = map[string]*rest.Config{}
@@ -65,7 +66,7 @@ func TestMain(m *testing.M) {
 // run starts a hub and three spokes, and a hub registering the spokes as agent clusters.
 func run(m *testing.M) (int, error) {
 	var err error
-	env, err = testenv.New(testenv.Options{Spokes: spokes})
+	env, err = localcluster.New(localcluster.Options{Spokes: spokes})
 	if err != nil {
 		return 0, fmt.Errorf("starting test clusters: %w", err)
 	}
@@ -106,7 +107,7 @@ func run(m *testing.M) (int, error) {
 	}()
 	for _, s := range spokes {
 		var raw []byte
-		if err := testenv.Poll(60*time.Second, func() (err error) {
+		if err := localcluster.Poll(60*time.Second, func() (err error) {
 			raw, err = registry.AgentKubeconfig(ctx, env.Hub.Config, registry.AgentKubeconfigOptions{Cluster: s, Duration: time.Hour})
 			return err
 		}); err != nil {

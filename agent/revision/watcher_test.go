@@ -24,6 +24,7 @@ import (
 	"github.com/magosfleet/magos/pkg/gitrepo"
 	"github.com/magosfleet/magos/pkg/gitrepo/gitrepotest"
 	"github.com/magosfleet/magos/pkg/keys"
+	"github.com/magosfleet/magos/pkg/localcluster"
 	magosscheme "github.com/magosfleet/magos/pkg/scheme"
 	"github.com/magosfleet/magos/pkg/testenv"
 )
@@ -53,7 +54,7 @@ func (r *resolveLog) count(ref string) int {
 // repository's credentials; a new commit marks every one of them that has not run it; a
 // pinned commit is never polled; a Workspace that moves to another ref moves its polling too.
 func TestWatcher(t *testing.T) {
-	fleet := testenv.Start(t, testenv.Options{NoHub: true, Spokes: []string{"git"}})
+	fleet := testenv.Start(t, localcluster.Options{NoHub: true, Spokes: []string{"git"}})
 	cluster := fleet.Spokes["git"]
 	c := cluster.Client
 	ctx, cancel := context.WithCancel(context.Background())
@@ -103,7 +104,7 @@ func TestWatcher(t *testing.T) {
 			StringData: map[string]string{"repoURL": url, "username": "bot", "password": "token"}},
 	}
 	for _, o := range objects {
-		if err := testenv.Poll(30*time.Second, func() error { return c.Create(ctx, o) }); err != nil {
+		if err := localcluster.Poll(30*time.Second, func() error { return c.Create(ctx, o) }); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -119,7 +120,7 @@ func TestWatcher(t *testing.T) {
 				Source:    magosv1.Source{RepoURL: url, TargetRevision: ref, Path: "."},
 				Terraform: magosv1.TerraformSpec{Version: "1.10.6"}},
 		}
-		if err := testenv.Poll(30*time.Second, func() error { return c.Create(ctx, ws) }); err != nil {
+		if err := localcluster.Poll(30*time.Second, func() error { return c.Create(ctx, ws) }); err != nil {
 			t.Fatal(err)
 		}
 		ws.Status.ObservedRevision, ws.Status.CurrentRevision = first, first // it ran the first commit

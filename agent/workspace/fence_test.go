@@ -20,6 +20,7 @@ import (
 	"github.com/magosfleet/magos/agent/workspace"
 	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
 	"github.com/magosfleet/magos/pkg/keys"
+	"github.com/magosfleet/magos/pkg/localcluster"
 	"github.com/magosfleet/magos/pkg/mirror"
 	"github.com/magosfleet/magos/pkg/testenv"
 )
@@ -206,7 +207,7 @@ func TestApplyRunsOnlyWhatWasPlanned(t *testing.T) {
 // for Workspaces. The agent stops when the test ends.
 func startHubbedAgent(t *testing.T, clusterName string) client.Client {
 	t.Helper()
-	fleet := testenv.Start(t, testenv.Options{NoHub: true, Spokes: []string{clusterName}})
+	fleet := testenv.Start(t, localcluster.Options{NoHub: true, Spokes: []string{clusterName}})
 	cluster := fleet.Spokes[clusterName]
 	c := cluster.Client
 	ctx := context.Background()

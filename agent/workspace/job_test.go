@@ -26,6 +26,7 @@ import (
 	"github.com/magosfleet/magos/agent/workspace"
 	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
 	"github.com/magosfleet/magos/pkg/keys"
+	"github.com/magosfleet/magos/pkg/localcluster"
 	"github.com/magosfleet/magos/pkg/runner"
 	"github.com/magosfleet/magos/pkg/testenv"
 )
@@ -39,7 +40,7 @@ const runnerImage = "registry.example/magos-agent:test"
 // successful run.
 func TestJobLauncher(t *testing.T) {
 	t.Parallel()
-	fleet := testenv.Start(t, testenv.Options{NoHub: true, Spokes: []string{"jobs"}})
+	fleet := testenv.Start(t, localcluster.Options{NoHub: true, Spokes: []string{"jobs"}})
 	cluster := fleet.Spokes["jobs"]
 	c := cluster.Client
 	mgr, err := app.NewManager(app.Options{

@@ -32,13 +32,14 @@ import (
 	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
 	"github.com/magosfleet/magos/pkg/gitrepo/gitrepotest"
 	"github.com/magosfleet/magos/pkg/keys"
+	"github.com/magosfleet/magos/pkg/localcluster"
 	"github.com/magosfleet/magos/pkg/testenv"
 )
 
 // The shared test world: one spoke API server, one agent running local runs with the
 // magos-agent binary built from this checkout, and a real tofu.
 var (
-	spoke      *testenv.Cluster
+	spoke      *localcluster.Cluster
 	agentBin   string
 	tofuPath   string
 	testDir    string
@@ -69,7 +70,7 @@ func runMain(m *testing.M) int {
 	ctrl.SetLogger(ctrlzap.New(ctrlzap.UseDevMode(true), ctrlzap.WriteTo(logFile)))
 
 	agentBin = filepath.Join(testDir, "magos-agent")
-	root, err := testenv.RepoRoot()
+	root, err := localcluster.RepoRoot()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -81,11 +82,11 @@ func runMain(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "building magos-agent:", err)
 		return 1
 	}
-	if tofuPath, err = testenv.Tofu(); err != nil {
+	if tofuPath, err = localcluster.Tofu(); err != nil {
 		fmt.Fprintln(os.Stderr, "test assets:", err)
 		return 1
 	}
-	fleet, err := testenv.New(testenv.Options{NoHub: true, Spokes: []string{"spoke"}})
+	fleet, err := localcluster.New(localcluster.Options{NoHub: true, Spokes: []string{"spoke"}})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "starting the test cluster:", err)
 		return 1
@@ -213,7 +214,7 @@ func newNamespace(t testing.TB) string {
 
 // createWithRetry creates obj, riding out the throttling of a fresh API server.
 func createWithRetry(ctx context.Context, c client.Client, obj client.Object) error {
-	return testenv.Poll(30*time.Second, func() error { return c.Create(ctx, obj) })
+	return localcluster.Poll(30*time.Second, func() error { return c.Create(ctx, obj) })
 }
 
 // newRepo creates a git repository with one commit of files, returning it and the commit.
@@ -317,7 +318,7 @@ func runToApplied(t testing.TB, c client.Client, key types.NamespacedName, reaso
 	runID := ws.Status.CurrentRunID
 	var last *magosv1.Workspace
 	var failed bool
-	err := testenv.Poll(180*time.Second, func() error {
+	err := localcluster.Poll(180*time.Second, func() error {
 		ws, err := getWorkspace(c, key)
 		if err != nil {
 			return err

@@ -31,6 +31,7 @@ import (
 	"helm.sh/helm/v3/pkg/lint"
 	"helm.sh/helm/v3/pkg/lint/support"
 
+	"github.com/magosfleet/magos/pkg/localcluster"
 	"github.com/magosfleet/magos/pkg/testenv"
 )
 
@@ -287,7 +288,7 @@ func assertHardened(t *testing.T, d *appsv1.Deployment) {
 // TestInstallIntoAPIServer creates every rendered object of both charts in a real API server
 // (which validates each against its schema), then checks the installed RBAC with access reviews.
 func TestInstallIntoAPIServer(t *testing.T) {
-	fleet := testenv.Start(t, testenv.Options{NoHub: true, Spokes: []string{"cluster"}, Bare: true})
+	fleet := testenv.Start(t, localcluster.Options{NoHub: true, Spokes: []string{"cluster"}, Bare: true})
 	c := fleet.Spokes["cluster"]
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

@@ -19,6 +19,7 @@ import (
 	"github.com/magosfleet/magos/hub/cli"
 	"github.com/magosfleet/magos/hub/registry"
 	"github.com/magosfleet/magos/pkg/keys"
+	"github.com/magosfleet/magos/pkg/localcluster"
 	"github.com/magosfleet/magos/pkg/mirror"
 	"github.com/magosfleet/magos/pkg/testenv"
 )
@@ -45,13 +46,13 @@ func mustRun(t *testing.T, kubeconfig string, args ...string) string {
 }
 
 type fixture struct {
-	hub *testenv.Cluster
+	hub *localcluster.Cluster
 	ctx context.Context
 }
 
 func setup(t *testing.T) fixture {
 	t.Helper()
-	fleet := testenv.Start(t, testenv.Options{})
+	fleet := testenv.Start(t, localcluster.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
 	f := fixture{hub: fleet.Hub, ctx: ctx}

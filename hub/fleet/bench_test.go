@@ -24,9 +24,9 @@ import (
 
 	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
 	"github.com/magosfleet/magos/hub/fleet"
+	"github.com/magosfleet/magos/pkg/localcluster"
 	"github.com/magosfleet/magos/pkg/mirror"
 	magosscheme "github.com/magosfleet/magos/pkg/scheme"
-	"github.com/magosfleet/magos/pkg/testenv"
 )
 
 // watchCounter counts the WATCH requests for Workspaces a client makes.
@@ -112,7 +112,7 @@ func BenchmarkAgentClusters(b *testing.B) {
 	start := time.Now()
 	go func() { done <- mgr.Start(mctx) }()
 	defer func() { cancel(); <-done }()
-	if err := testenv.Poll(120*time.Second, func() error {
+	if err := localcluster.Poll(120*time.Second, func() error {
 		n := 0
 		reconciled.Range(func(k, _ any) bool {
 			if strings.HasPrefix(k.(string), "cluster://bench-") {

@@ -35,17 +35,18 @@ import (
 	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
 	"github.com/magosfleet/magos/hub/fleet"
 	"github.com/magosfleet/magos/pkg/keys"
+	"github.com/magosfleet/magos/pkg/localcluster"
 	"github.com/magosfleet/magos/pkg/mirror"
 	magosscheme "github.com/magosfleet/magos/pkg/scheme"
 	"github.com/magosfleet/magos/pkg/testenv"
 )
 
-var env *testenv.Fleet
+var env *localcluster.Fleet
 
 func TestMain(m *testing.M) {
 	ctrl.SetLogger(zap.New(zap.UseDevMode(true), zap.Level(zapcore.Level(zapLevel()))))
 	var err error
-	env, err = testenv.New(testenv.Options{Spokes: []string{"us-east-1", "eu-west-1", "ap-south-1"}})
+	env, err = localcluster.New(localcluster.Options{Spokes: []string{"us-east-1", "eu-west-1", "ap-south-1"}})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "starting test clusters:", err)
 		os.Exit(1)

@@ -1,5 +1,5 @@
 // Package hubtest is the test harness of the hub's Rollout and Project controllers: a hub
-// and spokes on real API servers (pkg/testenv), registered Cluster objects, hub managers that
+// and spokes on real API servers (pkg/localcluster), registered Cluster objects, hub managers that
 // engage the spokes as direct clusters through multicluster-runtime's clusters provider, and
 // an Agent that plays each spoke's agent by driving Workspace status.
 package hubtest
@@ -31,6 +31,7 @@ import (
 	clustersprovider "sigs.k8s.io/multicluster-runtime/providers/clusters"
 
 	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
+	"github.com/magosfleet/magos/pkg/localcluster"
 	"github.com/magosfleet/magos/pkg/logging"
 	magosscheme "github.com/magosfleet/magos/pkg/scheme"
 	"github.com/magosfleet/magos/pkg/testenv"
@@ -59,7 +60,7 @@ func setLogger() {
 
 // Hub is a test fleet: the hub and the spokes, and the hub's client.
 type Hub struct {
-	Fleet *testenv.Fleet
+	Fleet *localcluster.Fleet
 	// Client is a cluster-admin client of the hub.
 	Client client.Client
 }
@@ -69,7 +70,7 @@ type Hub struct {
 func Start(t testing.TB, spokes ...string) *Hub {
 	t.Helper()
 	setLogger()
-	f := testenv.Start(t, testenv.Options{Spokes: spokes})
+	f := testenv.Start(t, localcluster.Options{Spokes: spokes})
 	h := &Hub{Fleet: f, Client: f.Hub.Client}
 	for _, s := range spokes {
 		h.Register(t, s, map[string]string{"region": s})
@@ -139,7 +140,7 @@ func (h *Hub) SetAvailable(t testing.TB, name string, available bool, reason str
 // Namespace creates a namespace on the hub and on every spoke.
 func (h *Hub) Namespace(t testing.TB, name string) {
 	t.Helper()
-	all := []*testenv.Cluster{h.Fleet.Hub}
+	all := []*localcluster.Cluster{h.Fleet.Hub}
 	for _, s := range h.Fleet.Spokes {
 		all = append(all, s)
 	}

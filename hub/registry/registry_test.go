@@ -31,12 +31,13 @@ import (
 	"github.com/magosfleet/magos/hub/fleet"
 	"github.com/magosfleet/magos/hub/registry"
 	"github.com/magosfleet/magos/pkg/keys"
+	"github.com/magosfleet/magos/pkg/localcluster"
 	"github.com/magosfleet/magos/pkg/mirror"
 	magosscheme "github.com/magosfleet/magos/pkg/scheme"
 	"github.com/magosfleet/magos/pkg/testenv"
 )
 
-var env *testenv.Fleet
+var env *localcluster.Fleet
 
 func TestMain(m *testing.M) {
 	level := zapcore.ErrorLevel
@@ -45,7 +46,7 @@ func TestMain(m *testing.M) {
 	}
 	ctrl.SetLogger(zap.New(zap.UseDevMode(true), zap.Level(level)))
 	var err error
-	env, err = testenv.New(testenv.Options{Spokes: []string{"us-east-1", "eu-west-1", "ap-south-1"}, ControllerManager: true})
+	env, err = localcluster.New(localcluster.Options{Spokes: []string{"us-east-1", "eu-west-1", "ap-south-1"}, ControllerManager: true})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "starting test clusters:", err)
 		os.Exit(1)

@@ -24,6 +24,7 @@ import (
 	dt "github.com/magosfleet/magos/hub/hubtest"
 	"github.com/magosfleet/magos/hub/rollout"
 	"github.com/magosfleet/magos/pkg/keys"
+	"github.com/magosfleet/magos/pkg/localcluster"
 	"github.com/magosfleet/magos/pkg/mirror"
 	"github.com/magosfleet/magos/pkg/testenv"
 )
@@ -47,7 +48,7 @@ type benchFleet struct {
 
 func startBenchFleet(b *testing.B) *benchFleet {
 	b.Helper()
-	h := &dt.Hub{Fleet: testenv.Start(b, testenv.Options{})}
+	h := &dt.Hub{Fleet: testenv.Start(b, localcluster.Options{})}
 	h.Client = h.Fleet.Hub.Client
 	ctx := context.Background()
 	bf := &benchFleet{h: h, requests: &atomic.Int64{}}

@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/magosfleet/magos/pkg/gitrepo/gitrepotest"
+	"github.com/magosfleet/magos/pkg/localcluster"
 	"github.com/magosfleet/magos/pkg/runner"
 	"github.com/magosfleet/magos/pkg/testenv"
 )
@@ -27,7 +28,7 @@ func BenchmarkPlanApply(b *testing.B) {
 	sha := repo.Commit(b, "module", map[string]string{"main.tf": module})
 	ctx := log.IntoContext(context.Background(), logr.Discard())
 
-	fleet := testenv.Start(b, testenv.Options{NoHub: true, Spokes: []string{"spoke"}})
+	fleet := testenv.Start(b, localcluster.Options{NoHub: true, Spokes: []string{"spoke"}})
 	spoke := fleet.Spokes["spoke"]
 	if err := spoke.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "bench"}}); err != nil {
 		b.Fatalf("creating namespace: %v", err)

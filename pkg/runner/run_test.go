@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/magosfleet/magos/pkg/gitrepo/gitrepotest"
+	"github.com/magosfleet/magos/pkg/localcluster"
 	"github.com/magosfleet/magos/pkg/runner"
 	"github.com/magosfleet/magos/pkg/testenv"
 )
@@ -53,7 +54,7 @@ func testContext(t *testing.T) context.Context {
 // tofu returns the tofu binary the tests run, failing the test when it cannot be had.
 func tofu(t testing.TB) string {
 	t.Helper()
-	p, err := testenv.Tofu()
+	p, err := localcluster.Tofu()
 	if err != nil || p == "" {
 		t.Fatalf("tofu binary: %v (path %q)", err, p)
 	}
@@ -204,7 +205,7 @@ func TestRunPlanApplyDestroyLocalState(t *testing.T) {
 }
 
 func TestRunKubernetesBackendKeepsState(t *testing.T) {
-	fleet := testenv.Start(t, testenv.Options{NoHub: true, Spokes: []string{"spoke"}})
+	fleet := testenv.Start(t, localcluster.Options{NoHub: true, Spokes: []string{"spoke"}})
 	spoke := fleet.Spokes["spoke"]
 	ctx := context.Background()
 	if err := spoke.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team-a"}}); err != nil {

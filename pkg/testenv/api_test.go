@@ -19,14 +19,15 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
+	"github.com/magosfleet/magos/pkg/localcluster"
 	"github.com/magosfleet/magos/pkg/testenv"
 )
 
 // One API server serves every test of this file.
-var api *testenv.Cluster
+var api *localcluster.Cluster
 
 func TestMain(m *testing.M) {
-	fleet, err := testenv.New(testenv.Options{})
+	fleet, err := localcluster.New(localcluster.Options{})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
@@ -520,13 +521,13 @@ func tableRow(t *testing.T, cfg *rest.Config, path string) map[string]any {
 // where to set them; a Project without them is accepted. (Its own API server: the policy must
 // not reach the other tests' Projects.)
 func TestHubRefusesProjectDefaults(t *testing.T) {
-	fleet := testenv.Start(t, testenv.Options{})
+	fleet := testenv.Start(t, localcluster.Options{})
 	hub := fleet.Hub
-	root, err := testenv.RepoRoot()
+	root, err := localcluster.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := testenv.ApplyFile(ctx(t), hub.Client, root+"/charts/magos-hub/files/admission-policy.yaml"); err != nil {
+	if err := localcluster.ApplyFile(ctx(t), hub.Client, root+"/charts/magos-hub/files/admission-policy.yaml"); err != nil {
 		t.Fatal(err)
 	}
 	cases := []struct {

@@ -22,8 +22,8 @@ import (
 	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
 	"github.com/magosfleet/magos/hub/cli"
 	"github.com/magosfleet/magos/pkg/keys"
+	"github.com/magosfleet/magos/pkg/localcluster"
 	"github.com/magosfleet/magos/pkg/mirror"
-	"github.com/magosfleet/magos/pkg/testenv"
 	"github.com/magosfleet/magos/tools/devfleet"
 )
 
@@ -176,7 +176,7 @@ func Setup(ctx context.Context, fleet *devfleet.Fleet, opts Options) error {
 
 // waitMirrored waits until the hub holds the mirror of every spoke's demo Workspace.
 func waitMirrored(ctx context.Context, fleet *devfleet.Fleet) error {
-	return testenv.Poll(2*time.Minute, func() error {
+	return localcluster.Poll(2*time.Minute, func() error {
 		var mirrors magosv1.WorkspaceList
 		if err := fleet.Client("hub").List(ctx, &mirrors, client.MatchingLabelsSelector{Selector: mirror.OnlyMirrors()}); err != nil {
 			return err

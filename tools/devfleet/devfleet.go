@@ -1,5 +1,5 @@
 // Package devfleet starts a complete Magos Fleet on one machine: a hub API server and spoke API
-// servers (real etcd + kube-apiserver, from pkg/testenv), the hub registered with every spoke
+// servers (real etcd + kube-apiserver, from pkg/localcluster), the hub registered with every spoke
 // as an agent cluster through its config file, and the real magos-hub and magos-agent binaries
 // (built from this checkout) as child processes, the agents running Workspaces with the local
 // runner. It is what `magos-dev up` and `make demo` run.
@@ -25,8 +25,8 @@ import (
 	"sigs.k8s.io/yaml"
 
 	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
+	"github.com/magosfleet/magos/pkg/localcluster"
 	"github.com/magosfleet/magos/pkg/logging"
-	"github.com/magosfleet/magos/pkg/testenv"
 )
 
 // DefaultSpokes are the spoke clusters started when Options.Spokes is empty.
@@ -60,15 +60,15 @@ type Options struct {
 // Fleet is a running local fleet.
 type Fleet struct {
 	// Hub is the hub cluster.
-	Hub *testenv.Cluster
+	Hub *localcluster.Cluster
 	// Spokes are the spoke clusters by name (in single mode: the hub itself, as "local").
-	Spokes map[string]*testenv.Cluster
+	Spokes map[string]*localcluster.Cluster
 	// Order is the spoke names in the order given.
 	Order []string
 	// Dir is Options.Dir.
 	Dir string
 
-	env     *testenv.Fleet
+	env     *localcluster.Fleet
 	procs   []*process
 	out     io.Writer
 	single  bool
@@ -121,7 +121,7 @@ func Start(ctx context.Context, opts Options) (*Fleet, error) {
 			return nil, err
 		}
 	}
-	f := &Fleet{Dir: opts.Dir, Order: opts.Spokes, Spokes: map[string]*testenv.Cluster{}, out: opts.Progress,
+	f := &Fleet{Dir: opts.Dir, Order: opts.Spokes, Spokes: map[string]*localcluster.Cluster{}, out: opts.Progress,
 		single: opts.Single, proxies: map[string]*transportProxy{}, registered: map[string]bool{}}
 	for _, name := range opts.Spokes {
 		f.registered[name] = true
@@ -138,10 +138,10 @@ func (f *Fleet) step(format string, args ...any) {
 
 func (f *Fleet) start(ctx context.Context, opts Options) error {
 	f.step("provisioning etcd, kube-apiserver and tofu (built from the Go module proxy on first use, then cached)")
-	if _, err := testenv.Assets(); err != nil {
+	if _, err := localcluster.Assets(); err != nil {
 		return err
 	}
-	tofu, err := testenv.Tofu()
+	tofu, err := localcluster.Tofu()
 	if err != nil {
 		return err
 	}
@@ -151,10 +151,10 @@ func (f *Fleet) start(ctx context.Context, opts Options) error {
 	}
 	if opts.Single {
 		f.step("starting one API server (hub and spoke)")
-		f.env, err = testenv.New(testenv.Options{ControllerManager: opts.ControllerManager})
+		f.env, err = localcluster.New(localcluster.Options{ControllerManager: opts.ControllerManager})
 	} else {
 		f.step("starting API servers: hub, %s", strings.Join(opts.Spokes, ", "))
-		f.env, err = testenv.New(testenv.Options{Spokes: opts.Spokes, ControllerManager: opts.ControllerManager})
+		f.env, err = localcluster.New(localcluster.Options{Spokes: opts.Spokes, ControllerManager: opts.ControllerManager})
 	}
 	if err != nil {
 		return err
@@ -285,7 +285,7 @@ func (f *Fleet) writeHubConfig() error {
 func (f *Fleet) agentKubeconfig(ctx context.Context, cluster string) (string, error) {
 	out := f.path(cluster + "-hub.kubeconfig")
 	var last []byte
-	err := testenv.Poll(2*time.Minute, func() error {
+	err := localcluster.Poll(2*time.Minute, func() error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
@@ -310,7 +310,7 @@ func (f *Fleet) agentKubeconfig(ctx context.Context, cluster string) (string, er
 }
 
 func (f *Fleet) waitReady(ctx context.Context) error {
-	return testenv.Poll(3*time.Minute, func() error {
+	return localcluster.Poll(3*time.Minute, func() error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
@@ -438,7 +438,7 @@ func (f *Fleet) Stop() error {
 }
 
 func buildBinaries(ctx context.Context, dir string) error {
-	root, err := testenv.RepoRoot()
+	root, err := localcluster.RepoRoot()
 	if err != nil {
 		return err
 	}

@@ -12,7 +12,7 @@ import (
 
 	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
 	"github.com/magosfleet/magos/pkg/keys"
-	"github.com/magosfleet/magos/pkg/testenv"
+	"github.com/magosfleet/magos/pkg/localcluster"
 )
 
 // StopProcess suspends the process of "hub" or of a spoke's agent (SIGSTOP to its process
@@ -64,7 +64,7 @@ func (f *Fleet) Deregister(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
-	return testenv.Poll(2*time.Minute, func() error {
+	return localcluster.Poll(2*time.Minute, func() error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
-	"github.com/magosfleet/magos/pkg/testenv"
+	"github.com/magosfleet/magos/pkg/localcluster"
 	"github.com/magosfleet/magos/tools/demo"
 	"github.com/magosfleet/magos/tools/devfleet"
 )
@@ -107,7 +107,7 @@ func TestNewCommitsRollOutInStepOrder(t *testing.T) {
 // Workspace reports Applied at sha (so the next commit finds the fleet at rest).
 func waitRelease(t *testing.T, ctx context.Context, f *devfleet.Fleet, ledger, release, sha string) error {
 	t.Helper()
-	return testenv.Poll(2*time.Minute, func() error {
+	return localcluster.Poll(2*time.Minute, func() error {
 		lines, err := readLedger(ledger)
 		if err != nil {
 			return err

@@ -11,11 +11,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
+	"github.com/magosfleet/magos/pkg/localcluster"
 	"github.com/magosfleet/magos/pkg/testenv"
 )
 
 func TestSamplesApply(t *testing.T) {
-	fleet := testenv.Start(t, testenv.Options{NoHub: true, Spokes: []string{"cluster"}})
+	fleet := testenv.Start(t, localcluster.Options{NoHub: true, Spokes: []string{"cluster"}})
 	c := fleet.Spokes["cluster"].Client
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -25,7 +26,7 @@ func TestSamplesApply(t *testing.T) {
 	}
 	for i, f := range files {
 		t.Run(filepath.Base(filepath.Dir(f))+"/"+filepath.Base(f), func(t *testing.T) {
-			objs, err := testenv.DecodeFile(f)
+			objs, err := localcluster.DecodeFile(f)
 			if err != nil || len(objs) == 0 {
 				t.Fatalf("%d objects: %v", len(objs), err)
 			}

@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
+	"github.com/magosfleet/magos/pkg/localcluster"
 	"github.com/magosfleet/magos/pkg/mirror"
 	"github.com/magosfleet/magos/pkg/testenv"
 )
@@ -21,7 +22,7 @@ import (
 // TestCommands runs `magos-hub controller` on a test hub with a config file registering an
 // agent cluster, then `magos-hub agent-kubeconfig` for it, as an operator would.
 func TestCommands(t *testing.T) {
-	env := testenv.Start(t, testenv.Options{})
+	env := testenv.Start(t, localcluster.Options{})
 	file := filepath.Join(t.TempDir(), "config.yaml")
 	if err := os.WriteFile(file, []byte("clusters:\n  - name: cmd-a\n    labels: {region: r1}\n    agent: {}\n"), 0o600); err != nil {
 		t.Fatal(err)

@@ -1,11 +1,11 @@
-package testenv_test
+package localcluster_test
 
 import (
 	"fmt"
 	"testing"
 	"time"
 
-	"github.com/magosfleet/magos/pkg/testenv"
+	"github.com/magosfleet/magos/pkg/localcluster"
 )
 
 // BenchmarkStartFleet measures how long a hub plus N-1 spokes take to start (CRDs and admission
@@ -21,13 +21,13 @@ func BenchmarkStartFleet(b *testing.B) {
 			var rss int64
 			for b.Loop() {
 				start := time.Now()
-				f, err := testenv.New(testenv.Options{Spokes: spokes})
+				f, err := localcluster.New(localcluster.Options{Spokes: spokes})
 				if err != nil {
 					b.Fatal(err)
 				}
 				total += time.Since(start)
-				for _, c := range append([]*testenv.Cluster{f.Hub}, spokesOf(f)...) {
-					rss += testenv.RSSBytes(c.PIDs()...)
+				for _, c := range append([]*localcluster.Cluster{f.Hub}, spokesOf(f)...) {
+					rss += localcluster.RSSBytes(c.PIDs()...)
 				}
 				if err := f.Stop(); err != nil {
 					b.Fatal(err)
@@ -39,8 +39,8 @@ func BenchmarkStartFleet(b *testing.B) {
 	}
 }
 
-func spokesOf(f *testenv.Fleet) []*testenv.Cluster {
-	var out []*testenv.Cluster
+func spokesOf(f *localcluster.Fleet) []*localcluster.Cluster {
+	var out []*localcluster.Cluster
 	for _, c := range f.Spokes {
 		out = append(out, c)
 	}

@@ -1,4 +1,4 @@
-package testenv
+package localcluster
 
 import (
 	"bufio"
@@ -95,7 +95,7 @@ func RepoRoot() (string, error) {
 		}
 		parent := filepath.Dir(dir)
 		if parent == dir {
-			return "", errors.New("testenv: no go.work above the working directory")
+			return "", errors.New("localcluster: no go.work above the working directory")
 		}
 		dir = parent
 	}

@@ -1,11 +1,13 @@
-// Package testenv starts real Kubernetes API servers for tests: a hub and any number of spokes,
-// each its own etcd and kube-apiserver (controller-runtime's envtest), with the Magos CRDs and
-// admission policies installed. Every integration test in the repository uses it.
+// Package localcluster starts real Kubernetes control planes on this machine: a hub and any
+// number of spokes, each its own etcd and kube-apiserver (controller-runtime's envtest, with an
+// optional kube-controller-manager), with the Magos CRDs and admission policies installed. The
+// local fleet of `make demo` (tools/devfleet) runs on it, and every integration test does
+// through pkg/testenv.
 //
 // The binaries come from tools/provision-assets.sh (built from the Go module proxy and cached).
-// When KUBEBUILDER_ASSETS is not set, the harness runs that script itself; when the assets
-// cannot be had, the test fails: it never skips.
-package testenv
+// When KUBEBUILDER_ASSETS is not set, the package runs that script itself; when the assets
+// cannot be had, New fails.
+package localcluster
 
 import (
 	"bytes"
@@ -17,7 +19,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sync"
-	"testing"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -71,29 +72,13 @@ type Fleet struct {
 	dir string
 }
 
-// Start starts a Fleet for a test and stops it when the test ends. It fails the test when the
-// API servers cannot be started.
-func Start(t testing.TB, opts Options) *Fleet {
-	t.Helper()
-	f, err := New(opts)
-	if err != nil {
-		t.Fatalf("starting test clusters: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := f.Stop(); err != nil {
-			t.Errorf("stopping test clusters: %v", err)
-		}
-	})
-	return f
-}
-
 // New starts a Fleet; the caller must Stop it. The clusters start concurrently.
 func New(opts Options) (*Fleet, error) {
 	assets, err := Assets()
 	if err != nil {
 		return nil, err
 	}
-	dir, err := os.MkdirTemp("", "magos-testenv-")
+	dir, err := os.MkdirTemp("", "magos-localcluster-")
 	if err != nil {
 		return nil, err
 	}

@@ -40,6 +40,26 @@ generate: ## Regenerate deepcopy code and the CRDs of both charts.
 build: ## Build the hub, agent, magosctl and magos-dev binaries into bin/.
 	go build -o $(BIN)/ ./hub/cmd/... ./agent/cmd/... ./tools/cmd/...
 
+IMAGES_DIR := $(BIN)/images
+IMAGE_TAG   ?= dev
+
+.PHONY: images
+images: ## Build the magos-hub, magos-agent and magos-runner images from scratch into the local engine and bin/images/*.tar.
+	rm -rf $(IMAGES_DIR)/context && mkdir -p $(IMAGES_DIR)/context/bin $(IMAGES_DIR)/context/rootfs/etc $(IMAGES_DIR)/context/rootfs/tmp
+	CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o $(IMAGES_DIR)/context/bin/ ./hub/cmd/magos-hub ./hub/cmd/magosctl ./agent/cmd/magos-agent
+	$(WITH_ASSETS) cp "$$MAGOS_TOFU" $(IMAGES_DIR)/context/bin/tofu
+	printf 'root:x:0:0:root:/root:/sbin/nologin\nnonroot:x:65532:65532:nonroot:/tmp:/sbin/nologin\n' >$(IMAGES_DIR)/context/rootfs/etc/passwd
+	printf 'root:x:0:\nnonroot:x:65532:\n' >$(IMAGES_DIR)/context/rootfs/etc/group
+	chmod 1777 $(IMAGES_DIR)/context/rootfs/tmp
+	if [[ -f /etc/ssl/certs/ca-certificates.crt ]]; then mkdir -p $(IMAGES_DIR)/context/rootfs/etc/ssl/certs && \
+	  cp /etc/ssl/certs/ca-certificates.crt $(IMAGES_DIR)/context/rootfs/etc/ssl/certs/; \
+	else echo "images: no /etc/ssl/certs/ca-certificates.crt on this machine: the images carry no CA certificates"; fi
+	for target in hub agent runner; do \
+	  docker build -q --target $$target -t magos-$$target:$(IMAGE_TAG) -f Dockerfile $(IMAGES_DIR)/context >/dev/null && \
+	  docker save -o $(IMAGES_DIR)/magos-$$target.tar magos-$$target:$(IMAGE_TAG) && \
+	  echo "images: magos-$$target:$(IMAGE_TAG) $$(docker image inspect -f '{{.Size}}' magos-$$target:$(IMAGE_TAG) | awk '{printf "%.1f MiB", $$1/1048576}') -> $(IMAGES_DIR)/magos-$$target.tar"; \
+	done
+
 .PHONY: assets
 assets: ## Build etcd, kube-apiserver and tofu from the Go module proxy (cached).
 	tools/provision-assets.sh

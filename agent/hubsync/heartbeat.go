@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"sort"
-	"strconv"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -141,7 +140,7 @@ func (h *heartbeat) beat(ctx context.Context, log logr.Logger) (soon bool) {
 	}
 	if h.syncedSince.IsZero() {
 		h.syncedSince = now
-		log.Info("mirror sync in step with the spoke", "syncedSince", formatSyncedSince(now), "mirrored", res.mirrored)
+		log.Info("mirror sync in step with the spoke", "syncedSince", now.UTC().Format(time.RFC3339), "mirrored", res.mirrored)
 	}
 	switch {
 	case res.behind == 0:
@@ -234,20 +233,13 @@ func (h *heartbeat) audit(ctx context.Context, now time.Time) (auditResult, erro
 	return res, nil
 }
 
-// formatSyncedSince formats the value of the synced-since annotation: RFC 3339, UTC.
-func formatSyncedSince(t time.Time) string { return t.UTC().Format(time.RFC3339) }
-
 // renew creates or renews the Lease at now, with the sync watermark: synced-since and the
 // number of spoke Workspaces mirrored. A new holder counts a transition.
 func (h *heartbeat) renew(ctx context.Context, now time.Time, mirrored int) error {
 	at := metav1.NewMicroTime(now)
 	secs := int32(h.duration / time.Second)
-	annotations := map[string]string{
-		keys.AgentVersion: h.version,
-		keys.SyncedSince:  formatSyncedSince(h.syncedSince),
-		keys.SyncedAt:     h.completeAt.UTC().Format(time.RFC3339Nano),
-		keys.Mirrored:     strconv.Itoa(mirrored),
-	}
+	annotations := mirror.Watermark{Since: h.syncedSince, At: h.completeAt, Mirrored: mirrored}.Annotations()
+	annotations[keys.AgentVersion] = h.version
 	lease := &coordinationv1.Lease{}
 	err := h.client.Get(ctx, client.ObjectKey{Namespace: h.namespace, Name: keys.AgentLease}, lease)
 	if apierrors.IsNotFound(err) {

@@ -288,11 +288,7 @@ func (v *View) syncedAt(ctx context.Context, c *magosv1.Cluster) time.Time {
 	if err := v.hub.Get(ctx, client.ObjectKey{Namespace: mirror.Namespace(c.Name), Name: keys.AgentLease}, lease); err != nil {
 		return time.Time{}
 	}
-	t, err := time.Parse(time.RFC3339Nano, lease.Annotations[keys.SyncedAt])
-	if err != nil {
-		return time.Time{}
-	}
-	return t
+	return mirror.WatermarkOf(lease.Annotations).At
 }
 
 // available reads the Available condition of a registered cluster.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"strconv"
 	"strings"
 	"time"
 
@@ -248,12 +247,12 @@ func (r *Registry) repair(ctx context.Context, name string) error {
 // Workspaces have had up-to-date mirrors (nil before its first complete sync, or when the
 // annotation is not a time), and how many it mirrors.
 func syncWatermark(l *coordinationv1.Lease) (*metav1.Time, int32) {
+	w := mirror.WatermarkOf(l.Annotations)
 	var since *metav1.Time
-	if t, err := time.Parse(time.RFC3339, l.Annotations[keys.SyncedSince]); err == nil {
-		since = &metav1.Time{Time: t.Truncate(time.Second)}
+	if !w.Since.IsZero() {
+		since = &metav1.Time{Time: w.Since.Truncate(time.Second)}
 	}
-	n, _ := strconv.ParseInt(l.Annotations[keys.Mirrored], 10, 32)
-	return since, int32(n)
+	return since, int32(w.Mirrored)
 }
 
 // leaseTimes returns when a Lease was last renewed and when it expires.

@@ -8,6 +8,8 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"maps"
+	"strconv"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -126,4 +128,40 @@ func OriginOf(cluster string, ws *magosv1.Workspace) Origin {
 		return o
 	}
 	return Origin{Cluster: cluster, Namespace: ws.Namespace, Name: ws.Name, Generation: ws.Generation}
+}
+
+// Watermark is an agent's sync watermark, carried in the annotations of its heartbeat Lease on
+// the hub: the agent writes it, the hub's registry and fleet view read it, both through this
+// type (the one place its annotation format is defined).
+type Watermark struct {
+	// Since is when the agent's current uninterrupted in-sync period began
+	// (magosproject.io/synced-since; zero before its first complete sync).
+	Since time.Time
+	// At is the completeness watermark (magosproject.io/synced-at): every change of every spoke
+	// Workspace made before it is mirrored (zero: unknown).
+	At time.Time
+	// Mirrored is how many spoke Workspaces the agent mirrors (magosproject.io/mirrored).
+	Mirrored int
+}
+
+// Annotations returns the watermark as Lease annotations: synced-since to the second and
+// synced-at to the nanosecond, RFC 3339 UTC; a zero time is left out.
+func (w Watermark) Annotations() map[string]string {
+	out := map[string]string{keys.Mirrored: strconv.Itoa(w.Mirrored)}
+	if !w.Since.IsZero() {
+		out[keys.SyncedSince] = w.Since.UTC().Format(time.RFC3339)
+	}
+	if !w.At.IsZero() {
+		out[keys.SyncedAt] = w.At.UTC().Format(time.RFC3339Nano)
+	}
+	return out
+}
+
+// WatermarkOf reads a watermark from Lease annotations; a missing or malformed field is zero.
+func WatermarkOf(annotations map[string]string) Watermark {
+	var w Watermark
+	w.Since, _ = time.Parse(time.RFC3339Nano, annotations[keys.SyncedSince])
+	w.At, _ = time.Parse(time.RFC3339Nano, annotations[keys.SyncedAt])
+	w.Mirrored, _ = strconv.Atoi(annotations[keys.Mirrored])
+	return w
 }

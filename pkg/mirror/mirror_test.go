@@ -3,6 +3,7 @@ package mirror_test
 import (
 	"strings"
 	"testing"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -72,5 +73,23 @@ func TestOriginOfMirrorAndDirect(t *testing.T) {
 	}
 	if d := mirror.Decisions(spoke); len(d) != 2 || d[keys.GrantedRun] != "r1" {
 		t.Errorf("decisions = %v", d)
+	}
+}
+
+// TestWatermarkRoundTrip: what the agent writes on its Lease the hub reads back, synced-since
+// to the second and synced-at to the nanosecond; missing or malformed fields read as zero.
+func TestWatermarkRoundTrip(t *testing.T) {
+	since := time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
+	at := since.Add(1500 * time.Millisecond)
+	w := mirror.Watermark{Since: since, At: at, Mirrored: 42}
+	got := mirror.WatermarkOf(w.Annotations())
+	if !got.Since.Equal(since) || !got.At.Equal(at) || got.Mirrored != 42 {
+		t.Fatalf("read back %+v, want %+v", got, w)
+	}
+	if a := (mirror.Watermark{Mirrored: 1}).Annotations(); a[keys.SyncedSince] != "" || a[keys.SyncedAt] != "" {
+		t.Fatalf("zero times written: %v", a)
+	}
+	if got := mirror.WatermarkOf(map[string]string{keys.SyncedAt: "soon", keys.Mirrored: "many"}); !got.At.IsZero() || got.Mirrored != 0 {
+		t.Fatalf("malformed fields read as %+v", got)
 	}
 }

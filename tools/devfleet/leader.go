@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"syscall"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -80,12 +79,9 @@ func (f *Fleet) KillHubLeader(ctx context.Context, timeout time.Duration) (kille
 	if err != nil {
 		return "", "", err
 	}
-	p, err := f.process(killed)
-	if err != nil {
+	if err := f.Kill(killed); err != nil {
 		return "", "", err
 	}
-	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
-	<-p.done
 	successor, err = f.HubLeader(ctx, timeout)
 	if err != nil {
 		return killed, "", fmt.Errorf("after killing the leader %s: %w", killed, err)

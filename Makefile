@@ -60,6 +60,22 @@ images: ## Build the magos-hub, magos-agent and magos-runner images from scratch
 	  echo "images: magos-$$target:$(IMAGE_TAG) $$(docker image inspect -f '{{.Size}}' magos-$$target:$(IMAGE_TAG) | awk '{printf "%.1f MiB", $$1/1048576}') -> $(IMAGES_DIR)/magos-$$target.tar"; \
 	done
 
+# make test-real runs the production path on real nodes: two single-node clusters in Docker
+# containers (tools/realnode), the charts installed with Helm, the hub and agent as Pods of the
+# images above and every run a Job. Its output goes to stderr; the run ends with one line on
+# stdout: real-node: pods=N jobs=J helm-releases=R ok.
+.PHONY: node-image
+node-image: ## Build the magos-node image (a single-node cluster per container) and the sandbox image.
+	tools/realnode/node/build.sh $(IMAGES_DIR) >/dev/null
+
+.PHONY: test-real
+test-real: images ## Install both charts into real clusters in Docker and roll out through runner Jobs.
+	go build -o $(BIN)/magosctl ./hub/cmd/magosctl
+	@node="$$(tools/realnode/node/build.sh $(IMAGES_DIR))" && eval "$$node" && summary="$$(mktemp)" && \
+	  cd tools/realnode && MAGOS_NODE_IMAGE="$$MAGOS_NODE_IMAGE" MAGOS_IMAGES_DIR="$(abspath $(IMAGES_DIR))" \
+	  MAGOS_MAGOSCTL="$(abspath $(BIN))/magosctl" MAGOS_IMAGE_TAG=$(IMAGE_TAG) MAGOS_REAL_SUMMARY="$$summary" \
+	  GOWORK=off go test -count=1 -timeout 40m -v $(REAL_TEST_FLAGS) ./... >&2 && cat "$$summary"
+
 .PHONY: assets
 assets: ## Build etcd, kube-apiserver and tofu from the Go module proxy (cached).
 	tools/provision-assets.sh
@@ -92,3 +108,4 @@ lint: ## gofmt and go vet.
 	@out=$$(gofmt -l $(MODULES) charts/tests); if [[ -n "$$out" ]]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	go vet $(PACKAGES)
 	cd charts/tests && GOWORK=off go vet ./...
+	cd tools/realnode && GOWORK=off go vet ./...

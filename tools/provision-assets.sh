@@ -52,9 +52,10 @@ build_etcd() {
 
 build_kube() {
   local out="$ASSETS/kube-$KUBE_VERSION" mod="$ASSETS/build/kube-$KUBE_VERSION" t0 gomod minor staging
-  [[ -f "$out/.complete" ]] && return
+  # kubelet, kube-scheduler and kube-proxy joined later: a cache without them is rebuilt.
+  [[ -f "$out/.complete" && -x "$out/kubelet" ]] && return
   t0=$(date +%s)
-  log "building kube-apiserver, kube-controller-manager, kubectl $KUBE_VERSION (about 7.5 min cold)"
+  log "building kube-apiserver, kube-controller-manager, kube-scheduler, kube-proxy, kubelet, kubectl $KUBE_VERSION (about 9 min cold)"
   new_module "$mod"
   # k8s.io/kubernetes pins its staging modules at v0.0.0 with replace => ./staging/...; point
   # every one of them at its published twin (v1.X.Y -> v0.X.Y).
@@ -83,10 +84,12 @@ build_kube() {
   (cd "$mod" &&
     go get -tool "k8s.io/kubernetes/cmd/kube-apiserver@$KUBE_VERSION" \
       "k8s.io/kubernetes/cmd/kube-controller-manager@$KUBE_VERSION" \
-      "k8s.io/kubernetes/cmd/kubectl@$KUBE_VERSION" >&2 &&
+      "k8s.io/kubernetes/cmd/kubectl@$KUBE_VERSION" "k8s.io/kubernetes/cmd/kube-scheduler@$KUBE_VERSION" \
+      "k8s.io/kubernetes/cmd/kube-proxy@$KUBE_VERSION" "k8s.io/kubernetes/cmd/kubelet@$KUBE_VERSION" >&2 &&
     rm -rf "$out" && mkdir -p "$out" &&
     go build -trimpath -ldflags="-s -w$stamp" -o "$out/" k8s.io/kubernetes/cmd/kube-apiserver \
-      k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kubectl >&2)
+      k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kubectl \
+      k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kube-proxy k8s.io/kubernetes/cmd/kubelet >&2)
   finish kubernetes "$out" "$t0"
 }
 

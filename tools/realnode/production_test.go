@@ -1,0 +1,437 @@
+package realnode
+
+import (
+	"context"
+	"encoding/base64"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
+)
+
+const (
+	network     = "magos-real"
+	subnet      = "10.213.0.0/24"
+	hubAddr     = "10.213.0.10"
+	spokeAddr   = "10.213.0.11"
+	clusterName = "spoke-1"
+	system      = "magos-system"
+	tofuVersion = "1.10.6"
+)
+
+// module is the root module the Workspaces apply: it needs no provider download (the runner
+// Pods have no egress to a registry) and records its inputs in state.
+const module = `
+variable "region" {
+  type = string
+}
+variable "release" {
+  type    = string
+  default = "v1"
+}
+variable "api_key" {
+  type      = string
+  sensitive = true
+  default   = ""
+}
+resource "terraform_data" "release" {
+  input = {
+    region  = var.region
+    release = var.release
+    keyed   = var.api_key != ""
+  }
+}
+`
+
+// TestProductionPath installs the hub and the agent with Helm into two real clusters, each a
+// node of its own with a real kubelet, and rolls a change out through runner Jobs: the hub and
+// the agent run as Pods of the images built here, and every plan and apply is a Job whose Pod
+// runs the runner image. What it checks is read from the clusters themselves (Jobs, Pods and
+// the tofu state Secret the module wrote), never from Magos' own account of it alone.
+func TestProductionPath(t *testing.T) {
+	env := requireEnv(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Minute)
+	defer cancel()
+	stats := &summary{}
+
+	restore, err := SaveKernelTunables()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := restore(); err != nil {
+			t.Error(err)
+		}
+	})
+	gateway, err := CreateNetwork(ctx, NetworkOptions{Name: network, Subnet: subnet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if os.Getenv("MAGOS_REAL_KEEP") != "" {
+			t.Logf("MAGOS_REAL_KEEP: leaving the nodes running (docker ps --filter label=%s)", Label)
+			return
+		}
+		if err := RemoveNetwork(context.Background(), network); err != nil {
+			t.Error(err)
+		}
+	})
+
+	// Two clusters, started side by side.
+	dir := t.TempDir()
+	var hub, spoke *cluster
+	{
+		var wg sync.WaitGroup
+		nodes := map[string]*Node{}
+		errs := map[string]error{}
+		var mu sync.Mutex
+		for name, addr := range map[string]string{"magos-hub": hubAddr, "magos-spoke-1": spokeAddr} {
+			wg.Go(func() {
+				n, err := Start(ctx, Options{Name: name, Image: env.nodeImage, Network: network, Address: addr, ImagesDir: env.imagesDir})
+				mu.Lock()
+				defer mu.Unlock()
+				nodes[name], errs[name] = n, err
+			})
+		}
+		wg.Wait()
+		for name, err := range errs {
+			if err != nil {
+				t.Fatalf("node %s: %v", name, err)
+			}
+		}
+		hub, spoke = newCluster(t, nodes["magos-hub"], dir), newCluster(t, nodes["magos-spoke-1"], dir)
+		t.Logf("nodes Ready: hub in %s, spoke in %s", hub.node.ReadyAfter.Round(time.Millisecond), spoke.node.ReadyAfter.Round(time.Millisecond))
+		stats.readyAfter = max(hub.node.ReadyAfter, spoke.node.ReadyAfter)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, cl := range []*cluster{hub, spoke} {
+				t.Logf("--- %s: Pods\n%s", cl.node.Name, describePods(context.Background(), cl, system))
+				t.Logf("--- %s: default Pods\n%s", cl.node.Name, describePods(context.Background(), cl, "default"))
+				t.Logf("--- %s: kubelet\n%s", cl.node.Name, cl.node.Log(context.Background(), "kubelet", 30, "eviction_manager", "cri_stats_provider"))
+			}
+		}
+	})
+
+	// The module, served over HTTP from this machine (the nodes' gateway).
+	repos := t.TempDir()
+	commit := gitRepo(t, repos, "infra.git", map[string]string{"main.tf": module})
+	repoURL := gitServer(t, gateway, repos) + "/infra.git"
+
+	// 1. The hub, installed with Helm as docs/install.md says.
+	hubValues := map[string]any{
+		"image":        map[string]any{"repository": "magos-hub", "tag": env.tag, "pullPolicy": "Never"},
+		"replicaCount": 1,
+		"config":       map[string]any{"clusters": []any{map[string]any{"name": clusterName, "labels": map[string]any{"region": "r1"}, "agent": map[string]any{}}}},
+	}
+	helmInstall(t, ctx, hub, filepath.Join(env.repoRoot, "charts/magos-hub"), "magos-hub", system, hubValues, false)
+	stats.releases++
+
+	// 2. The agent's bootstrap kubeconfig, printed by magosctl against the hub.
+	var bootstrap []byte
+	poll(t, ctx, 2*time.Minute, "magosctl agent-kubeconfig", func(ctx context.Context) (bool, string) {
+		out, err := exec.CommandContext(ctx, env.magosctl, "--kubeconfig", hub.kubeconfig, "agent-kubeconfig", clusterName).Output()
+		if err != nil {
+			return false, fmt.Sprint(err)
+		}
+		bootstrap = out
+		return true, ""
+	})
+	if !strings.Contains(string(bootstrap), "https://"+hubAddr+":6443") {
+		t.Fatalf("the bootstrap kubeconfig does not point at the hub's address %s:\n%s", hubAddr, bootstrap)
+	}
+
+	// 3. The agent in the spoke, from that Secret.
+	if err := spoke.c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: system}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := spoke.c.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "magos-hub-kubeconfig", Namespace: system},
+		Data: map[string][]byte{"kubeconfig": bootstrap}}); err != nil {
+		t.Fatal(err)
+	}
+	staticVolumes(t, ctx, spoke, 8)
+	agentValues := map[string]any{
+		"clusterName":  clusterName,
+		"replicaCount": 1,
+		"hub":          map[string]any{"kubeconfigSecret": map[string]any{"name": "magos-hub-kubeconfig"}},
+		"image":        map[string]any{"repository": "magos-agent", "tag": env.tag, "pullPolicy": "Never"},
+		"runner": map[string]any{
+			"image":     map[string]any{"repository": "magos-runner", "tag": env.tag, "pullPolicy": "Never"},
+			"resources": map[string]any{"requests": map[string]any{"cpu": "100m", "memory": "64Mi"}, "limits": map[string]any{"memory": "512Mi"}},
+		},
+	}
+	helmInstall(t, ctx, spoke, filepath.Join(env.repoRoot, "charts/magos-agent"), "magos-agent", system, agentValues, false)
+	stats.releases++
+	poll(t, ctx, 2*time.Minute, "the cluster Ready on the hub", func(ctx context.Context) (bool, string) {
+		c := &magosv1.Cluster{}
+		if err := hub.c.Get(ctx, client.ObjectKey{Name: clusterName}, c); err != nil {
+			return false, err.Error()
+		}
+		return meta.IsStatusConditionTrue(c.Status.Conditions, magosv1.ConditionReady), fmt.Sprintf("cluster %s: %+v", clusterName, c.Status.Conditions)
+	})
+
+	// 4. A Project and a Rollout on the hub, a Workspace in the spoke.
+	mustCreate(t, ctx, hub.c, &magosv1.Project{ObjectMeta: metav1.ObjectMeta{Name: "infra", Namespace: "default"}})
+	mustCreate(t, ctx, hub.c, &magosv1.Project{ObjectMeta: metav1.ObjectMeta{Name: "checks", Namespace: "default"}})
+	mustCreate(t, ctx, hub.c, &magosv1.Rollout{
+		ObjectMeta: metav1.ObjectMeta{Name: "infra", Namespace: "default"},
+		Spec: magosv1.RolloutSpec{ProjectRef: "infra", Strategy: magosv1.RolloutStrategy{Steps: []magosv1.RolloutStep{
+			{Name: "r1", Selector: magosv1.LabelSelector{MatchLabels: map[string]magosv1.LabelValue{"region": "r1"}}},
+		}}},
+	})
+	ws := workspace("edge", repoURL, "r1")
+	mustCreate(t, ctx, spoke.c, variables(ws.Name, map[string]string{"region": "r1"}, nil))
+	mustCreate(t, ctx, spoke.c, ws)
+
+	// 5. Pending -> Applied through real Jobs.
+	applied := waitApplied(t, ctx, spoke, ws.Name, "")
+	t.Logf("edge Applied as run %s", applied.Status.CurrentRunID)
+	state := tfState(t, ctx, spoke, ws.Name)
+	if !strings.Contains(state, `"region":"r1"`) && !strings.Contains(state, `"region": "r1"`) {
+		t.Fatalf("the state Secret does not record the apply's input region=r1:\n%s", state)
+	}
+	checkRunJobs(t, ctx, spoke, ws.Name, applied.Status.CurrentRunID, stats)
+	poll(t, ctx, 2*time.Minute, "the Rollout completes on the hub", func(ctx context.Context) (bool, string) {
+		r := &magosv1.Rollout{}
+		if err := hub.c.Get(ctx, client.ObjectKey{Namespace: "default", Name: "infra"}, r); err != nil {
+			return false, err.Error()
+		}
+		return r.Status.Phase == magosv1.PhaseApplied, fmt.Sprintf("rollout %s %s: %s", r.Status.Phase, r.Status.Reason, r.Status.Message)
+	})
+
+	t.Run("a new commit is planned and applied through new Jobs", func(t *testing.T) {
+		commit(map[string]string{"main.tf": strings.Replace(module, `default = "v1"`, `default = "v2"`, 1)})
+		next := waitApplied(t, ctx, spoke, ws.Name, applied.Status.CurrentRunID)
+		if state := tfState(t, ctx, spoke, ws.Name); !strings.Contains(state, `"v2"`) {
+			t.Fatalf("the state does not record release v2 after the new commit:\n%s", state)
+		}
+		checkRunJobs(t, ctx, spoke, ws.Name, next.Status.CurrentRunID, stats)
+	})
+
+	t.Run("a run past its deadline is Failed with the reason", func(t *testing.T) {
+		w := workspace("slow", repoURL, "none")
+		w.Spec.Plan = &magosv1.JobOverrides{TimeoutSeconds: ptrTo[int64](1)}
+		mustCreate(t, ctx, spoke.c, variables(w.Name, map[string]string{"region": "none"}, nil))
+		mustCreate(t, ctx, spoke.c, w)
+		failed := waitFailed(t, ctx, spoke, w.Name)
+		if !strings.Contains(strings.ToLower(failed.Status.Message), "timeout") {
+			t.Fatalf("the Failed message does not name the timeout: %q", failed.Status.Message)
+		}
+		stats.jobs++
+	})
+
+	t.Run("an OOM-killed runner is Failed with the reason", func(t *testing.T) {
+		// 1,024 strings of 1 MiB each: tofu needs far more than the runner's 512Mi limit to
+		// plan this, and the kernel kills it.
+		gitRepo(t, repos, "oom.git", map[string]string{"main.tf": module + `
+locals {
+  big = [for i in range(1024) : join("", [for j in range(1024) : format("%01024d", i * 1024 + j)])]
+}
+output "big" {
+  value = length(local.big)
+}
+`})
+		oomURL := strings.TrimSuffix(repoURL, "/infra.git") + "/oom.git"
+		w := workspace("hungry", oomURL, "none")
+		mustCreate(t, ctx, spoke.c, variables(w.Name, map[string]string{"region": "none"}, nil))
+		mustCreate(t, ctx, spoke.c, w)
+		failed := waitFailed(t, ctx, spoke, w.Name)
+		if !strings.Contains(failed.Status.Message, "OOM") {
+			t.Fatalf("the Failed message does not say the runner was OOM-killed: %q", failed.Status.Message)
+		}
+		stats.jobs++
+	})
+
+	writeSummary(t, stats)
+}
+
+// waitFailed waits for the Workspace to be Failed.
+func waitFailed(t *testing.T, ctx context.Context, cl *cluster, name string) *magosv1.Workspace {
+	t.Helper()
+	ws := &magosv1.Workspace{}
+	poll(t, ctx, 5*time.Minute, "Workspace "+name+" Failed", func(ctx context.Context) (bool, string) {
+		if err := cl.c.Get(ctx, client.ObjectKey{Namespace: "default", Name: name}, ws); err != nil {
+			return false, err.Error()
+		}
+		return ws.Status.Phase == magosv1.PhaseFailed, fmt.Sprintf("phase %s: %s", ws.Status.Phase, ws.Status.Message)
+	})
+	t.Logf("%s Failed: %s", name, ws.Status.Message)
+	return ws
+}
+
+func mustCreate(t *testing.T, ctx context.Context, c client.Client, o client.Object) {
+	t.Helper()
+	if err := c.Create(ctx, o); err != nil {
+		t.Fatalf("creating %T %s: %v", o, o.GetName(), err)
+	}
+}
+
+// workspace is a Workspace of the Project infra (the Rollout's, when region is r1) or, for
+// region "none", of the Project checks, which has no Rollout: its Workspaces run on their own.
+func workspace(name, repoURL, region string) *magosv1.Workspace {
+	project := "infra"
+	if region == "none" {
+		project = "checks"
+	}
+	return &magosv1.Workspace{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", Labels: map[string]string{"region": region}},
+		Spec: magosv1.WorkspaceSpec{
+			ProjectRef:      magosv1.ProjectReference{Name: project},
+			Source:          magosv1.Source{RepoURL: repoURL, TargetRevision: "main", Path: "."},
+			Terraform:       magosv1.TerraformSpec{Version: tofuVersion},
+			VariableSetRefs: []magosv1.LocalObjectReference{{Name: name}},
+		},
+	}
+}
+
+// variables is the VariableSet of a Workspace (named after it): plain values and sensitive
+// literals.
+func variables(name string, plain, sensitive map[string]string) *magosv1.VariableSet {
+	vs := &magosv1.VariableSet{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"}}
+	for k, v := range plain {
+		vs.Spec.Variables = append(vs.Spec.Variables, magosv1.Variable{Name: k, Value: ptrTo(v)})
+	}
+	for k, v := range sensitive {
+		vs.Spec.Variables = append(vs.Spec.Variables, magosv1.Variable{Name: k, Value: ptrTo(v), Sensitive: true})
+	}
+	return vs
+}
+
+// waitApplied waits for the Workspace to be Applied by a run other than notRun.
+func waitApplied(t *testing.T, ctx context.Context, cl *cluster, name, notRun string) *magosv1.Workspace {
+	t.Helper()
+	ws := &magosv1.Workspace{}
+	poll(t, ctx, 5*time.Minute, "Workspace "+name+" Applied", func(ctx context.Context) (bool, string) {
+		if err := cl.c.Get(ctx, client.ObjectKey{Namespace: "default", Name: name}, ws); err != nil {
+			return false, err.Error()
+		}
+		if ws.Status.Phase == magosv1.PhaseFailed {
+			t.Fatalf("Workspace %s Failed: %s\n%s", name, ws.Status.Message, describePods(ctx, cl, "default"))
+		}
+		return ws.Status.Phase == magosv1.PhaseApplied && ws.Status.CurrentRunID != notRun,
+			fmt.Sprintf("phase %s run %s: %s", ws.Status.Phase, ws.Status.CurrentRunID, ws.Status.Message)
+	})
+	return ws
+}
+
+// tfState returns the tofu state the module's kubernetes backend wrote in the spoke, decoded
+// (the backend stores it gzipped in a Secret named tfstate-default-<suffix>).
+func tfState(t *testing.T, ctx context.Context, cl *cluster, workspace string) string {
+	t.Helper()
+	s := &corev1.Secret{}
+	if err := cl.c.Get(ctx, client.ObjectKey{Namespace: "default", Name: "tfstate-default-" + workspace}, s); err != nil {
+		t.Fatalf("the state Secret of %s: %v", workspace, err)
+	}
+	return gunzip(t, s.Data["tfstate"])
+}
+
+// checkRunJobs checks the run's Jobs and their Pods as the kubelet ran them: a plan and an
+// apply Job, each Complete, whose Pod ran the runner image as the non-root user with a
+// read-only root filesystem, through the Job's own ServiceAccount, and left its result in
+// the termination message.
+func checkRunJobs(t *testing.T, ctx context.Context, cl *cluster, workspace, runID string, stats *summary) {
+	t.Helper()
+	jobs := &batchv1.JobList{}
+	if err := cl.c.List(ctx, jobs, client.InNamespace("default")); err != nil {
+		t.Fatal(err)
+	}
+	var ops []string
+	for _, j := range jobs.Items {
+		if j.Labels["magosproject.io/run-id"] != runID {
+			continue
+		}
+		ops = append(ops, j.Labels["magosproject.io/job-type"])
+		if j.Status.Succeeded != 1 {
+			t.Errorf("Job %s: succeeded=%d failed=%d", j.Name, j.Status.Succeeded, j.Status.Failed)
+		}
+		pods := &corev1.PodList{}
+		if err := cl.c.List(ctx, pods, client.InNamespace("default"), client.MatchingLabels{"job-name": j.Name}); err != nil {
+			t.Fatal(err)
+		}
+		if len(pods.Items) != 1 {
+			t.Fatalf("Job %s has %d Pods, want 1", j.Name, len(pods.Items))
+		}
+		p := pods.Items[0]
+		c := p.Spec.Containers[0]
+		if !strings.HasPrefix(c.Image, "magos-runner:") {
+			t.Errorf("Job %s runs image %s, want magos-runner", j.Name, c.Image)
+		}
+		if sc := c.SecurityContext; sc == nil || sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem {
+			t.Errorf("Job %s: the runner's root filesystem is not read-only", j.Name)
+		}
+		if psc := p.Spec.SecurityContext; psc == nil || psc.RunAsUser == nil || *psc.RunAsUser == 0 {
+			t.Errorf("Job %s: the runner does not run as a non-root user", j.Name)
+		}
+		if p.Spec.ServiceAccountName != "magos-job" {
+			t.Errorf("Job %s runs as ServiceAccount %s, want magos-job", j.Name, p.Spec.ServiceAccountName)
+		}
+		cs := p.Status.ContainerStatuses
+		if len(cs) != 1 || cs[0].State.Terminated == nil || cs[0].State.Terminated.ExitCode != 0 {
+			t.Fatalf("Job %s: the runner did not end cleanly: %+v", j.Name, cs)
+		}
+		if msg := cs[0].State.Terminated.Message; !strings.Contains(msg, runID) {
+			t.Errorf("Job %s: the termination message does not carry the run's result: %q", j.Name, msg)
+		}
+		// Pod start latency: created to the runner running.
+		stats.podStart = append(stats.podStart, cs[0].State.Terminated.StartedAt.Sub(p.CreationTimestamp.Time))
+		stats.pods++
+		stats.jobs++
+	}
+	sort.Strings(ops)
+	if !slices.Equal(ops, []string{"apply", "plan"}) {
+		t.Fatalf("run %s of %s had Jobs %v, want one plan and one apply", runID, workspace, ops)
+	}
+}
+
+// summary is what the run measured, for the closing line and the notes.
+type summary struct {
+	pods, jobs, releases int
+	readyAfter           time.Duration
+	podStart             []time.Duration
+}
+
+// writeSummary prints the closing line `real-node: pods=N jobs=J helm-releases=R ok` to the
+// file `make test-real` names, and the measurements to the log.
+func writeSummary(t *testing.T, s *summary) {
+	t.Helper()
+	slices.Sort(s.podStart)
+	t.Logf("node ready after %s; runner Pod start p50 %s max %s over %d Pods", s.readyAfter.Round(time.Millisecond),
+		percentile(s.podStart, 50), percentile(s.podStart, 100), len(s.podStart))
+	line := fmt.Sprintf("real-node: pods=%d jobs=%d helm-releases=%d ok\n", s.pods, s.jobs, s.releases)
+	if p := os.Getenv("MAGOS_REAL_SUMMARY"); p != "" && !t.Failed() {
+		if err := os.WriteFile(p, []byte(line), 0o644); err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+func percentile(d []time.Duration, p int) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	i := (len(d)*p + 99) / 100
+	return d[max(0, min(len(d)-1, i-1))].Round(time.Millisecond)
+}
+
+func gunzip(t *testing.T, b []byte) string {
+	t.Helper()
+	s, err := gunzipBytes(b)
+	if err != nil {
+		t.Fatalf("the state is not gzip: %v (%s)", err, base64.StdEncoding.EncodeToString(b[:min(len(b), 32)]))
+	}
+	return s
+}

@@ -74,6 +74,8 @@ type RunnerConfig struct {
 	Mode string `mapstructure:"mode"`
 	// Image is the runner image of Jobs (the agent's own image).
 	Image string `mapstructure:"image"`
+	// ImagePullPolicy of run Jobs: Always, IfNotPresent (default) or Never.
+	ImagePullPolicy string `mapstructure:"imagePullPolicy"`
 	// CPURequest, MemoryRequest, CPULimit, MemoryLimit are the resources of run Jobs.
 	CPURequest    string `mapstructure:"cpuRequest"`
 	MemoryRequest string `mapstructure:"memoryRequest"`
@@ -105,11 +107,12 @@ func Defaults() *Config {
 		ReconcileInterval:      3 * time.Minute,
 		GitPollInterval:        30 * time.Second,
 		Runner: RunnerConfig{
-			Mode:          app.RunnerJob,
-			CPURequest:    "100m",
-			MemoryRequest: "256Mi",
-			MemoryLimit:   "1Gi",
-			DataDir:       "/var/lib/magos-agent",
+			Mode:            app.RunnerJob,
+			ImagePullPolicy: string(corev1.PullIfNotPresent),
+			CPURequest:      "100m",
+			MemoryRequest:   "256Mi",
+			MemoryLimit:     "1Gi",
+			DataDir:         "/var/lib/magos-agent",
 		},
 		Log: LogConfig{Level: "info"},
 	}
@@ -130,15 +133,12 @@ func (c *Config) Validate() error {
 	default:
 		errs.Add("runner.mode", "%q: want job or local", c.Runner.Mode)
 	}
-	for key, v := range map[string]string{"runner.cpuRequest": c.Runner.CPURequest, "runner.memoryRequest": c.Runner.MemoryRequest,
-		"runner.cpuLimit": c.Runner.CPULimit, "runner.memoryLimit": c.Runner.MemoryLimit} {
-		if v == "" {
-			continue
-		}
-		if _, err := resource.ParseQuantity(v); err != nil {
-			errs.Add(key, "%q is not a quantity (for example 500m or 1Gi)", v)
-		}
+	switch corev1.PullPolicy(c.Runner.ImagePullPolicy) {
+	case corev1.PullAlways, corev1.PullIfNotPresent, corev1.PullNever:
+	default:
+		errs.Add("runner.imagePullPolicy", "%q: want Always, IfNotPresent or Never", c.Runner.ImagePullPolicy)
 	}
+	c.validateResources(&errs)
 	if c.HubKubeconfig != "" {
 		if msgs := validation.IsDNS1123Label(c.ClusterName); len(msgs) > 0 || len(c.ClusterName) > 40 {
 			errs.Add("clusterName", "%q: with a hub kubeconfig the agent needs the name its cluster is registered under (a DNS label of at most 40 characters)", c.ClusterName)
@@ -154,6 +154,50 @@ func (c *Config) Validate() error {
 		errs.Add("gitPollInterval", "must be positive, got %s", c.GitPollInterval)
 	}
 	return errs.Err()
+}
+
+// validateResources checks the run Jobs' resources: quantities, not negative, and no request
+// above its limit (the API server would refuse every Job).
+func (c *Config) validateResources(errs *config.Errors) {
+	quantity := func(key, v string) *resource.Quantity {
+		if v == "" {
+			return nil
+		}
+		q, err := resource.ParseQuantity(v)
+		if err != nil {
+			errs.Add(key, "%q is not a quantity (for example 500m or 1Gi)", v)
+			return nil
+		}
+		if q.Sign() < 0 {
+			errs.Add(key, "%q is negative", v)
+			return nil
+		}
+		return &q
+	}
+	cpuReq := quantity("runner.cpuRequest", c.Runner.CPURequest)
+	memReq := quantity("runner.memoryRequest", c.Runner.MemoryRequest)
+	cpuLim := quantity("runner.cpuLimit", c.Runner.CPULimit)
+	memLim := quantity("runner.memoryLimit", c.Runner.MemoryLimit)
+	if cpuReq != nil && cpuLim != nil && cpuReq.Cmp(*cpuLim) > 0 {
+		errs.Add("runner.cpuRequest", "%s is more than runner.cpuLimit %s", c.Runner.CPURequest, c.Runner.CPULimit)
+	}
+	if memReq != nil && memLim != nil && memReq.Cmp(*memLim) > 0 {
+		errs.Add("runner.memoryRequest", "%s is more than runner.memoryLimit %s", c.Runner.MemoryRequest, c.Runner.MemoryLimit)
+	}
+}
+
+// runnerOptions are the agent's run options: what execution.JobOptions (job mode) and
+// execution.LocalOptions (local mode) are made of.
+func (c *Config) runnerOptions() app.RunnerOptions {
+	return app.RunnerOptions{
+		Mode:            c.Runner.Mode,
+		Image:           c.Runner.Image,
+		ImagePullPolicy: corev1.PullPolicy(c.Runner.ImagePullPolicy),
+		Resources:       c.resources(),
+		DataDir:         c.Runner.DataDir,
+		Kubeconfig:      c.Runner.Kubeconfig,
+		BinaryPath:      c.Runner.BinaryPath,
+	}
 }
 
 func (c *Config) resources() corev1.ResourceRequirements {
@@ -205,10 +249,11 @@ func run(args []string) int {
 	return 0
 }
 
-func controller(ctx context.Context, args []string) error {
+// controllerFlags are the controller's flags, with def's values as their defaults; the string
+// is where --config goes.
+func controllerFlags(def *Config) (*pflag.FlagSet, *string) {
 	flags := pflag.NewFlagSet("magos-agent controller", pflag.ContinueOnError)
 	file := flags.String("config", "", "YAML configuration file")
-	def := Defaults()
 	flags.String("kubeconfig", "", "kubeconfig of the spoke cluster (default: in-cluster or $KUBECONFIG)")
 	flags.String("cluster-name", "", "the name this cluster is registered under in the hub's config")
 	flags.String("hub-kubeconfig", "", "the agent's bootstrap kubeconfig for the hub (empty: no hub)")
@@ -222,20 +267,36 @@ func controller(ctx context.Context, args []string) error {
 	flags.Duration("git-poll-interval", def.GitPollInterval, "default git ref poll interval")
 	flags.String("runner-mode", def.Runner.Mode, "job (a Kubernetes Job per run) or local (a child process per run)")
 	flags.String("runner-image", "", "image of run Jobs (the agent's own image)")
-	flags.String("runner-cpu-request", def.Runner.CPURequest, "CPU request of run Jobs")
-	flags.String("runner-memory-request", def.Runner.MemoryRequest, "memory request of run Jobs")
-	flags.String("runner-cpu-limit", def.Runner.CPULimit, "CPU limit of run Jobs")
-	flags.String("runner-memory-limit", def.Runner.MemoryLimit, "memory limit of run Jobs")
+	flags.String("runner-image-pull-policy", def.Runner.ImagePullPolicy, "image pull policy of run Jobs: Always, IfNotPresent or Never")
+	flags.String("runner-cpu-request", def.Runner.CPURequest, `CPU request of run Jobs (a quantity such as 250m; "": none)`)
+	flags.String("runner-memory-request", def.Runner.MemoryRequest, `memory request of run Jobs (a quantity such as 256Mi; "": none)`)
+	flags.String("runner-cpu-limit", def.Runner.CPULimit, `CPU limit of run Jobs (a quantity such as 1; "": none)`)
+	flags.String("runner-memory-limit", def.Runner.MemoryLimit, `memory limit of run Jobs (a quantity such as 1Gi; "": none)`)
 	flags.String("runner-data-dir", def.Runner.DataDir, "folder of local runs' results, logs and plans")
 	flags.String("runner-kubeconfig", "", "kubeconfig local runs use for the kubernetes state backend")
 	flags.String("runner-binary-path", "", "tofu/terraform binary of local runs")
 	flags.String("log-level", def.Log.Level, "debug, info, warn or error")
 	flags.Bool("log-development", false, "readable console logs")
+	return flags, file
+}
+
+// loadConfig parses the controller's arguments and loads its configuration: the defaults, then
+// --config, MAGOS_* variables and the flags set, validated.
+func loadConfig(args []string) (*Config, error) {
+	cfg := Defaults()
+	flags, file := controllerFlags(cfg)
 	if err := flags.Parse(args); err != nil {
-		return err
+		return nil, err
 	}
-	cfg := def
 	if err := config.Load(config.Options{File: *file, EnvPrefix: "MAGOS", Flags: flags}, cfg); err != nil {
+		return nil, err
+	}
+	return cfg, nil
+}
+
+func controller(ctx context.Context, args []string) error {
+	cfg, err := loadConfig(args)
+	if err != nil {
 		return err
 	}
 	logger, err := logging.New(logging.Options{Development: cfg.Log.Development, Level: cfg.Log.Level})
@@ -266,14 +327,7 @@ func controller(ctx context.Context, args []string) error {
 		DefaultReconcileInterval: cfg.ReconcileInterval,
 		GitPollInterval:          cfg.GitPollInterval,
 		Logger:                   logger,
-		Runner: app.RunnerOptions{
-			Mode:       cfg.Runner.Mode,
-			Image:      cfg.Runner.Image,
-			Resources:  cfg.resources(),
-			DataDir:    cfg.Runner.DataDir,
-			Kubeconfig: cfg.Runner.Kubeconfig,
-			BinaryPath: cfg.Runner.BinaryPath,
-		},
+		Runner:                   cfg.runnerOptions(),
 	})
 	if err != nil {
 		return err

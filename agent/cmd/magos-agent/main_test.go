@@ -1,15 +1,16 @@
 package main
 
 import (
+	"reflect"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/spf13/pflag"
-
-	"github.com/magosfleet/magos/pkg/config"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 )
 
+// TestConfig parses the controller's real flags (and MAGOS_* variables) into its configuration.
 func TestConfig(t *testing.T) {
 	tests := []struct {
 		name    string
@@ -28,6 +29,9 @@ func TestConfig(t *testing.T) {
 			check: func(c *Config) string {
 				if c.Runner.Image != "registry.example/magos-agent:1.0" || c.Runner.Mode != "job" || c.ReconcileInterval != 3*time.Minute {
 					return "defaults or environment not applied"
+				}
+				if c.Runner.ImagePullPolicy != "IfNotPresent" {
+					return "default pull policy wrong"
 				}
 				return ""
 			},
@@ -49,9 +53,58 @@ func TestConfig(t *testing.T) {
 			wantErr: `runner.mode: "kubelet": want job or local`,
 		},
 		{
+			name: "runner resources and pull policy",
+			args: []string{"--runner-image=x", "--runner-image-pull-policy=Always", "--runner-cpu-request=250m",
+				"--runner-memory-request=512Mi", "--runner-cpu-limit=2", "--runner-memory-limit=2Gi"},
+			check: func(c *Config) string {
+				want := corev1.ResourceRequirements{
+					Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("250m"), corev1.ResourceMemory: resource.MustParse("512Mi")},
+					Limits:   corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("2"), corev1.ResourceMemory: resource.MustParse("2Gi")},
+				}
+				opts := c.runnerOptions()
+				if !reflect.DeepEqual(opts.Resources, want) {
+					return "resources " + opts.Resources.String()
+				}
+				if opts.ImagePullPolicy != corev1.PullAlways {
+					return "pull policy not applied"
+				}
+				return ""
+			},
+		},
+		{
+			name: "an empty flag removes a default limit",
+			args: []string{"--runner-image=x", "--runner-memory-limit="},
+			check: func(c *Config) string {
+				if _, ok := c.resources().Limits[corev1.ResourceMemory]; ok {
+					return "the default memory limit stayed"
+				}
+				return ""
+			},
+		},
+		{
 			name:    "bad quantity",
 			args:    []string{"--runner-image=x", "--runner-memory-limit=lots"},
 			wantErr: `runner.memoryLimit: "lots" is not a quantity`,
+		},
+		{
+			name:    "bad CPU request",
+			args:    []string{"--runner-image=x", "--runner-cpu-request=fast"},
+			wantErr: `runner.cpuRequest: "fast" is not a quantity`,
+		},
+		{
+			name:    "negative limit",
+			args:    []string{"--runner-image=x", "--runner-cpu-limit=-1"},
+			wantErr: `runner.cpuLimit: "-1" is negative`,
+		},
+		{
+			name:    "request above its limit",
+			args:    []string{"--runner-image=x", "--runner-memory-request=2Gi", "--runner-memory-limit=1Gi"},
+			wantErr: "runner.memoryRequest: 2Gi is more than runner.memoryLimit 1Gi",
+		},
+		{
+			name:    "unknown pull policy",
+			args:    []string{"--runner-image=x", "--runner-image-pull-policy=Sometimes"},
+			wantErr: `runner.imagePullPolicy: "Sometimes": want Always, IfNotPresent or Never`,
 		},
 		{
 			name:    "non-positive interval",
@@ -64,16 +117,7 @@ func TestConfig(t *testing.T) {
 			for k, v := range tt.env {
 				t.Setenv(k, v)
 			}
-			flags := pflag.NewFlagSet("test", pflag.ContinueOnError)
-			for _, name := range []string{"runner-mode", "runner-image", "runner-data-dir", "runner-memory-limit", "log-level"} {
-				flags.String(name, "", "")
-			}
-			flags.Duration("reconcile-interval", 0, "")
-			if err := flags.Parse(tt.args); err != nil {
-				t.Fatal(err)
-			}
-			cfg := Defaults()
-			err := config.Load(config.Options{EnvPrefix: "MAGOS", Flags: flags}, cfg)
+			cfg, err := loadConfig(tt.args)
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 					t.Fatalf("error %v, want %q", err, tt.wantErr)

@@ -54,7 +54,7 @@ func TestInstallIntoAPIServer(t *testing.T) {
 	hubChart, agentChart := loadChart(t, "magos-hub"), loadChart(t, "magos-agent")
 	agentValues := func(installCRDs bool) map[string]any {
 		return map[string]any{"clusterName": "local", "crds": map[string]any{"install": installCRDs},
-			"jobServiceAccount": map[string]any{"create": true, "name": "magos-job", "namespaces": []any{"payments"}}}
+			"workspaceNamespaces": []any{"payments"}}
 	}
 
 	if _, err := helm.install(ctx, "magos-hub", hubChart, singleClusterHubValues()); err != nil {
@@ -168,14 +168,27 @@ func checkAccess(ctx context.Context, t *testing.T, cs kubernetes.Interface) {
 	}{
 		{"magos-agent", "payments", "create", "batch", "jobs", "", "", true},
 		{"magos-agent", "payments", "patch", "magosproject.io", "workspaces", "status", "", true},
-		{"magos-agent", "payments", "get", "", "secrets", "", "", true},
-		{"magos-agent", "payments", "update", "", "secrets", "", "", false},
-		{"magos-agent", "", "create", "rbac.authorization.k8s.io", "clusterroles", "", "", false},
 		{"magos-agent", "payments", "create", "magosproject.io", "rollouts", "", "", false},
+		{"magos-agent", "", "create", "rbac.authorization.k8s.io", "clusterroles", "", "", false},
+		// Secrets: read-only, in workspaceNamespaces only.
+		{"magos-agent", "payments", "get", "", "secrets", "", "cdn-variables", true},
+		{"magos-agent", "payments", "list", "", "secrets", "", "", true},
+		{"magos-agent", "payments", "watch", "", "secrets", "", "", true},
+		{"magos-agent", "payments", "update", "", "secrets", "", "cdn-variables", false},
+		{"magos-agent", "unrelated", "get", "", "secrets", "", "database-password", false},
+		{"magos-agent", "unrelated", "list", "", "secrets", "", "", false},
+		{"magos-agent", namespace, "get", "", "secrets", "", "local-kubeconfig", false},
+		{"magos-agent", "", "list", "", "secrets", "", "", false},
 		{"magos-hub", "magos-cluster-x", "create", "rbac.authorization.k8s.io", "roles", "", "", true},
 		{"magos-hub", "magos-cluster-x", "create", "", "serviceaccounts", "token", "", true},
 		{"magos-hub", "payments", "create", "batch", "jobs", "", "", false},
-		{"magos-hub", "payments", "update", "", "secrets", "", "", false},
+		// Secrets: get the direct cluster's kubeconfig Secret, and nothing else.
+		{"magos-hub", namespace, "get", "", "secrets", "", "local-kubeconfig", true},
+		{"magos-hub", namespace, "update", "", "secrets", "", "local-kubeconfig", false},
+		{"magos-hub", namespace, "get", "", "secrets", "", "sh.helm.release.v1.magos-hub.v1", false},
+		{"magos-hub", namespace, "list", "", "secrets", "", "", false},
+		{"magos-hub", "unrelated", "get", "", "secrets", "", "database-password", false},
+		{"magos-hub", "", "list", "", "secrets", "", "", false},
 		{"magos-job", "payments", "update", "", "secrets", "", "", true},
 		{"magos-job", "payments", "create", "coordination.k8s.io", "leases", "", "", true},
 		{"magos-job", "unrelated", "get", "", "secrets", "", "", false},

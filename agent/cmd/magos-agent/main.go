@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -62,6 +63,9 @@ type Config struct {
 	ReconcileInterval time.Duration `mapstructure:"reconcileInterval"`
 	// GitPollInterval is the default ref poll interval (30s).
 	GitPollInterval time.Duration `mapstructure:"gitPollInterval"`
+	// SecretNamespaces is a comma-separated list of the namespaces whose Secrets the agent reads
+	// (repository credentials, the Secrets VariableSets name); empty: every namespace.
+	SecretNamespaces string `mapstructure:"secretNamespaces"`
 	// Runner says how runs execute.
 	Runner RunnerConfig `mapstructure:"runner"`
 	// Log configures logging.
@@ -139,6 +143,11 @@ func (c *Config) Validate() error {
 		errs.Add("runner.imagePullPolicy", "%q: want Always, IfNotPresent or Never", c.Runner.ImagePullPolicy)
 	}
 	c.validateResources(&errs)
+	for _, ns := range c.secretNamespaces() {
+		if msgs := validation.IsDNS1123Label(ns); len(msgs) > 0 {
+			errs.Add("secretNamespaces", "%q is not a namespace name: %s", ns, strings.Join(msgs, "; "))
+		}
+	}
 	if c.HubKubeconfig != "" {
 		if msgs := validation.IsDNS1123Label(c.ClusterName); len(msgs) > 0 || len(c.ClusterName) > 40 {
 			errs.Add("clusterName", "%q: with a hub kubeconfig the agent needs the name its cluster is registered under (a DNS label of at most 40 characters)", c.ClusterName)
@@ -184,6 +193,17 @@ func (c *Config) validateResources(errs *config.Errors) {
 	if memReq != nil && memLim != nil && memReq.Cmp(*memLim) > 0 {
 		errs.Add("runner.memoryRequest", "%s is more than runner.memoryLimit %s", c.Runner.MemoryRequest, c.Runner.MemoryLimit)
 	}
+}
+
+// secretNamespaces returns SecretNamespaces as a list (nil: every namespace).
+func (c *Config) secretNamespaces() []string {
+	var out []string
+	for ns := range strings.SplitSeq(c.SecretNamespaces, ",") {
+		if ns = strings.TrimSpace(ns); ns != "" {
+			out = append(out, ns)
+		}
+	}
+	return out
 }
 
 // runnerOptions are the agent's run options: what execution.JobOptions (job mode) and
@@ -265,6 +285,7 @@ func controllerFlags(def *Config) (*pflag.FlagSet, *string) {
 	flags.String("leader-election-namespace", "", "namespace of the leader Lease")
 	flags.Duration("reconcile-interval", def.ReconcileInterval, "default Workspace re-plan/retry interval")
 	flags.Duration("git-poll-interval", def.GitPollInterval, "default git ref poll interval")
+	flags.String("secret-namespaces", "", "comma-separated namespaces whose Secrets the agent reads (repository credentials, VariableSet Secrets); empty: all")
 	flags.String("runner-mode", def.Runner.Mode, "job (a Kubernetes Job per run) or local (a child process per run)")
 	flags.String("runner-image", "", "image of run Jobs (the agent's own image)")
 	flags.String("runner-image-pull-policy", def.Runner.ImagePullPolicy, "image pull policy of run Jobs: Always, IfNotPresent or Never")
@@ -326,13 +347,14 @@ func controller(ctx context.Context, args []string) error {
 		LeaderElectionNamespace:  cfg.LeaderElectionNamespace,
 		DefaultReconcileInterval: cfg.ReconcileInterval,
 		GitPollInterval:          cfg.GitPollInterval,
+		SecretNamespaces:         cfg.secretNamespaces(),
 		Logger:                   logger,
 		Runner:                   cfg.runnerOptions(),
 	})
 	if err != nil {
 		return err
 	}
-	logger.Info("starting magos-agent", "runnerMode", cfg.Runner.Mode)
+	logger.Info("starting magos-agent", "runnerMode", cfg.Runner.Mode, "secretNamespaces", cfg.secretNamespaces())
 	return mgr.Start(ctx)
 }
 

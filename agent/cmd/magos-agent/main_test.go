@@ -30,8 +30,8 @@ func TestConfig(t *testing.T) {
 				if c.Runner.Image != "registry.example/magos-agent:1.0" || c.Runner.Mode != "job" || c.ReconcileInterval != 3*time.Minute {
 					return "defaults or environment not applied"
 				}
-				if c.Runner.ImagePullPolicy != "IfNotPresent" {
-					return "default pull policy wrong"
+				if c.Runner.ImagePullPolicy != "IfNotPresent" || c.secretNamespaces() != nil {
+					return "default pull policy or Secret namespaces wrong"
 				}
 				return ""
 			},
@@ -105,6 +105,21 @@ func TestConfig(t *testing.T) {
 			name:    "unknown pull policy",
 			args:    []string{"--runner-image=x", "--runner-image-pull-policy=Sometimes"},
 			wantErr: `runner.imagePullPolicy: "Sometimes": want Always, IfNotPresent or Never`,
+		},
+		{
+			name: "Secret namespaces",
+			args: []string{"--runner-image=x", "--secret-namespaces=payments, cdn"},
+			check: func(c *Config) string {
+				if got := c.secretNamespaces(); !reflect.DeepEqual(got, []string{"payments", "cdn"}) {
+					return "Secret namespaces " + strings.Join(got, "|")
+				}
+				return ""
+			},
+		},
+		{
+			name:    "bad Secret namespace",
+			args:    []string{"--runner-image=x", "--secret-namespaces=Payments"},
+			wantErr: `secretNamespaces: "Payments" is not a namespace name`,
 		},
 		{
 			name:    "non-positive interval",

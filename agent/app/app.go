@@ -45,6 +45,10 @@ const (
 	RunnerLocal = "local"
 )
 
+// LeaderElectionID is the leader Lease of the agent replicas when Options.LeaderElectionID is
+// empty.
+const LeaderElectionID = "magos-agent.magosproject.io"
+
 // RunnerOptions says how runs execute.
 type RunnerOptions struct {
 	// Mode is RunnerJob (default) or RunnerLocal.
@@ -82,7 +86,7 @@ type Options struct {
 	LeaderElection bool
 	// LeaderElectionNamespace holds the leader Lease (the agent's namespace in a cluster).
 	LeaderElectionNamespace string
-	// LeaderElectionID names the Lease (magos-agent.magosproject.io if empty).
+	// LeaderElectionID names the Lease (LeaderElectionID if empty).
 	LeaderElectionID string
 	// Runner says how runs execute.
 	Runner RunnerOptions
@@ -156,7 +160,7 @@ func NewManager(opts Options) (manager.Manager, error) {
 	}
 	id := opts.LeaderElectionID
 	if id == "" {
-		id = "magos-agent.magosproject.io"
+		id = LeaderElectionID
 	}
 	mopts := ctrl.Options{
 		Scheme:                  scheme,

@@ -2,6 +2,8 @@
 //
 //	magos-agent controller   the agent (default): runs the cluster's Workspaces
 //	magos-agent runner       one run (plan, apply or destroy); what run Jobs and local runs execute
+//	magos-agent check        the magos-agent chart's helm test: waits until an agent leads and,
+//	                         with --hub-kubeconfig, its heartbeat on the hub is live
 //
 // The controller reads its configuration from --config (YAML), MAGOS_* environment variables
 // and flags, in that order of precedence (flags win); see `magos-agent controller --help`.
@@ -11,6 +13,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"strings"
@@ -24,13 +27,19 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/magosfleet/magos/agent/app"
 	"github.com/magosfleet/magos/agent/hubsync"
+	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
 	"github.com/magosfleet/magos/pkg/config"
+	"github.com/magosfleet/magos/pkg/installcheck"
+	"github.com/magosfleet/magos/pkg/keys"
 	"github.com/magosfleet/magos/pkg/logging"
+	"github.com/magosfleet/magos/pkg/mirror"
 	"github.com/magosfleet/magos/pkg/runner"
+	magosscheme "github.com/magosfleet/magos/pkg/scheme"
 )
 
 // version is the agent's version, reported to the hub (set with -ldflags "-X main.version=...").
@@ -246,7 +255,7 @@ func run(args []string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	cmd := "controller"
-	if len(args) > 0 && (args[0] == "controller" || args[0] == "runner") {
+	if len(args) > 0 && (args[0] == "controller" || args[0] == "runner" || args[0] == "check") {
 		cmd, args = args[0], args[1:]
 	}
 	if cmd == "runner" {
@@ -259,7 +268,11 @@ func run(args []string) int {
 		ctrl.SetLogger(logger)
 		return runner.Main(log.IntoContext(ctx, logger))
 	}
-	if err := controller(ctx, args); err != nil {
+	command := controller
+	if cmd == "check" {
+		command = func(ctx context.Context, args []string) error { return check(ctx, args, os.Stdout) }
+	}
+	if err := command(ctx, args); err != nil {
 		if errors.Is(err, pflag.ErrHelp) {
 			return 0
 		}
@@ -371,4 +384,70 @@ func restConfig(kubeconfig string) (*rest.Config, error) {
 		return nil, fmt.Errorf("reading kubeconfig %s: %w", kubeconfig, err)
 	}
 	return cfg, nil
+}
+
+// check waits until the agent runs: a replica holds the leader Lease (with --leader-elect), the
+// Workspace API answers, and with --hub-kubeconfig the agent's heartbeat Lease on the hub is
+// live (it is renewed only while the mirror sync is). It prints what it found.
+func check(ctx context.Context, args []string, stdout io.Writer) error {
+	flags := pflag.NewFlagSet("magos-agent check", pflag.ContinueOnError)
+	kubeconfig := flags.String("kubeconfig", "", "kubeconfig of the spoke cluster (default: in-cluster or $KUBECONFIG)")
+	clusterName := flags.String("cluster-name", "", "the name this cluster is registered under in the hub's config")
+	hubKubeconfig := flags.String("hub-kubeconfig", "", "the agent's hub kubeconfig: check its heartbeat on the hub (empty: no hub)")
+	leaderElect := flags.Bool("leader-elect", false, "require an agent replica to hold the leader Lease")
+	leNamespace := flags.String("leader-election-namespace", os.Getenv("POD_NAMESPACE"), "namespace of the leader Lease (default: the pod's)")
+	timeout := flags.Duration("timeout", 2*time.Minute, "how long to wait for the agent")
+	if err := flags.Parse(args); err != nil {
+		return err
+	}
+	if *leaderElect && *leNamespace == "" {
+		return errors.New("check: --leader-election-namespace (or $POD_NAMESPACE) is required with --leader-elect")
+	}
+	if *hubKubeconfig != "" && *clusterName == "" {
+		return errors.New("check: --cluster-name is required with --hub-kubeconfig")
+	}
+	spokeConfig, err := restConfig(*kubeconfig)
+	if err != nil {
+		return err
+	}
+	spoke, err := client.New(spokeConfig, client.Options{Scheme: magosscheme.New()})
+	if err != nil {
+		return fmt.Errorf("check: cluster client: %w", err)
+	}
+	var hub client.Client
+	if *hubKubeconfig != "" {
+		hubConfig, err := clientcmd.BuildConfigFromFlags("", *hubKubeconfig)
+		if err != nil {
+			return fmt.Errorf("reading the hub kubeconfig %s: %w", *hubKubeconfig, err)
+		}
+		if hub, err = client.New(hubConfig, client.Options{Scheme: magosscheme.New()}); err != nil {
+			return fmt.Errorf("check: hub client: %w", err)
+		}
+	}
+	leader, heartbeat := "(leader election off)", "(no hub)"
+	err = installcheck.Until(ctx, *timeout, func(ctx context.Context) error {
+		if *leaderElect {
+			holder, err := installcheck.HeldLease(ctx, spoke, *leNamespace, app.LeaderElectionID)
+			if err != nil {
+				return fmt.Errorf("no agent replica leads: %w", err)
+			}
+			leader = holder
+		}
+		if err := spoke.List(ctx, &magosv1.WorkspaceList{}, client.Limit(1)); err != nil {
+			return fmt.Errorf("listing Workspaces: %w", err)
+		}
+		if hub != nil {
+			holder, err := installcheck.HeldLease(ctx, hub, mirror.Namespace(*clusterName), keys.AgentLease)
+			if err != nil {
+				return fmt.Errorf("no live heartbeat on the hub: %w", err)
+			}
+			heartbeat = "live, renewed by " + holder
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("check: %w", err)
+	}
+	_, err = fmt.Fprintf(stdout, "agent leader: %s\nhub heartbeat: %s\n", leader, heartbeat)
+	return err
 }

@@ -1,13 +1,25 @@
 package main
 
 import (
+	"bytes"
+	"context"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/magosfleet/magos/agent/app"
+	"github.com/magosfleet/magos/pkg/keys"
+	"github.com/magosfleet/magos/pkg/localcluster"
+	"github.com/magosfleet/magos/pkg/mirror"
+	"github.com/magosfleet/magos/pkg/testenv"
 )
 
 // TestConfig parses the controller's real flags (and MAGOS_* variables) into its configuration.
@@ -146,5 +158,57 @@ func TestConfig(t *testing.T) {
 				t.Errorf("%s: %+v", msg, cfg)
 			}
 		})
+	}
+}
+
+// TestCheck runs `magos-agent check` (the chart's helm test) against a test spoke and hub: it
+// fails, saying why, until an agent replica leads in the spoke and the agent's heartbeat Lease on
+// the hub is live.
+func TestCheck(t *testing.T) {
+	env := testenv.Start(t, localcluster.Options{Spokes: []string{"spoke"}})
+	spoke := env.Spokes["spoke"]
+	ctx := context.Background()
+	args := []string{"--kubeconfig", spoke.Kubeconfig, "--leader-elect", "--leader-election-namespace", "default",
+		"--cluster-name", "spoke", "--hub-kubeconfig", env.Hub.Kubeconfig, "--timeout", "2s"}
+	var out bytes.Buffer
+	wantErr := func(want string) {
+		t.Helper()
+		out.Reset()
+		if err := check(ctx, args, &out); err == nil || !strings.Contains(err.Error(), want) {
+			t.Fatalf("check: %v, want %q", err, want)
+		}
+	}
+	lease := func(c client.Client, ns, name string, renewed time.Time) *coordinationv1.Lease {
+		l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: coordinationv1.LeaseSpec{
+			HolderIdentity: ptr.To("agent-0"), LeaseDurationSeconds: ptr.To[int32](40), RenewTime: &metav1.MicroTime{Time: renewed},
+		}}
+		if err := c.Create(ctx, l); err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+
+	wantErr("no agent replica leads: no Lease default/" + app.LeaderElectionID + " yet")
+	lease(spoke.Client, "default", app.LeaderElectionID, time.Now())
+	wantErr("no live heartbeat on the hub: no Lease " + mirror.Namespace("spoke") + "/" + keys.AgentLease + " yet")
+	if err := env.Hub.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: mirror.Namespace("spoke")}}); err != nil {
+		t.Fatal(err)
+	}
+	heartbeat := lease(env.Hub.Client, mirror.Namespace("spoke"), keys.AgentLease, time.Now().Add(-time.Minute))
+	wantErr("no live heartbeat on the hub: Lease " + mirror.Namespace("spoke") + "/" + keys.AgentLease + " held by agent-0 expired")
+
+	heartbeat.Spec.RenewTime = &metav1.MicroTime{Time: time.Now()}
+	if err := env.Hub.Client.Update(ctx, heartbeat); err != nil {
+		t.Fatal(err)
+	}
+	out.Reset()
+	if err := check(ctx, args, &out); err != nil {
+		t.Fatalf("check: %v", err)
+	}
+	if want := "agent leader: agent-0\nhub heartbeat: live, renewed by agent-0\n"; out.String() != want {
+		t.Errorf("check printed %q, want %q", out.String(), want)
+	}
+	if code := run(append([]string{"check"}, args...)); code != 0 {
+		t.Errorf("magos-agent check exited %d", code)
 	}
 }

@@ -38,20 +38,44 @@ func render(t *testing.T, chartName string, values map[string]any) map[string]*u
 }
 
 func tryRender(chartName string, values map[string]any) (map[string]*unstructured.Unstructured, error) {
-	ch, err := loader.Load(filepath.Join("..", chartName))
-	if err != nil {
-		return nil, err
-	}
-	vals, err := chartutil.ToRenderValues(ch, values,
-		chartutil.ReleaseOptions{Name: chartName, Namespace: namespace, IsInstall: true}, chartutil.DefaultCapabilities.Copy())
-	if err != nil {
-		return nil, err
-	}
-	files, err := engine.Render(ch, vals)
+	ch, files, err := renderFiles(chartName, values)
 	if err != nil {
 		return nil, err
 	}
 	return decode(ch, files)
+}
+
+// renderFiles renders a chart as `helm install` would (values checked against its schema), and
+// returns the rendered files by template path.
+func renderFiles(chartName string, values map[string]any) (*chart.Chart, map[string]string, error) {
+	ch, err := loader.Load(filepath.Join("..", chartName))
+	if err != nil {
+		return nil, nil, err
+	}
+	vals, err := chartutil.ToRenderValues(ch, values,
+		chartutil.ReleaseOptions{Name: chartName, Namespace: namespace, IsInstall: true}, chartutil.DefaultCapabilities.Copy())
+	if err != nil {
+		return nil, nil, err
+	}
+	files, err := engine.Render(ch, vals)
+	if err != nil {
+		return nil, nil, err
+	}
+	return ch, files, nil
+}
+
+// renderNotes returns a chart's rendered NOTES.txt.
+func renderNotes(t *testing.T, chartName string, values map[string]any) string {
+	t.Helper()
+	_, files, err := renderFiles(chartName, values)
+	if err != nil {
+		t.Fatal(err)
+	}
+	notes, ok := files[chartName+"/templates/NOTES.txt"]
+	if !ok {
+		t.Fatalf("%s has no NOTES.txt", chartName)
+	}
+	return notes
 }
 
 func decode(ch *chart.Chart, files map[string]string) (map[string]*unstructured.Unstructured, error) {
@@ -255,17 +279,5 @@ func TestAgentRequiresClusterName(t *testing.T) {
 
 func assertHardened(t *testing.T, d *appsv1.Deployment) {
 	t.Helper()
-	ps := d.Spec.Template.Spec.SecurityContext
-	if ps == nil || ps.RunAsNonRoot == nil || !*ps.RunAsNonRoot || ps.SeccompProfile == nil {
-		t.Errorf("%s: pod security context %+v", d.Name, ps)
-	}
-	cs := d.Spec.Template.Spec.Containers[0].SecurityContext
-	if cs == nil || cs.AllowPrivilegeEscalation == nil || *cs.AllowPrivilegeEscalation ||
-		cs.ReadOnlyRootFilesystem == nil || !*cs.ReadOnlyRootFilesystem || cs.Capabilities == nil ||
-		!slices.Contains(cs.Capabilities.Drop, "ALL") {
-		t.Errorf("%s: container security context %+v", d.Name, cs)
-	}
-	if d.Spec.Template.Spec.Containers[0].Resources.Requests == nil {
-		t.Errorf("%s: no resource requests", d.Name)
-	}
+	assertPodHardened(t, d.Name, &d.Spec.Template.Spec)
 }

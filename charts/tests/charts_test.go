@@ -272,8 +272,8 @@ func TestAgentValues(t *testing.T) {
 
 func TestAgentRequiresClusterName(t *testing.T) {
 	_, err := tryRender("magos-agent", nil)
-	if err == nil || !strings.Contains(err.Error(), "clusterName is required") {
-		t.Fatalf("error = %v, want clusterName is required", err)
+	if err == nil || !strings.Contains(err.Error(), "missing property 'clusterName'") {
+		t.Fatalf("error = %v, want clusterName missing", err)
 	}
 }
 

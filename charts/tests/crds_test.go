@@ -20,7 +20,10 @@ var magosCRDs = []string{"clusters", "projects", "rollouts", "variablesets", "wo
 func TestCRDs(t *testing.T) {
 	for _, chartName := range []string{"magos-hub", "magos-agent"} {
 		t.Run(chartName, func(t *testing.T) {
-			values := map[string]any{"clusterName": "local"}
+			values := map[string]any{}
+			if chartName == "magos-agent" {
+				values["clusterName"] = "local"
+			}
 			objs := render(t, chartName, values)
 			for _, name := range magosCRDs {
 				key := "CustomResourceDefinition/" + name + ".magosproject.io"

@@ -104,7 +104,10 @@ func TestDisruptionAndLeaderElection(t *testing.T) {
 	for _, chartName := range []string{"magos-hub", "magos-agent"} {
 		t.Run(chartName, func(t *testing.T) {
 			values := func(extra map[string]any) map[string]any {
-				v := map[string]any{"clusterName": "x"}
+				v := map[string]any{}
+				if chartName == "magos-agent" {
+					v["clusterName"] = "x"
+				}
 				for k, e := range extra {
 					v[k] = e
 				}

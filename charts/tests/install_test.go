@@ -43,7 +43,7 @@ func TestInstallIntoAPIServer(t *testing.T) {
 	fleet := testenv.Start(t, localcluster.Options{NoHub: true, Spokes: []string{"cluster"}, Bare: true})
 	c := fleet.Spokes["cluster"]
 	kube := newClient(t, c.Config)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	for _, ns := range []string{namespace, "payments", "unrelated"} {
 		if err := kube.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
@@ -57,16 +57,18 @@ func TestInstallIntoAPIServer(t *testing.T) {
 			"workspaceNamespaces": []any{"payments"}}
 	}
 
-	if _, err := helm.install(ctx, "magos-hub", hubChart, singleClusterHubValues()); err != nil {
+	hubRelease, err := helm.install(ctx, "magos-hub", hubChart, singleClusterHubValues())
+	if err != nil {
 		t.Fatalf("helm install magos-hub: %v", err)
 	}
 	// The second chart with its CRDs too is what crds.install exists for: Helm refuses objects
 	// another release owns.
-	_, err := helm.install(ctx, "magos-agent", agentChart, agentValues(true))
+	_, err = helm.install(ctx, "magos-agent", agentChart, agentValues(true))
 	if err == nil || !strings.Contains(err.Error(), "CustomResourceDefinition") || !strings.Contains(err.Error(), "magos-hub") {
 		t.Fatalf("helm install magos-agent with its CRDs: error %v, want a conflict with the CRDs of release magos-hub", err)
 	}
-	if _, err := helm.install(ctx, "magos-agent", agentChart, agentValues(false)); err != nil {
+	agentRelease, err := helm.install(ctx, "magos-agent", agentChart, agentValues(false))
+	if err != nil {
 		t.Fatalf("helm install magos-agent --set crds.install=false: %v", err)
 	}
 	for _, name := range magosCRDs {
@@ -80,6 +82,10 @@ func TestInstallIntoAPIServer(t *testing.T) {
 	}
 
 	t.Run("access", func(t *testing.T) { checkAccess(ctx, t, kubernetes.NewForConfigOrDie(c.Config)) })
+
+	t.Run("the hub and the agent work under the charts' RBAC, and helm test passes", func(t *testing.T) {
+		runInstalled(ctx, t, c.Kubeconfig, kube, releaseObjects(t, hubRelease), releaseObjects(t, agentRelease))
+	})
 
 	t.Run("helm upgrade updates the CRDs", func(t *testing.T) {
 		changed := loadChart(t, "magos-hub")

@@ -112,6 +112,23 @@ func TestInstallIntoAPIServer(t *testing.T) {
 		}
 	})
 
+	t.Run("helm upgrade with crds.install=false keeps the CRDs", func(t *testing.T) {
+		without := singleClusterHubValues()
+		without["crds"] = map[string]any{"install": false}
+		if _, err := helm.upgrade(ctx, "magos-hub", hubChart, without); err != nil {
+			t.Fatalf("helm upgrade magos-hub --set crds.install=false: %v", err)
+		}
+		for _, name := range magosCRDs {
+			if err := kube.Get(ctx, client.ObjectKey{Name: name + ".magosproject.io"}, &apiextensionsv1.CustomResourceDefinition{}); err != nil {
+				t.Errorf("CRD %s after helm upgrade --set crds.install=false: %v", name, err)
+			}
+		}
+		// And back: the release owns them again (the uninstall below keeps them by policy).
+		if _, err := helm.upgrade(ctx, "magos-hub", hubChart, singleClusterHubValues()); err != nil {
+			t.Fatalf("helm upgrade magos-hub --set crds.install=true: %v", err)
+		}
+	})
+
 	t.Run("helm uninstall keeps the CRDs and the Workspaces", func(t *testing.T) {
 		ws := &unstructured.Unstructured{Object: map[string]any{
 			"apiVersion": "magosproject.io/v1alpha1", "kind": "Workspace",
@@ -130,7 +147,9 @@ func TestInstallIntoAPIServer(t *testing.T) {
 			if err != nil {
 				t.Fatalf("helm uninstall %s: %v", release, err)
 			}
-			t.Logf("helm uninstall %s: %s", release, kept)
+			if release == "magos-hub" && !strings.Contains(kept, "[CustomResourceDefinition] workspaces.magosproject.io") {
+				t.Errorf("helm uninstall magos-hub kept %q, want the CRDs kept by their resource policy", kept)
+			}
 		}
 		for _, name := range magosCRDs {
 			if err := kube.Get(ctx, client.ObjectKey{Name: name + ".magosproject.io"}, &apiextensionsv1.CustomResourceDefinition{}); err != nil {

@@ -21,6 +21,12 @@ func TestAgentRunnerValues(t *testing.T) {
 			t.Errorf("default args %v lack %s", defaults, arg)
 		}
 	}
+	none := args(map[string]any{"runner": map[string]any{"resources": nil}})
+	for _, arg := range []string{"--runner-cpu-request=", "--runner-memory-request=", "--runner-cpu-limit=", "--runner-memory-limit="} {
+		if !slices.Contains(none, arg) {
+			t.Errorf("with runner.resources null the args %v lack %s (the agent's defaults would apply)", none, arg)
+		}
+	}
 	custom := args(map[string]any{"runner": map[string]any{
 		"image":     map[string]any{"pullPolicy": "Always"},
 		"resources": map[string]any{"requests": map[string]any{"cpu": 1, "memory": "2Gi"}, "limits": map[string]any{"cpu": "1500m", "memory": nil}},

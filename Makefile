@@ -4,7 +4,7 @@ SHELL := /usr/bin/env bash
 
 MODULES     := apis pkg hub agent tools
 PACKAGES    := $(addprefix ./,$(addsuffix /...,$(MODULES)))
-CRD_DIRS    := charts/magos-hub/templates/crds charts/magos-agent/templates/crds
+CRD_DIRS    := charts/magos-hub/files/crds charts/magos-agent/files/crds
 BIN         := bin
 GO_TEST_FLAGS ?= -timeout 40m
 # Assets (etcd, kube-apiserver, tofu) are built once from the Go module proxy and cached.
@@ -30,6 +30,10 @@ magos-dev:
 	@mkdir -p $(BIN); echo "magos-dev: building (the first build downloads Go modules: a few minutes; log in $(BIN)/magos-dev.build.log)"
 	@go build -o $(BIN)/magos-dev ./tools/cmd/magos-dev >$(BIN)/magos-dev.build.log 2>&1 || { cat $(BIN)/magos-dev.build.log; exit 1; }
 
+# The CRDs are generated into files/crds/ of both charts exactly as controller-gen writes them
+# (tools/generated checks they are current); each chart's templates/crds.yaml adds
+# helm.sh/resource-policy: keep when it renders them, so no post-processing is needed here and
+# the local test clusters load the same files.
 .PHONY: generate
 generate: ## Regenerate deepcopy code and the CRDs of both charts.
 	go tool controller-gen object paths=./apis/...

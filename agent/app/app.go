@@ -45,6 +45,10 @@ const (
 	RunnerLocal = "local"
 )
 
+// LeaderElectionID is the leader Lease of the agent replicas when Options.LeaderElectionID is
+// empty.
+const LeaderElectionID = "magos-agent.magosproject.io"
+
 // RunnerOptions says how runs execute.
 type RunnerOptions struct {
 	// Mode is RunnerJob (default) or RunnerLocal.
@@ -82,7 +86,7 @@ type Options struct {
 	LeaderElection bool
 	// LeaderElectionNamespace holds the leader Lease (the agent's namespace in a cluster).
 	LeaderElectionNamespace string
-	// LeaderElectionID names the Lease (magos-agent.magosproject.io if empty).
+	// LeaderElectionID names the Lease (LeaderElectionID if empty).
 	LeaderElectionID string
 	// Runner says how runs execute.
 	Runner RunnerOptions
@@ -98,6 +102,12 @@ type Options struct {
 	Logger logr.Logger
 	// SkipNameValidation allows several agents in one process (tests, the dev environment).
 	SkipNameValidation bool
+	// SecretNamespaces are the namespaces whose Secrets the agent reads: repository credentials
+	// (watched) and the Secrets VariableSets name. Empty: every namespace. Workspaces in other
+	// namespaces cannot run: their credentials and Secret variables cannot be read. With
+	// namespaces here, the agent needs no right to read Secrets elsewhere (the magos-agent chart
+	// grants it only these).
+	SecretNamespaces []string
 	// HubSync connects the agent to its hub (mirrors up, decisions down, heartbeat); nil runs
 	// the agent without a hub.
 	HubSync *hubsync.Options
@@ -105,19 +115,27 @@ type Options struct {
 
 // CacheOptions are the agent's cache rules: Workspaces without the mirror label only (an
 // agent in the hub's own cluster never sees, let alone runs, the hub's mirrors); only the
-// Jobs and Pods of runs; only repository credential Secrets.
-func CacheOptions() (cache.Options, error) {
+// Jobs and Pods of runs; only repository credential Secrets, and only in secretNamespaces when
+// any are given (all namespaces otherwise).
+func CacheOptions(secretNamespaces ...string) (cache.Options, error) {
 	notMirror := mirror.NotMirrors()
 	runs, err := labels.Parse(keys.JobType)
 	if err != nil {
 		return cache.Options{}, err
 	}
 	repoSecrets := labels.SelectorFromSet(labels.Set{credentials.SecretTypeLabel: credentials.SecretTypeRepository})
+	secrets := cache.ByObject{Label: repoSecrets}
+	if len(secretNamespaces) > 0 {
+		secrets.Namespaces = map[string]cache.Config{}
+		for _, ns := range secretNamespaces {
+			secrets.Namespaces[ns] = cache.Config{}
+		}
+	}
 	return cache.Options{ByObject: map[client.Object]cache.ByObject{
 		&magosv1.Workspace{}: {Label: notMirror},
 		&batchv1.Job{}:       {Label: runs},
 		&corev1.Pod{}:        {Label: runs},
-		&corev1.Secret{}:     {Label: repoSecrets},
+		&corev1.Secret{}:     secrets,
 	}}, nil
 }
 
@@ -130,7 +148,7 @@ func NewManager(opts Options) (manager.Manager, error) {
 	if scheme == nil {
 		scheme = magosscheme.New()
 	}
-	cacheOpts, err := CacheOptions()
+	cacheOpts, err := CacheOptions(opts.SecretNamespaces...)
 	if err != nil {
 		return nil, fmt.Errorf("agent: cache options: %w", err)
 	}
@@ -142,7 +160,7 @@ func NewManager(opts Options) (manager.Manager, error) {
 	}
 	id := opts.LeaderElectionID
 	if id == "" {
-		id = "magos-agent.magosproject.io"
+		id = LeaderElectionID
 	}
 	mopts := ctrl.Options{
 		Scheme:                  scheme,

@@ -171,7 +171,7 @@ func startCluster(name, assets, dir string, opts Options) (*Cluster, error) {
 		BinaryAssetsDirectory: assets,
 		CRDInstallOptions: envtest.CRDInstallOptions{
 			Paths: []string{
-				filepath.Join(root, "charts", "magos-hub", "templates", "crds"),
+				filepath.Join(root, "charts", "magos-hub", "files", "crds"),
 				filepath.Join(root, "charts", "magos-agent", "files", "kyverno-validatingpolicy-crd.yaml"),
 			},
 			ErrorIfPathMissing: true,

@@ -44,7 +44,7 @@ func TestGeneratedFilesAreCurrent(t *testing.T) {
 		t.Fatalf("controller-gen wrote no CRDs: %v", err)
 	}
 	for _, chart := range []string{"magos-hub", "magos-agent"} {
-		dir := filepath.Join(root, "charts", chart, "templates", "crds")
+		dir := filepath.Join(root, "charts", chart, "files", "crds")
 		committed, err := os.ReadDir(dir)
 		if err != nil {
 			t.Fatal(err)

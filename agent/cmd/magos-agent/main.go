@@ -2,6 +2,8 @@
 //
 //	magos-agent controller   the agent (default): runs the cluster's Workspaces
 //	magos-agent runner       one run (plan, apply or destroy); what run Jobs and local runs execute
+//	magos-agent check        the magos-agent chart's helm test: waits until an agent leads and,
+//	                         with --hub-kubeconfig, its heartbeat on the hub is live
 //
 // The controller reads its configuration from --config (YAML), MAGOS_* environment variables
 // and flags, in that order of precedence (flags win); see `magos-agent controller --help`.
@@ -11,8 +13,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -23,13 +27,19 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/magosfleet/magos/agent/app"
 	"github.com/magosfleet/magos/agent/hubsync"
+	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
 	"github.com/magosfleet/magos/pkg/config"
+	"github.com/magosfleet/magos/pkg/installcheck"
+	"github.com/magosfleet/magos/pkg/keys"
 	"github.com/magosfleet/magos/pkg/logging"
+	"github.com/magosfleet/magos/pkg/mirror"
 	"github.com/magosfleet/magos/pkg/runner"
+	magosscheme "github.com/magosfleet/magos/pkg/scheme"
 )
 
 // version is the agent's version, reported to the hub (set with -ldflags "-X main.version=...").
@@ -62,6 +72,9 @@ type Config struct {
 	ReconcileInterval time.Duration `mapstructure:"reconcileInterval"`
 	// GitPollInterval is the default ref poll interval (30s).
 	GitPollInterval time.Duration `mapstructure:"gitPollInterval"`
+	// SecretNamespaces is a comma-separated list of the namespaces whose Secrets the agent reads
+	// (repository credentials, the Secrets VariableSets name); empty: every namespace.
+	SecretNamespaces string `mapstructure:"secretNamespaces"`
 	// Runner says how runs execute.
 	Runner RunnerConfig `mapstructure:"runner"`
 	// Log configures logging.
@@ -74,6 +87,8 @@ type RunnerConfig struct {
 	Mode string `mapstructure:"mode"`
 	// Image is the runner image of Jobs (the agent's own image).
 	Image string `mapstructure:"image"`
+	// ImagePullPolicy of run Jobs: Always, IfNotPresent (default) or Never.
+	ImagePullPolicy string `mapstructure:"imagePullPolicy"`
 	// CPURequest, MemoryRequest, CPULimit, MemoryLimit are the resources of run Jobs.
 	CPURequest    string `mapstructure:"cpuRequest"`
 	MemoryRequest string `mapstructure:"memoryRequest"`
@@ -105,11 +120,12 @@ func Defaults() *Config {
 		ReconcileInterval:      3 * time.Minute,
 		GitPollInterval:        30 * time.Second,
 		Runner: RunnerConfig{
-			Mode:          app.RunnerJob,
-			CPURequest:    "100m",
-			MemoryRequest: "256Mi",
-			MemoryLimit:   "1Gi",
-			DataDir:       "/var/lib/magos-agent",
+			Mode:            app.RunnerJob,
+			ImagePullPolicy: string(corev1.PullIfNotPresent),
+			CPURequest:      "100m",
+			MemoryRequest:   "256Mi",
+			MemoryLimit:     "1Gi",
+			DataDir:         "/var/lib/magos-agent",
 		},
 		Log: LogConfig{Level: "info"},
 	}
@@ -130,13 +146,15 @@ func (c *Config) Validate() error {
 	default:
 		errs.Add("runner.mode", "%q: want job or local", c.Runner.Mode)
 	}
-	for key, v := range map[string]string{"runner.cpuRequest": c.Runner.CPURequest, "runner.memoryRequest": c.Runner.MemoryRequest,
-		"runner.cpuLimit": c.Runner.CPULimit, "runner.memoryLimit": c.Runner.MemoryLimit} {
-		if v == "" {
-			continue
-		}
-		if _, err := resource.ParseQuantity(v); err != nil {
-			errs.Add(key, "%q is not a quantity (for example 500m or 1Gi)", v)
+	switch corev1.PullPolicy(c.Runner.ImagePullPolicy) {
+	case corev1.PullAlways, corev1.PullIfNotPresent, corev1.PullNever:
+	default:
+		errs.Add("runner.imagePullPolicy", "%q: want Always, IfNotPresent or Never", c.Runner.ImagePullPolicy)
+	}
+	c.validateResources(&errs)
+	for _, ns := range c.secretNamespaces() {
+		if msgs := validation.IsDNS1123Label(ns); len(msgs) > 0 {
+			errs.Add("secretNamespaces", "%q is not a namespace name: %s", ns, strings.Join(msgs, "; "))
 		}
 	}
 	if c.HubKubeconfig != "" {
@@ -154,6 +172,61 @@ func (c *Config) Validate() error {
 		errs.Add("gitPollInterval", "must be positive, got %s", c.GitPollInterval)
 	}
 	return errs.Err()
+}
+
+// validateResources checks the run Jobs' resources: quantities, not negative, and no request
+// above its limit (the API server would refuse every Job).
+func (c *Config) validateResources(errs *config.Errors) {
+	quantity := func(key, v string) *resource.Quantity {
+		if v == "" {
+			return nil
+		}
+		q, err := resource.ParseQuantity(v)
+		if err != nil {
+			errs.Add(key, "%q is not a quantity (for example 500m or 1Gi)", v)
+			return nil
+		}
+		if q.Sign() < 0 {
+			errs.Add(key, "%q is negative", v)
+			return nil
+		}
+		return &q
+	}
+	cpuReq := quantity("runner.cpuRequest", c.Runner.CPURequest)
+	memReq := quantity("runner.memoryRequest", c.Runner.MemoryRequest)
+	cpuLim := quantity("runner.cpuLimit", c.Runner.CPULimit)
+	memLim := quantity("runner.memoryLimit", c.Runner.MemoryLimit)
+	if cpuReq != nil && cpuLim != nil && cpuReq.Cmp(*cpuLim) > 0 {
+		errs.Add("runner.cpuRequest", "%s is more than runner.cpuLimit %s", c.Runner.CPURequest, c.Runner.CPULimit)
+	}
+	if memReq != nil && memLim != nil && memReq.Cmp(*memLim) > 0 {
+		errs.Add("runner.memoryRequest", "%s is more than runner.memoryLimit %s", c.Runner.MemoryRequest, c.Runner.MemoryLimit)
+	}
+}
+
+// secretNamespaces returns SecretNamespaces as a list (nil: every namespace).
+func (c *Config) secretNamespaces() []string {
+	var out []string
+	for ns := range strings.SplitSeq(c.SecretNamespaces, ",") {
+		if ns = strings.TrimSpace(ns); ns != "" {
+			out = append(out, ns)
+		}
+	}
+	return out
+}
+
+// runnerOptions are the agent's run options: what execution.JobOptions (job mode) and
+// execution.LocalOptions (local mode) are made of.
+func (c *Config) runnerOptions() app.RunnerOptions {
+	return app.RunnerOptions{
+		Mode:            c.Runner.Mode,
+		Image:           c.Runner.Image,
+		ImagePullPolicy: corev1.PullPolicy(c.Runner.ImagePullPolicy),
+		Resources:       c.resources(),
+		DataDir:         c.Runner.DataDir,
+		Kubeconfig:      c.Runner.Kubeconfig,
+		BinaryPath:      c.Runner.BinaryPath,
+	}
 }
 
 func (c *Config) resources() corev1.ResourceRequirements {
@@ -182,7 +255,7 @@ func run(args []string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	cmd := "controller"
-	if len(args) > 0 && (args[0] == "controller" || args[0] == "runner") {
+	if len(args) > 0 && (args[0] == "controller" || args[0] == "runner" || args[0] == "check") {
 		cmd, args = args[0], args[1:]
 	}
 	if cmd == "runner" {
@@ -195,7 +268,11 @@ func run(args []string) int {
 		ctrl.SetLogger(logger)
 		return runner.Main(log.IntoContext(ctx, logger))
 	}
-	if err := controller(ctx, args); err != nil {
+	command := controller
+	if cmd == "check" {
+		command = func(ctx context.Context, args []string) error { return check(ctx, args, os.Stdout) }
+	}
+	if err := command(ctx, args); err != nil {
 		if errors.Is(err, pflag.ErrHelp) {
 			return 0
 		}
@@ -205,10 +282,11 @@ func run(args []string) int {
 	return 0
 }
 
-func controller(ctx context.Context, args []string) error {
+// controllerFlags are the controller's flags, with def's values as their defaults; the string
+// is where --config goes.
+func controllerFlags(def *Config) (*pflag.FlagSet, *string) {
 	flags := pflag.NewFlagSet("magos-agent controller", pflag.ContinueOnError)
 	file := flags.String("config", "", "YAML configuration file")
-	def := Defaults()
 	flags.String("kubeconfig", "", "kubeconfig of the spoke cluster (default: in-cluster or $KUBECONFIG)")
 	flags.String("cluster-name", "", "the name this cluster is registered under in the hub's config")
 	flags.String("hub-kubeconfig", "", "the agent's bootstrap kubeconfig for the hub (empty: no hub)")
@@ -220,22 +298,39 @@ func controller(ctx context.Context, args []string) error {
 	flags.String("leader-election-namespace", "", "namespace of the leader Lease")
 	flags.Duration("reconcile-interval", def.ReconcileInterval, "default Workspace re-plan/retry interval")
 	flags.Duration("git-poll-interval", def.GitPollInterval, "default git ref poll interval")
+	flags.String("secret-namespaces", "", "comma-separated namespaces whose Secrets the agent reads (repository credentials, VariableSet Secrets); empty: all")
 	flags.String("runner-mode", def.Runner.Mode, "job (a Kubernetes Job per run) or local (a child process per run)")
 	flags.String("runner-image", "", "image of run Jobs (the agent's own image)")
-	flags.String("runner-cpu-request", def.Runner.CPURequest, "CPU request of run Jobs")
-	flags.String("runner-memory-request", def.Runner.MemoryRequest, "memory request of run Jobs")
-	flags.String("runner-cpu-limit", def.Runner.CPULimit, "CPU limit of run Jobs")
-	flags.String("runner-memory-limit", def.Runner.MemoryLimit, "memory limit of run Jobs")
+	flags.String("runner-image-pull-policy", def.Runner.ImagePullPolicy, "image pull policy of run Jobs: Always, IfNotPresent or Never")
+	flags.String("runner-cpu-request", def.Runner.CPURequest, `CPU request of run Jobs (a quantity such as 250m; "": none)`)
+	flags.String("runner-memory-request", def.Runner.MemoryRequest, `memory request of run Jobs (a quantity such as 256Mi; "": none)`)
+	flags.String("runner-cpu-limit", def.Runner.CPULimit, `CPU limit of run Jobs (a quantity such as 1; "": none)`)
+	flags.String("runner-memory-limit", def.Runner.MemoryLimit, `memory limit of run Jobs (a quantity such as 1Gi; "": none)`)
 	flags.String("runner-data-dir", def.Runner.DataDir, "folder of local runs' results, logs and plans")
 	flags.String("runner-kubeconfig", "", "kubeconfig local runs use for the kubernetes state backend")
 	flags.String("runner-binary-path", "", "tofu/terraform binary of local runs")
 	flags.String("log-level", def.Log.Level, "debug, info, warn or error")
 	flags.Bool("log-development", false, "readable console logs")
+	return flags, file
+}
+
+// loadConfig parses the controller's arguments and loads its configuration: the defaults, then
+// --config, MAGOS_* variables and the flags set, validated.
+func loadConfig(args []string) (*Config, error) {
+	cfg := Defaults()
+	flags, file := controllerFlags(cfg)
 	if err := flags.Parse(args); err != nil {
-		return err
+		return nil, err
 	}
-	cfg := def
 	if err := config.Load(config.Options{File: *file, EnvPrefix: "MAGOS", Flags: flags}, cfg); err != nil {
+		return nil, err
+	}
+	return cfg, nil
+}
+
+func controller(ctx context.Context, args []string) error {
+	cfg, err := loadConfig(args)
+	if err != nil {
 		return err
 	}
 	logger, err := logging.New(logging.Options{Development: cfg.Log.Development, Level: cfg.Log.Level})
@@ -265,20 +360,14 @@ func controller(ctx context.Context, args []string) error {
 		LeaderElectionNamespace:  cfg.LeaderElectionNamespace,
 		DefaultReconcileInterval: cfg.ReconcileInterval,
 		GitPollInterval:          cfg.GitPollInterval,
+		SecretNamespaces:         cfg.secretNamespaces(),
 		Logger:                   logger,
-		Runner: app.RunnerOptions{
-			Mode:       cfg.Runner.Mode,
-			Image:      cfg.Runner.Image,
-			Resources:  cfg.resources(),
-			DataDir:    cfg.Runner.DataDir,
-			Kubeconfig: cfg.Runner.Kubeconfig,
-			BinaryPath: cfg.Runner.BinaryPath,
-		},
+		Runner:                   cfg.runnerOptions(),
 	})
 	if err != nil {
 		return err
 	}
-	logger.Info("starting magos-agent", "runnerMode", cfg.Runner.Mode)
+	logger.Info("starting magos-agent", "runnerMode", cfg.Runner.Mode, "secretNamespaces", cfg.secretNamespaces())
 	return mgr.Start(ctx)
 }
 
@@ -295,4 +384,70 @@ func restConfig(kubeconfig string) (*rest.Config, error) {
 		return nil, fmt.Errorf("reading kubeconfig %s: %w", kubeconfig, err)
 	}
 	return cfg, nil
+}
+
+// check waits until the agent runs: a replica holds the leader Lease (with --leader-elect), the
+// Workspace API answers, and with --hub-kubeconfig the agent's heartbeat Lease on the hub is
+// live (it is renewed only while the mirror sync is). It prints what it found.
+func check(ctx context.Context, args []string, stdout io.Writer) error {
+	flags := pflag.NewFlagSet("magos-agent check", pflag.ContinueOnError)
+	kubeconfig := flags.String("kubeconfig", "", "kubeconfig of the spoke cluster (default: in-cluster or $KUBECONFIG)")
+	clusterName := flags.String("cluster-name", "", "the name this cluster is registered under in the hub's config")
+	hubKubeconfig := flags.String("hub-kubeconfig", "", "the agent's hub kubeconfig: check its heartbeat on the hub (empty: no hub)")
+	leaderElect := flags.Bool("leader-elect", false, "require an agent replica to hold the leader Lease")
+	leNamespace := flags.String("leader-election-namespace", os.Getenv("POD_NAMESPACE"), "namespace of the leader Lease (default: the pod's)")
+	timeout := flags.Duration("timeout", 2*time.Minute, "how long to wait for the agent")
+	if err := flags.Parse(args); err != nil {
+		return err
+	}
+	if *leaderElect && *leNamespace == "" {
+		return errors.New("check: --leader-election-namespace (or $POD_NAMESPACE) is required with --leader-elect")
+	}
+	if *hubKubeconfig != "" && *clusterName == "" {
+		return errors.New("check: --cluster-name is required with --hub-kubeconfig")
+	}
+	spokeConfig, err := restConfig(*kubeconfig)
+	if err != nil {
+		return err
+	}
+	spoke, err := client.New(spokeConfig, client.Options{Scheme: magosscheme.New()})
+	if err != nil {
+		return fmt.Errorf("check: cluster client: %w", err)
+	}
+	var hub client.Client
+	if *hubKubeconfig != "" {
+		hubConfig, err := clientcmd.BuildConfigFromFlags("", *hubKubeconfig)
+		if err != nil {
+			return fmt.Errorf("reading the hub kubeconfig %s: %w", *hubKubeconfig, err)
+		}
+		if hub, err = client.New(hubConfig, client.Options{Scheme: magosscheme.New()}); err != nil {
+			return fmt.Errorf("check: hub client: %w", err)
+		}
+	}
+	leader, heartbeat := "(leader election off)", "(no hub)"
+	err = installcheck.Until(ctx, *timeout, func(ctx context.Context) error {
+		if *leaderElect {
+			holder, err := installcheck.HeldLease(ctx, spoke, *leNamespace, app.LeaderElectionID)
+			if err != nil {
+				return fmt.Errorf("no agent replica leads: %w", err)
+			}
+			leader = holder
+		}
+		if err := spoke.List(ctx, &magosv1.WorkspaceList{}, client.Limit(1)); err != nil {
+			return fmt.Errorf("listing Workspaces: %w", err)
+		}
+		if hub != nil {
+			holder, err := installcheck.HeldLease(ctx, hub, mirror.Namespace(*clusterName), keys.AgentLease)
+			if err != nil {
+				return fmt.Errorf("no live heartbeat on the hub: %w", err)
+			}
+			heartbeat = "live, renewed by " + holder
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("check: %w", err)
+	}
+	_, err = fmt.Fprintf(stdout, "agent leader: %s\nhub heartbeat: %s\n", leader, heartbeat)
+	return err
 }

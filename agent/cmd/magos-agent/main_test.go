@@ -1,15 +1,28 @@
 package main
 
 import (
+	"bytes"
+	"context"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/spf13/pflag"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/magosfleet/magos/pkg/config"
+	"github.com/magosfleet/magos/agent/app"
+	"github.com/magosfleet/magos/pkg/keys"
+	"github.com/magosfleet/magos/pkg/localcluster"
+	"github.com/magosfleet/magos/pkg/mirror"
+	"github.com/magosfleet/magos/pkg/testenv"
 )
 
+// TestConfig parses the controller's real flags (and MAGOS_* variables) into its configuration.
 func TestConfig(t *testing.T) {
 	tests := []struct {
 		name    string
@@ -28,6 +41,9 @@ func TestConfig(t *testing.T) {
 			check: func(c *Config) string {
 				if c.Runner.Image != "registry.example/magos-agent:1.0" || c.Runner.Mode != "job" || c.ReconcileInterval != 3*time.Minute {
 					return "defaults or environment not applied"
+				}
+				if c.Runner.ImagePullPolicy != "IfNotPresent" || c.secretNamespaces() != nil {
+					return "default pull policy or Secret namespaces wrong"
 				}
 				return ""
 			},
@@ -49,9 +65,73 @@ func TestConfig(t *testing.T) {
 			wantErr: `runner.mode: "kubelet": want job or local`,
 		},
 		{
+			name: "runner resources and pull policy",
+			args: []string{"--runner-image=x", "--runner-image-pull-policy=Always", "--runner-cpu-request=250m",
+				"--runner-memory-request=512Mi", "--runner-cpu-limit=2", "--runner-memory-limit=2Gi"},
+			check: func(c *Config) string {
+				want := corev1.ResourceRequirements{
+					Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("250m"), corev1.ResourceMemory: resource.MustParse("512Mi")},
+					Limits:   corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("2"), corev1.ResourceMemory: resource.MustParse("2Gi")},
+				}
+				opts := c.runnerOptions()
+				if !reflect.DeepEqual(opts.Resources, want) {
+					return "resources " + opts.Resources.String()
+				}
+				if opts.ImagePullPolicy != corev1.PullAlways {
+					return "pull policy not applied"
+				}
+				return ""
+			},
+		},
+		{
+			name: "an empty flag removes a default limit",
+			args: []string{"--runner-image=x", "--runner-memory-limit="},
+			check: func(c *Config) string {
+				if _, ok := c.resources().Limits[corev1.ResourceMemory]; ok {
+					return "the default memory limit stayed"
+				}
+				return ""
+			},
+		},
+		{
 			name:    "bad quantity",
 			args:    []string{"--runner-image=x", "--runner-memory-limit=lots"},
 			wantErr: `runner.memoryLimit: "lots" is not a quantity`,
+		},
+		{
+			name:    "bad CPU request",
+			args:    []string{"--runner-image=x", "--runner-cpu-request=fast"},
+			wantErr: `runner.cpuRequest: "fast" is not a quantity`,
+		},
+		{
+			name:    "negative limit",
+			args:    []string{"--runner-image=x", "--runner-cpu-limit=-1"},
+			wantErr: `runner.cpuLimit: "-1" is negative`,
+		},
+		{
+			name:    "request above its limit",
+			args:    []string{"--runner-image=x", "--runner-memory-request=2Gi", "--runner-memory-limit=1Gi"},
+			wantErr: "runner.memoryRequest: 2Gi is more than runner.memoryLimit 1Gi",
+		},
+		{
+			name:    "unknown pull policy",
+			args:    []string{"--runner-image=x", "--runner-image-pull-policy=Sometimes"},
+			wantErr: `runner.imagePullPolicy: "Sometimes": want Always, IfNotPresent or Never`,
+		},
+		{
+			name: "Secret namespaces",
+			args: []string{"--runner-image=x", "--secret-namespaces=payments, cdn"},
+			check: func(c *Config) string {
+				if got := c.secretNamespaces(); !reflect.DeepEqual(got, []string{"payments", "cdn"}) {
+					return "Secret namespaces " + strings.Join(got, "|")
+				}
+				return ""
+			},
+		},
+		{
+			name:    "bad Secret namespace",
+			args:    []string{"--runner-image=x", "--secret-namespaces=Payments"},
+			wantErr: `secretNamespaces: "Payments" is not a namespace name`,
 		},
 		{
 			name:    "non-positive interval",
@@ -64,16 +144,7 @@ func TestConfig(t *testing.T) {
 			for k, v := range tt.env {
 				t.Setenv(k, v)
 			}
-			flags := pflag.NewFlagSet("test", pflag.ContinueOnError)
-			for _, name := range []string{"runner-mode", "runner-image", "runner-data-dir", "runner-memory-limit", "log-level"} {
-				flags.String(name, "", "")
-			}
-			flags.Duration("reconcile-interval", 0, "")
-			if err := flags.Parse(tt.args); err != nil {
-				t.Fatal(err)
-			}
-			cfg := Defaults()
-			err := config.Load(config.Options{EnvPrefix: "MAGOS", Flags: flags}, cfg)
+			cfg, err := loadConfig(tt.args)
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 					t.Fatalf("error %v, want %q", err, tt.wantErr)
@@ -87,5 +158,57 @@ func TestConfig(t *testing.T) {
 				t.Errorf("%s: %+v", msg, cfg)
 			}
 		})
+	}
+}
+
+// TestCheck runs `magos-agent check` (the chart's helm test) against a test spoke and hub: it
+// fails, saying why, until an agent replica leads in the spoke and the agent's heartbeat Lease on
+// the hub is live.
+func TestCheck(t *testing.T) {
+	env := testenv.Start(t, localcluster.Options{Spokes: []string{"spoke"}})
+	spoke := env.Spokes["spoke"]
+	ctx := context.Background()
+	args := []string{"--kubeconfig", spoke.Kubeconfig, "--leader-elect", "--leader-election-namespace", "default",
+		"--cluster-name", "spoke", "--hub-kubeconfig", env.Hub.Kubeconfig, "--timeout", "2s"}
+	var out bytes.Buffer
+	wantErr := func(want string) {
+		t.Helper()
+		out.Reset()
+		if err := check(ctx, args, &out); err == nil || !strings.Contains(err.Error(), want) {
+			t.Fatalf("check: %v, want %q", err, want)
+		}
+	}
+	lease := func(c client.Client, ns, name string, renewed time.Time) *coordinationv1.Lease {
+		l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: coordinationv1.LeaseSpec{
+			HolderIdentity: ptr.To("agent-0"), LeaseDurationSeconds: ptr.To[int32](40), RenewTime: &metav1.MicroTime{Time: renewed},
+		}}
+		if err := c.Create(ctx, l); err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+
+	wantErr("no agent replica leads: no Lease default/" + app.LeaderElectionID + " yet")
+	lease(spoke.Client, "default", app.LeaderElectionID, time.Now())
+	wantErr("no live heartbeat on the hub: no Lease " + mirror.Namespace("spoke") + "/" + keys.AgentLease + " yet")
+	if err := env.Hub.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: mirror.Namespace("spoke")}}); err != nil {
+		t.Fatal(err)
+	}
+	heartbeat := lease(env.Hub.Client, mirror.Namespace("spoke"), keys.AgentLease, time.Now().Add(-time.Minute))
+	wantErr("no live heartbeat on the hub: Lease " + mirror.Namespace("spoke") + "/" + keys.AgentLease + " held by agent-0 expired")
+
+	heartbeat.Spec.RenewTime = &metav1.MicroTime{Time: time.Now()}
+	if err := env.Hub.Client.Update(ctx, heartbeat); err != nil {
+		t.Fatal(err)
+	}
+	out.Reset()
+	if err := check(ctx, args, &out); err != nil {
+		t.Fatalf("check: %v", err)
+	}
+	if want := "agent leader: agent-0\nhub heartbeat: live, renewed by agent-0\n"; out.String() != want {
+		t.Errorf("check printed %q, want %q", out.String(), want)
+	}
+	if code := run(append([]string{"check"}, args...)); code != 0 {
+		t.Errorf("magos-agent check exited %d", code)
 	}
 }

@@ -36,3 +36,20 @@ app.kubernetes.io/component: agent
 {{- default "default" .Values.serviceAccount.name }}
 {{- end }}
 {{- end }}
+
+{{- /* Labels of the helm test Pod: not the selector labels, so that no Service or PDB selects it. */}}
+{{- define "magos-agent.testLabels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+app.kubernetes.io/name: {{ include "magos-agent.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: test
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: magos-fleet
+{{- end }}
+
+{{- define "magos-agent.leaderElectionGuard" -}}
+{{- if and (gt (int .Values.replicaCount) 1) (not .Values.leaderElection.enabled) }}
+{{- fail (printf "replicaCount is %d but leaderElection.enabled is false: every replica would act as the agent; enable leader election or set replicaCount to 1" (int .Values.replicaCount)) }}
+{{- end }}
+{{- end }}

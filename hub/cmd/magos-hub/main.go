@@ -3,11 +3,14 @@
 //	magos-hub [controller] --config FILE [--leader-elect] [--metrics-bind-address ADDR]
 //	          [--health-probe-bind-address ADDR] [--log-level LEVEL] [--log-development]
 //	magos-hub agent-kubeconfig --cluster NAME [--server URL] [--duration 8760h]
+//	magos-hub check [--config FILE] [--leader-elect] [--timeout 2m]
 //
 // controller (the default) runs the hub: the cluster registry (hot-reloaded from the config file),
 // the multi-cluster provider, and the Rollout and Project controllers. agent-kubeconfig prints the
 // bootstrap kubeconfig of an agent cluster's agent (a token for its ServiceAccount on the hub).
-// Both reach the hub's API server with --kubeconfig, $KUBECONFIG or the in-cluster config.
+// check is the magos-hub chart's `helm test`: it waits until a hub replica leads (with
+// --leader-elect) and every cluster of the config file is registered, and prints them.
+// All reach the hub's API server with --kubeconfig, $KUBECONFIG or the in-cluster config.
 package main
 
 import (
@@ -17,16 +20,22 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/spf13/pflag"
+	"k8s.io/apimachinery/pkg/api/meta"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
 	"github.com/magosfleet/magos/hub/app"
 	"github.com/magosfleet/magos/hub/project"
 	"github.com/magosfleet/magos/hub/registry"
 	"github.com/magosfleet/magos/hub/rollout"
+	"github.com/magosfleet/magos/pkg/installcheck"
 	"github.com/magosfleet/magos/pkg/logging"
+	"github.com/magosfleet/magos/pkg/scheme"
 )
 
 func main() {
@@ -47,8 +56,10 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		return controller(ctx, args)
 	case "agent-kubeconfig":
 		return agentKubeconfig(ctx, args, stdout)
+	case "check":
+		return check(ctx, args, stdout)
 	default:
-		return fmt.Errorf("unknown command %q: want controller or agent-kubeconfig", cmd)
+		return fmt.Errorf("unknown command %q: want controller, agent-kubeconfig or check", cmd)
 	}
 }
 
@@ -139,4 +150,78 @@ func agentKubeconfig(ctx context.Context, args []string, stdout io.Writer) error
 	}
 	_, err = stdout.Write(raw)
 	return err
+}
+
+// check waits until the hub runs: a replica holds the leader Lease (with --leader-elect) and
+// every cluster of --config has its Cluster object. It prints the leader and the clusters.
+func check(ctx context.Context, args []string, stdout io.Writer) error {
+	fs := newFlags("check")
+	file := fs.String("config", os.Getenv("MAGOS_CONFIG"), "the hub's configuration file: each of its clusters must be registered")
+	leaderElect := fs.Bool("leader-elect", false, "require a hub replica to hold the leader Lease")
+	leNamespace := fs.String("leader-election-namespace", os.Getenv("POD_NAMESPACE"), "namespace of the leader election Lease (default: the pod's)")
+	timeout := fs.Duration("timeout", 2*time.Minute, "how long to wait for the hub")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	var want []string
+	if *file != "" {
+		cfg, err := registry.LoadConfig(*file, nil)
+		if err != nil {
+			return fmt.Errorf("check: %w", err)
+		}
+		for _, cl := range cfg.Clusters {
+			want = append(want, cl.Name)
+		}
+	}
+	if *leaderElect && *leNamespace == "" {
+		return errors.New("check: --leader-election-namespace (or $POD_NAMESPACE) is required with --leader-elect")
+	}
+	restCfg, err := ctrl.GetConfig()
+	if err != nil {
+		return fmt.Errorf("reaching the hub's API server: %w", err)
+	}
+	c, err := client.New(restCfg, client.Options{Scheme: scheme.New()})
+	if err != nil {
+		return fmt.Errorf("check: hub client: %w", err)
+	}
+	leader := "(leader election off)"
+	var clusters magosv1.ClusterList
+	err = installcheck.Until(ctx, *timeout, func(ctx context.Context) error {
+		if *leaderElect {
+			holder, err := installcheck.HeldLease(ctx, c, *leNamespace, app.LeaderElectionID)
+			if err != nil {
+				return fmt.Errorf("no hub replica leads: %w", err)
+			}
+			leader = holder
+		}
+		if err := c.List(ctx, &clusters); err != nil {
+			return fmt.Errorf("listing Clusters: %w", err)
+		}
+		registered := map[string]bool{}
+		for _, cl := range clusters.Items {
+			registered[cl.Name] = true
+		}
+		var missing []string
+		for _, name := range want {
+			if !registered[name] {
+				missing = append(missing, name)
+			}
+		}
+		if len(missing) > 0 {
+			return fmt.Errorf("clusters of %s not registered yet: %s", *file, strings.Join(missing, ", "))
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("check: %w", err)
+	}
+	fmt.Fprintf(stdout, "hub leader: %s\nregistered clusters: %d\n", leader, len(clusters.Items))
+	for _, cl := range clusters.Items {
+		ready := "Unknown"
+		if cond := meta.FindStatusCondition(cl.Status.Conditions, magosv1.ConditionReady); cond != nil {
+			ready = string(cond.Status)
+		}
+		fmt.Fprintf(stdout, "  %s (%s) Ready=%s\n", cl.Name, cl.Spec.Transport, ready)
+	}
+	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -20,17 +21,26 @@ import (
 )
 
 // TestCommands runs `magos-hub controller` on a test hub with a config file registering an
-// agent cluster, then `magos-hub agent-kubeconfig` for it, as an operator would.
+// agent cluster, then `magos-hub agent-kubeconfig` for it, as an operator would, and `magos-hub
+// check` (the chart's helm test) before and after the hub runs.
 func TestCommands(t *testing.T) {
 	env := testenv.Start(t, localcluster.Options{})
 	file := filepath.Join(t.TempDir(), "config.yaml")
 	if err := os.WriteFile(file, []byte("clusters:\n  - name: cmd-a\n    labels: {region: r1}\n    agent: {}\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	checkArgs := []string{"check", "--kubeconfig", env.Hub.Kubeconfig, "--config", file, "--leader-elect", "--leader-election-namespace", "default"}
+	var out bytes.Buffer
+	err := run(context.Background(), append(checkArgs, "--timeout", "2s"), &out)
+	if err == nil || !strings.Contains(err.Error(), "no hub replica leads: no Lease default/magos-hub.magosproject.io yet") {
+		t.Fatalf("check before the hub runs: %v, want no leader", err)
+	}
+
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
 		done <- run(ctx, []string{"controller", "--kubeconfig", env.Hub.Kubeconfig, "--config", file,
+			"--leader-elect", "--leader-election-namespace", "default", "--leader-election-identity", "hub-0",
 			"--metrics-bind-address", "0", "--health-probe-bind-address", "0", "--log-level", "error"}, os.Stdout)
 	}()
 	testenv.Eventually(t, 90*time.Second, func() error {
@@ -44,7 +54,22 @@ func TestCommands(t *testing.T) {
 		return nil
 	})
 
-	var out bytes.Buffer
+	out.Reset()
+	if err := run(context.Background(), append(checkArgs, "--timeout", "60s"), &out); err != nil {
+		t.Fatalf("check: %v", err)
+	}
+	if !strings.Contains(out.String(), "hub leader: hub-0\nregistered clusters: 1\n  cmd-a (agent) Ready=") {
+		t.Errorf("check printed:\n%s", out.String())
+	}
+	other := filepath.Join(t.TempDir(), "config.yaml")
+	if err := os.WriteFile(other, []byte("clusters:\n  - name: cmd-a\n    agent: {}\n  - name: cmd-b\n    agent: {}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	err = run(context.Background(), []string{"check", "--kubeconfig", env.Hub.Kubeconfig, "--config", other, "--timeout", "2s"}, &out)
+	if err == nil || !strings.Contains(err.Error(), "not registered yet: cmd-b") {
+		t.Errorf("check with a cluster the hub does not know: %v, want cmd-b not registered", err)
+	}
+
 	testenv.Eventually(t, 60*time.Second, func() error {
 		out.Reset()
 		return run(context.Background(), []string{"agent-kubeconfig", "--kubeconfig", env.Hub.Kubeconfig,

@@ -1,0 +1,40 @@
+package tests
+
+import (
+	"slices"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+)
+
+// TestAgentRunnerValues checks that runner.resources and runner.image.pullPolicy reach the
+// agent's flags, and that a quantity left out clears the agent's own default.
+func TestAgentRunnerValues(t *testing.T) {
+	args := func(values map[string]any) []string {
+		values["clusterName"] = "x"
+		return as[appsv1.Deployment](t, render(t, "magos-agent", values)["Deployment/magos-agent"]).Spec.Template.Spec.Containers[0].Args
+	}
+	defaults := args(map[string]any{})
+	for _, arg := range []string{"--runner-image-pull-policy=IfNotPresent", "--runner-cpu-request=250m",
+		"--runner-memory-request=256Mi", "--runner-cpu-limit=", "--runner-memory-limit=1Gi"} {
+		if !slices.Contains(defaults, arg) {
+			t.Errorf("default args %v lack %s", defaults, arg)
+		}
+	}
+	none := args(map[string]any{"runner": map[string]any{"resources": nil}})
+	for _, arg := range []string{"--runner-cpu-request=", "--runner-memory-request=", "--runner-cpu-limit=", "--runner-memory-limit="} {
+		if !slices.Contains(none, arg) {
+			t.Errorf("with runner.resources null the args %v lack %s (the agent's defaults would apply)", none, arg)
+		}
+	}
+	custom := args(map[string]any{"runner": map[string]any{
+		"image":     map[string]any{"pullPolicy": "Always"},
+		"resources": map[string]any{"requests": map[string]any{"cpu": 1, "memory": "2Gi"}, "limits": map[string]any{"cpu": "1500m", "memory": nil}},
+	}})
+	for _, arg := range []string{"--runner-image-pull-policy=Always", "--runner-cpu-request=1",
+		"--runner-memory-request=2Gi", "--runner-cpu-limit=1500m", "--runner-memory-limit="} {
+		if !slices.Contains(custom, arg) {
+			t.Errorf("args %v lack %s", custom, arg)
+		}
+	}
+}

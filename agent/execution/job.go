@@ -1,11 +1,13 @@
 package execution
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"maps"
 	"path"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -103,12 +105,14 @@ func (l *JobLauncher) Sources() []source.Source {
 	}
 }
 
-// Start creates the Workspace's data volume (if missing) and the run's Job (if missing).
+// Start creates the Workspace's data volume (if missing), the Secret of the run's sensitive
+// values (when it has any) and then the run's Job (if missing): the Job is never created
+// before the Secret it reads.
 func (l *JobLauncher) Start(ctx context.Context, run *Run) error {
 	if err := l.ensureClaim(ctx, run.Workspace); err != nil {
 		return err
 	}
-	job, err := l.Job(run)
+	job, secret, err := l.build(run)
 	if err != nil {
 		return err
 	}
@@ -122,6 +126,11 @@ func (l *JobLauncher) Start(ctx context.Context, run *Run) error {
 				saName, job.Namespace, magosv1.DefaultServiceAccountName)}
 		}
 		return fmt.Errorf("reading ServiceAccount %s/%s: %w", job.Namespace, saName, err)
+	}
+	if secret != nil {
+		if err := l.ensureSecret(ctx, run.Workspace, secret); err != nil {
+			return err
+		}
 	}
 	if err := l.client.Create(ctx, job); err != nil {
 		if apierrors.IsAlreadyExists(err) {
@@ -159,8 +168,63 @@ func (l *JobLauncher) ensureClaim(ctx context.Context, ws *magosv1.Workspace) er
 	return nil
 }
 
+// ensureSecret creates the run's Secret of sensitive values, or brings one left by an earlier
+// attempt of the same run (the agent stopped between the Secret and the Job) up to date. A
+// Secret of that name the Workspace does not control is never used: the run fails, saying so.
+func (l *JobLauncher) ensureSecret(ctx context.Context, ws *magosv1.Workspace, secret *corev1.Secret) error {
+	err := l.client.Create(ctx, secret)
+	switch {
+	case err == nil:
+		return nil
+	case !apierrors.IsAlreadyExists(err):
+		return fmt.Errorf("creating Secret %s/%s for the sensitive values of the run: %w", secret.Namespace, secret.Name, err)
+	}
+	// Secrets are not cached by the agent: read the API server.
+	cur := &corev1.Secret{}
+	if err := l.reader.Get(ctx, client.ObjectKeyFromObject(secret), cur); err != nil {
+		return fmt.Errorf("reading Secret %s/%s: %w", secret.Namespace, secret.Name, err)
+	}
+	if !metav1.IsControlledBy(cur, ws) {
+		return &ConfigError{Message: fmt.Sprintf("Secret %q in namespace %s, where the run keeps its sensitive values, exists and is not controlled by Workspace %s: delete it",
+			cur.Name, cur.Namespace, ws.Name)}
+	}
+	if maps.EqualFunc(cur.Data, secret.Data, bytes.Equal) {
+		return nil
+	}
+	cur.Data = secret.Data
+	if err := l.client.Update(ctx, cur); err != nil {
+		return fmt.Errorf("updating Secret %s/%s: %w", cur.Namespace, cur.Name, err)
+	}
+	return nil
+}
+
+// EnvSecretName is the Secret that holds the sensitive literal values of the Job of an
+// operation: it has the Job's name.
+func EnvSecretName(workspace string, op runner.Operation, runID string) string {
+	return JobName(workspace, op, runID)
+}
+
 // Job builds the Job of a run (exported for tests and tools that show what would run).
+//
+// The sensitive literals of the run's environment (Run.Sensitive) are not in it: each is an
+// env entry with a secretKeyRef to the key of its name in the run's Secret (see Secret), so
+// the values never appear in the Job or its Pods. The runner sees the same environment.
 func (l *JobLauncher) Job(run *Run) (*batchv1.Job, error) {
+	job, _, err := l.build(run)
+	return job, err
+}
+
+// Secret builds the Secret that holds the sensitive literal values of a run's environment
+// (nil when it has none): named EnvSecretName, labelled with the Workspace, operation and run
+// ID like the Job, controlled by the Workspace (it goes with it, and Prune deletes those of
+// other runs). Start creates it before the Job that reads it.
+func (l *JobLauncher) Secret(run *Run) (*corev1.Secret, error) {
+	_, secret, err := l.build(run)
+	return secret, err
+}
+
+// build builds the Job of a run and the Secret of its sensitive values (nil when none).
+func (l *JobLauncher) build(run *Run) (*batchv1.Job, *corev1.Secret, error) {
 	ws := run.Workspace
 	spec := run.Spec
 	spec.PlanFile = path.Join(DataMountPath, spec.RunID+".tfplan")
@@ -169,7 +233,7 @@ func (l *JobLauncher) Job(run *Run) (*batchv1.Job, error) {
 	}
 	raw, err := json.Marshal(spec)
 	if err != nil {
-		return nil, fmt.Errorf("encoding run spec: %w", err)
+		return nil, nil, fmt.Errorf("encoding run spec: %w", err)
 	}
 	timeout := run.Timeout
 	if timeout <= 0 {
@@ -185,14 +249,31 @@ func (l *JobLauncher) Job(run *Run) (*batchv1.Job, error) {
 		{Name: "HOME", Value: "/tmp"},
 		{Name: "TMPDIR", Value: "/tmp"},
 	}
-	env = append(env, run.Env...)
+	name := JobName(ws.Name, spec.Operation, spec.RunID)
+	var secret *corev1.Secret
+	for _, e := range run.Env {
+		if e.ValueFrom == nil && slices.Contains(run.Sensitive, e.Name) {
+			if secret == nil {
+				secret = &corev1.Secret{
+					ObjectMeta: metav1.ObjectMeta{Name: EnvSecretName(ws.Name, spec.Operation, spec.RunID), Namespace: ws.Namespace, Labels: maps.Clone(labels)},
+					Type:       corev1.SecretTypeOpaque,
+					Data:       map[string][]byte{},
+				}
+			}
+			secret.Data[e.Name] = []byte(e.Value)
+			e = corev1.EnvVar{Name: e.Name, ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
+				LocalObjectReference: corev1.LocalObjectReference{Name: secret.Name}, Key: e.Name,
+			}}}
+		}
+		env = append(env, e)
+	}
 	sa := run.ServiceAccountName
 	if sa == "" {
 		sa = magosv1.DefaultServiceAccountName
 	}
 	job := &batchv1.Job{
 		ObjectMeta: metav1.ObjectMeta{
-			Name:      JobName(ws.Name, spec.Operation, spec.RunID),
+			Name:      name,
 			Namespace: ws.Namespace,
 			Labels:    labels,
 		},
@@ -241,9 +322,14 @@ func (l *JobLauncher) Job(run *Run) (*batchv1.Job, error) {
 		},
 	}
 	if err := controllerutil.SetControllerReference(ws, job, l.cache.GetScheme()); err != nil {
-		return nil, fmt.Errorf("owning Job: %w", err)
+		return nil, nil, fmt.Errorf("owning Job: %w", err)
 	}
-	return job, nil
+	if secret != nil {
+		if err := controllerutil.SetControllerReference(ws, secret, l.cache.GetScheme()); err != nil {
+			return nil, nil, fmt.Errorf("owning Secret: %w", err)
+		}
+	}
+	return job, secret, nil
 }
 
 // Status reads the Job's conditions and, once it finished, the result from its Pod's
@@ -348,7 +434,8 @@ func (l *JobLauncher) terminationMessage(ctx context.Context, job *batchv1.Job) 
 	return "", false, nil
 }
 
-// Prune deletes the Workspace's Jobs of other runs (their Pods go with them).
+// Prune deletes the Workspace's Jobs of other runs (their Pods go with them) and the Secrets of
+// their sensitive values.
 func (l *JobLauncher) Prune(ctx context.Context, ws *magosv1.Workspace, keepRunID string) error {
 	jobs := &batchv1.JobList{}
 	if err := l.client.List(ctx, jobs, client.InNamespace(ws.Namespace), client.MatchingLabels{keys.Workspace: ws.Name}); err != nil {
@@ -363,8 +450,24 @@ func (l *JobLauncher) Prune(ctx context.Context, ws *magosv1.Workspace, keepRunI
 			return fmt.Errorf("deleting old Job %s/%s: %w", j.Namespace, j.Name, err)
 		}
 	}
+	// The Secrets of sensitive values of other runs (Secrets are not cached: read the API
+	// server).
+	secrets := &corev1.SecretList{}
+	if err := l.reader.List(ctx, secrets, client.InNamespace(ws.Namespace), client.MatchingLabels{keys.Workspace: ws.Name}, client.HasLabels{keys.RunID}); err != nil {
+		return fmt.Errorf("listing the run Secrets of %s/%s: %w", ws.Namespace, ws.Name, err)
+	}
+	for i := range secrets.Items {
+		s := &secrets.Items[i]
+		if s.Labels[keys.RunID] == keepRunID || !metav1.IsControlledBy(s, ws) || s.DeletionTimestamp != nil {
+			continue
+		}
+		if err := l.client.Delete(ctx, s); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("deleting old Secret %s/%s: %w", s.Namespace, s.Name, err)
+		}
+	}
 	return nil
 }
 
-// Forget does nothing: the Workspace's Jobs and data volume are owned by it and go with it.
+// Forget does nothing: the Workspace's Jobs, Secrets and data volume are owned by it and go
+// with it.
 func (l *JobLauncher) Forget(context.Context, string, string) error { return nil }

@@ -332,8 +332,28 @@ func (l *JobLauncher) build(run *Run) (*batchv1.Job, *corev1.Secret, error) {
 	return job, secret, nil
 }
 
-// Status reads the Job's conditions and, once it finished, the result from its Pod's
-// termination message.
+// Status reads the Job's conditions and, once it finished, the result from the termination
+// message of its Pod's runner container.
+//
+// Only the runner's own result says a run succeeded. A Job that ended without a usable result
+// is a Failed run, and its message says how the Job ended, from what the Job controller and
+// the kubelet report (checked in this order):
+//
+//   - the runner container terminated with reason OOMKilled: the runner was OOM-killed, raise
+//     the runner memory limit;
+//   - the Job failed with reason DeadlineExceeded (its activeDeadlineSeconds passed): the run
+//     exceeded its timeout (spec.plan.timeoutSeconds, or spec.apply.timeoutSeconds for apply
+//     and destroy);
+//   - the Job failed and its Pod is gone, was deleted (deletionTimestamp), was disrupted (a
+//     DisruptionTarget condition; the Job's pod failure policy fails the Job on it, reason
+//     PodFailurePolicy) or evicted (phase Failed, reason Evicted), or the runner was killed by
+//     a signal (exit code 137 or 143) without writing a result: the Pod was deleted or evicted
+//     before the run ended;
+//   - otherwise the Job's reason and message, and how the runner container ended.
+//
+// A runner stopped by its Pod's deletion or deadline is interrupted first (SIGTERM) and
+// usually writes a Failed result saying the tool was interrupted: that result's message then
+// starts with the sentence saying why the runner was stopped.
 func (l *JobLauncher) Status(ctx context.Context, ref Ref) (Status, error) {
 	job := &batchv1.Job{}
 	key := client.ObjectKey{Namespace: ref.Namespace, Name: JobName(ref.Name, ref.Operation, ref.RunID)}
@@ -377,61 +397,156 @@ func (l *JobLauncher) Status(ctx context.Context, ref Ref) (Status, error) {
 	if job.Status.CompletionTime != nil {
 		st.FinishedAt = job.Status.CompletionTime.Time
 	}
-	msg, found, err := l.terminationMessage(ctx, job)
+	pod, term, err := l.runnerPod(ctx, job)
 	if err != nil {
 		return Status{}, err
 	}
+	stopped := stopCause(job, done, pod, term, ref.Operation)
 	st.Result = runner.Result{Operation: ref.Operation, RunID: ref.RunID, Outcome: runner.OutcomeFailed}
 	var unusable string // why the termination message cannot be the run's result
 	switch {
-	case !found:
+	case pod == nil:
 		unusable = "its Pod is gone"
-	case msg == "":
-		unusable = "the runner wrote no termination message"
+	case term == nil:
+		unusable = "its runner container did not terminate"
+	case term.Message == "":
+		unusable = fmt.Sprintf("the runner exited with code %d (%s) without writing a result", term.ExitCode, messageOr(term.Reason, "no reason"))
 	default:
-		res, err := runner.DecodeResult([]byte(msg))
+		res, err := runner.DecodeResult([]byte(term.Message))
 		switch {
 		case err != nil:
 			unusable = "its termination message is not a run result: " + err.Error()
 		case res.RunID != ref.RunID || res.Operation != ref.Operation:
 			unusable = fmt.Sprintf("its termination message is the result of the %s of run %s", res.Operation, res.RunID)
 		default:
+			if res.Outcome == runner.OutcomeFailed && stopped != "" {
+				res.Message = stopped + "; the runner's result: " + messageOr(res.Message, "none")
+			}
 			st.Result = res
 			return st, nil
 		}
 	}
 	// Only the runner's own result says a run succeeded: a Job that completed without one is a
 	// Failed run (a wrong image or entrypoint, a missing volume), never a success.
-	if done.Type == batchv1.JobComplete {
+	switch {
+	case done.Type == batchv1.JobComplete:
 		st.Result.Message = fmt.Sprintf("Job %s completed but left no result (%s); the run is counted Failed", job.Name, unusable)
-	} else {
+	case stopped != "":
+		st.Result.Message = fmt.Sprintf("%s (Job %s failed: %s: %s; no result: %s)", stopped, job.Name, done.Reason, done.Message, unusable)
+	default:
 		st.Result.Message = fmt.Sprintf("Job %s failed (%s): %s; no result (%s)", job.Name, done.Reason, done.Message, unusable)
 	}
-	log.FromContext(ctx).Info("run ended without a usable result", "job", job.Name, "reason", unusable)
+	log.FromContext(ctx).Info("run ended without a usable result", "job", job.Name, "reason", unusable, "jobReason", done.Reason)
 	return st, nil
 }
 
-// terminationMessage returns the runner container's termination message of the Job's Pod.
+// stopCause says why the runner of a finished Job was stopped before it could end the run by
+// itself, when the Job, its Pod or the runner container say so; "" otherwise (see Status).
+func stopCause(job *batchv1.Job, done *batchv1.JobCondition, pod *corev1.Pod, term *corev1.ContainerStateTerminated, op runner.Operation) string {
+	if term != nil && term.Reason == ReasonOOMKilled {
+		how := "without a memory limit, when its node ran out of memory: give the runner a memory request and limit that fit the run"
+		if q := runnerMemoryLimit(pod); q != nil {
+			how = "at its memory limit of " + q.String() + ": raise the runner memory limit of run Jobs (the agent's runner memory limit setting)"
+		}
+		return fmt.Sprintf("The runner was OOM-killed (exit code %d) %s", term.ExitCode, how)
+	}
+	if done.Type != batchv1.JobFailed {
+		return ""
+	}
+	if done.Reason == batchv1.JobReasonDeadlineExceeded {
+		field := "spec.apply.timeoutSeconds"
+		if op == runner.OperationPlan {
+			field = "spec.plan.timeoutSeconds"
+		}
+		timeout := "its timeout"
+		if s := job.Spec.ActiveDeadlineSeconds; s != nil {
+			timeout += " of " + (time.Duration(*s) * time.Second).String()
+		}
+		return fmt.Sprintf("The run exceeded %s (%s, default %d) and was stopped", timeout, field, int64(DefaultTimeout.Seconds()))
+	}
+	switch {
+	case pod == nil:
+		return "The runner Pod is gone: it was deleted or evicted before the run ended"
+	case disruption(pod) != nil:
+		c := disruption(pod)
+		return fmt.Sprintf("The runner Pod was evicted or deleted before the run ended (%s: %s)", c.Reason, c.Message)
+	case pod.Status.Reason == ReasonEvicted:
+		return fmt.Sprintf("The runner Pod was evicted before the run ended (%s)", pod.Status.Message)
+	case pod.DeletionTimestamp != nil:
+		return "The runner Pod was deleted before the run ended"
+	case done.Reason == batchv1.JobReasonPodFailurePolicy:
+		return fmt.Sprintf("The runner Pod was evicted or deleted before the run ended (%s)", done.Message)
+	case term != nil && term.Message == "" && (term.ExitCode == 128+9 || term.ExitCode == 128+15):
+		return fmt.Sprintf("The runner was killed (exit code %d, %s) before it wrote a result: its Pod was deleted or evicted, or its node stopped it", term.ExitCode, messageOr(term.Reason, "no reason"))
+	}
+	return ""
+}
+
+// Reasons the kubelet writes on a Pod or a container status.
+const (
+	// ReasonOOMKilled is the reason of a container the kernel killed at its memory limit.
+	ReasonOOMKilled = "OOMKilled"
+	// ReasonEvicted is the reason of a Pod the kubelet evicted (node pressure).
+	ReasonEvicted = "Evicted"
+)
+
+// disruption returns the Pod's DisruptionTarget condition when it is True: the Pod is being
+// deleted by a disruption (preemption, eviction, taint, the kubelet), or nil.
+func disruption(pod *corev1.Pod) *corev1.PodCondition {
+	for i := range pod.Status.Conditions {
+		if c := &pod.Status.Conditions[i]; c.Type == corev1.DisruptionTarget && c.Status == corev1.ConditionTrue {
+			return c
+		}
+	}
+	return nil
+}
+
+// runnerMemoryLimit returns the memory limit of the Pod's runner container, or nil.
+func runnerMemoryLimit(pod *corev1.Pod) *resource.Quantity {
+	if pod == nil {
+		return nil
+	}
+	for _, c := range pod.Spec.Containers {
+		if q, ok := c.Resources.Limits[corev1.ResourceMemory]; c.Name == ContainerName && ok {
+			return &q
+		}
+	}
+	return nil
+}
+
+func messageOr(msg, def string) string {
+	if msg == "" {
+		return def
+	}
+	return msg
+}
+
+// runnerPod returns the Job's Pod and the terminated state of its runner container: the newest
+// Pod whose runner terminated, else the newest Pod (term nil), else nothing (the Pod is gone).
 // A Pod missing from the cache is looked up on the API server before giving up.
-func (l *JobLauncher) terminationMessage(ctx context.Context, job *batchv1.Job) (string, bool, error) {
+func (l *JobLauncher) runnerPod(ctx context.Context, job *batchv1.Job) (pod *corev1.Pod, term *corev1.ContainerStateTerminated, err error) {
 	for _, r := range []client.Reader{l.client, l.reader} {
 		pods := &corev1.PodList{}
 		if err := r.List(ctx, pods, client.InNamespace(job.Namespace), client.MatchingLabels{JobNameLabel: job.Name}); err != nil {
-			return "", false, fmt.Errorf("listing Pods of Job %s/%s: %w", job.Namespace, job.Name, err)
+			return nil, nil, fmt.Errorf("listing Pods of Job %s/%s: %w", job.Namespace, job.Name, err)
 		}
 		// Newest first: with backoffLimit 0 there is one, but be deterministic anyway.
 		sort.Slice(pods.Items, func(i, j int) bool {
 			return pods.Items[j].CreationTimestamp.Before(&pods.Items[i].CreationTimestamp)
 		})
-		for _, p := range pods.Items {
+		for i := range pods.Items {
+			p := &pods.Items[i]
 			for _, cs := range p.Status.ContainerStatuses {
 				if cs.Name == ContainerName && cs.State.Terminated != nil {
-					return cs.State.Terminated.Message, true, nil
+					return p, cs.State.Terminated, nil
 				}
 			}
 		}
+		if pod == nil && len(pods.Items) > 0 {
+			pod = &pods.Items[0]
+		}
 	}
-	return "", false, nil
+	return pod, nil, nil
 }
 
 // Prune deletes the Workspace's Jobs of other runs (their Pods go with them) and the Secrets of

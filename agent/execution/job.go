@@ -42,6 +42,9 @@ const (
 	DataVolumeSize = "1Gi"
 	// JobNameLabel is the label Kubernetes puts on a Job's Pods.
 	JobNameLabel = "job-name"
+	// TerminationMargin is how much longer than runner.InterruptGrace a run's Pod may take to
+	// stop before it is killed: time for the runner to write its result.
+	TerminationMargin = 15 * time.Second
 )
 
 // DataClaimName is the PersistentVolumeClaim that holds a Workspace's saved plans.
@@ -209,6 +212,14 @@ func EnvSecretName(workspace string, op runner.Operation, runID string) string {
 // The sensitive literals of the run's environment (Run.Sensitive) are not in it: each is an
 // env entry with a secretKeyRef to the key of its name in the run's Secret (see Secret), so
 // the values never appear in the Job or its Pods. The runner sees the same environment.
+//
+// Kubernetes never runs the operation twice: the Job has backoffLimit 0, podReplacementPolicy
+// Failed and a pod failure policy that fails it when its Pod is disrupted, so its one Pod is
+// never replaced, and the Job fails (BackoffLimitExceeded or PodFailurePolicy) only once that
+// Pod has stopped. A deleted or evicted runner Pod gets terminationGracePeriodSeconds of
+// runner.InterruptGrace plus TerminationMargin: the runner interrupts the tool, which persists
+// its state and releases its lock, and writes its result. The agent never starts an apply again
+// either (see the Workspace controller): the next attempt is a new run that plans afresh.
 func (l *JobLauncher) Job(run *Run) (*batchv1.Job, error) {
 	job, _, err := l.build(run)
 	return job, err
@@ -278,13 +289,28 @@ func (l *JobLauncher) build(run *Run) (*batchv1.Job, *corev1.Secret, error) {
 			Labels:    labels,
 		},
 		Spec: batchv1.JobSpec{
-			BackoffLimit:          ptr.To[int32](0),
+			// One Pod per Job, never a second: no retry (backoffLimit 0), and a Pod being
+			// deleted counts only once it has stopped (podReplacementPolicy Failed), so a
+			// killed apply is never run again by Kubernetes, nor reported over while its
+			// runner still stops.
+			BackoffLimit:         ptr.To[int32](0),
+			PodReplacementPolicy: ptr.To(batchv1.Failed),
+			// A disrupted Pod (eviction, preemption, a node going away) fails the Job at once,
+			// with reason PodFailurePolicy; never Ignore, which would start a replacement.
+			PodFailurePolicy: &batchv1.PodFailurePolicy{Rules: []batchv1.PodFailurePolicyRule{{
+				Action:          batchv1.PodFailurePolicyActionFailJob,
+				OnPodConditions: []batchv1.PodFailurePolicyOnPodConditionsPattern{{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue}},
+			}}},
 			ActiveDeadlineSeconds: ptr.To(int64(timeout.Seconds())),
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: maps.Clone(labels), Annotations: maps.Clone(run.PodAnnotations)},
 				Spec: corev1.PodSpec{
 					RestartPolicy:      corev1.RestartPolicyNever,
 					ServiceAccountName: sa,
+					// A stopped runner interrupts the tool and gives it runner.InterruptGrace to
+					// persist its state and release its lock, then writes its result: the Pod
+					// waits that long and a little more before it is killed.
+					TerminationGracePeriodSeconds: ptr.To(int64((runner.InterruptGrace + TerminationMargin).Seconds())),
 					SecurityContext: &corev1.PodSecurityContext{
 						RunAsNonRoot:   ptr.To(true),
 						RunAsUser:      ptr.To(l.opts.RunAsUser),

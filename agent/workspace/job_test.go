@@ -348,6 +348,61 @@ func TestJobLauncher(t *testing.T) {
 		}
 	})
 
+	t.Run("an apply whose Pod is killed fails, and the retry is a new run that plans", func(t *testing.T) {
+		key := newWorkspace(t, c, "jobs", "killed", repo.URL(), func(ws *magosv1.Workspace) { ws.Spec.ServiceAccountName = "runner-sa" })
+		ws := pendingRun(t, c, key, magosv1.ReasonAwaitingRollout, "")
+		grant(t, c, key, ws.Status.CurrentRunID)
+		ws = waitFor(t, c, key, 60*time.Second, inPhase(magosv1.PhasePlanning, ""))
+		finishJob(t, c, runJob(t, c, ws, runner.OperationPlan), &runner.Result{Operation: runner.OperationPlan, RunID: ws.Status.CurrentRunID,
+			Outcome: runner.OutcomeSucceeded, Revision: sha, HasChanges: true, Add: 1}, "")
+		ws = waitFor(t, c, key, 60*time.Second, inPhase(magosv1.PhaseApplying, ""))
+		killed := ws.Status.CurrentRunID
+		apply := runJob(t, c, ws, runner.OperationApply)
+		killPod(t, c, apply)
+		ws = waitFor(t, c, key, 60*time.Second, inPhase(magosv1.PhaseFailed, magosv1.ReasonApplyFailed))
+		if err := contains(ws.Status.Message, "The runner Pod was deleted before the run ended"); err != nil {
+			t.Error(err)
+		}
+		if ws.Status.ObservedRevision == sha {
+			t.Errorf("observedRevision %s: a killed apply counted as applied", ws.Status.ObservedRevision)
+		}
+
+		// The retry mints a new run, which plans afresh under its own grant: the old run's
+		// plan is never applied.
+		annotate(t, c, key, map[string]any{keys.ReconcileRequest: "after-kill"})
+		ws = pendingRun(t, c, key, magosv1.ReasonManualReconcileRequested, killed)
+		if ws.Status.PlannedInputs != "" {
+			t.Errorf("plannedInputs %q carried into the new run", ws.Status.PlannedInputs)
+		}
+		testenv.Consistently(t, time.Second, func() error { return expectPhase(c, key, magosv1.PhasePending) }) // no grant, nothing runs
+		grant(t, c, key, ws.Status.CurrentRunID)
+		ws = waitFor(t, c, key, 60*time.Second, inPhase(magosv1.PhasePlanning, ""))
+		plan := runJob(t, c, ws, runner.OperationPlan)
+		var rs runner.Spec
+		for _, e := range plan.Spec.Template.Spec.Containers[0].Env {
+			if e.Name == runner.EnvSpec {
+				if err := json.Unmarshal([]byte(e.Value), &rs); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		if rs.Operation != runner.OperationPlan || rs.RunID == killed || rs.RunID != ws.Status.CurrentRunID || rs.PlanFile != "/workspace-data/"+rs.RunID+".tfplan" {
+			t.Errorf("the retry runs %s of run %s with plan file %s, want a plan of a new run (not %s) into its own plan file", rs.Operation, rs.RunID, rs.PlanFile, killed)
+		}
+		testenv.Consistently(t, time.Second, func() error {
+			jobs := &batchv1.JobList{}
+			if err := c.List(ctx, jobs, client.InNamespace("jobs"), client.MatchingLabels{keys.Workspace: key.Name, keys.JobType: string(runner.OperationApply)}); err != nil {
+				return err
+			}
+			for _, j := range jobs.Items {
+				if j.Labels[keys.RunID] != killed || j.UID != apply.UID {
+					return fmt.Errorf("apply Job %s of run %s started before the new run's plan ended", j.Name, j.Labels[keys.RunID])
+				}
+			}
+			return nil
+		})
+	})
+
 	t.Run("selected policies without their CRD fail closed", func(t *testing.T) {
 		crd := &unstructured.Unstructured{}
 		crd.SetAPIVersion("apiextensions.k8s.io/v1")
@@ -485,9 +540,21 @@ func checkJob(t *testing.T, c client.Client, ws *magosv1.Workspace, job *batchv1
 	if ptr.Deref(spec.BackoffLimit, -1) != 0 || ptr.Deref(spec.ActiveDeadlineSeconds, 0) != deadline {
 		t.Errorf("backoffLimit %v activeDeadlineSeconds %v, want 0 and %d", spec.BackoffLimit, spec.ActiveDeadlineSeconds, deadline)
 	}
+	// Kubernetes never runs a second Pod of the Job: no Pod replaced while one terminates, a
+	// disruption fails the Job, and no rule ignores a failure (which would replace the Pod).
+	if p := ptr.Deref(spec.PodReplacementPolicy, ""); p != batchv1.Failed {
+		t.Errorf("podReplacementPolicy %q, want Failed", p)
+	}
+	if pfp := spec.PodFailurePolicy; pfp == nil || len(pfp.Rules) != 1 || pfp.Rules[0].Action != batchv1.PodFailurePolicyActionFailJob ||
+		len(pfp.Rules[0].OnPodConditions) != 1 || pfp.Rules[0].OnPodConditions[0].Type != corev1.DisruptionTarget {
+		t.Errorf("podFailurePolicy %+v, want one rule: FailJob on DisruptionTarget", pfp)
+	}
 	pod := spec.Template.Spec
 	if pod.RestartPolicy != corev1.RestartPolicyNever || pod.ServiceAccountName != "runner-sa" {
 		t.Errorf("restartPolicy %s serviceAccountName %s", pod.RestartPolicy, pod.ServiceAccountName)
+	}
+	if g := ptr.Deref(pod.TerminationGracePeriodSeconds, 30); time.Duration(g)*time.Second <= runner.InterruptGrace {
+		t.Errorf("terminationGracePeriodSeconds %d: the runner gets no time to stop the tool cleanly (%s) and write its result", g, runner.InterruptGrace)
 	}
 	for k, v := range podAnnotations {
 		if spec.Template.Annotations[k] != v {
@@ -655,6 +722,46 @@ func finishJob(t *testing.T, c client.Client, job *batchv1.Job, result *runner.R
 		}
 	}
 	endJob(t, c, job, succeeded, failMessage)
+}
+
+// killPod plays a kubelet and a Job controller (simulated: there is neither here) for a runner
+// Pod deleted mid-run: the Pod terminating (held by a finalizer, as the Job controller's
+// tracking finalizer holds it), its runner killed without a result (exit 137), then the Job
+// failed with BackoffLimitExceeded.
+func killPod(t *testing.T, c client.Client, job *batchv1.Job) {
+	t.Helper()
+	ctx := context.Background()
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: job.Namespace, Name: job.Name + "-killed", Labels: map[string]string{execution.JobNameLabel: job.Name},
+			Finalizers: []string{"magosproject.io/test-hold"}},
+		Spec: *job.Spec.Template.Spec.DeepCopy(),
+	}
+	for k, v := range job.Spec.Template.Labels {
+		pod.Labels[k] = v
+	}
+	if err := createWithRetry(ctx, c, pod); err != nil {
+		t.Fatalf("creating the Pod: %v", err)
+	}
+	if err := c.Delete(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	now := metav1.Now()
+	pod.Status = corev1.PodStatus{Phase: corev1.PodFailed, StartTime: &now, ContainerStatuses: []corev1.ContainerStatus{{
+		Name: execution.ContainerName, Image: runnerImage, ImageID: runnerImage,
+		State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 137, Reason: "Error", StartedAt: now, FinishedAt: now}},
+	}}}
+	testenv.Eventually(t, 30*time.Second, func() error {
+		cur := &corev1.Pod{}
+		if err := c.Get(ctx, client.ObjectKeyFromObject(pod), cur); err != nil {
+			return err
+		}
+		cur.Status = pod.Status
+		return c.Status().Update(ctx, cur)
+	})
+	t.Cleanup(func() {
+		_ = c.Patch(context.Background(), pod, client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`)))
+	})
+	endJob(t, c, job, false, "")
 }
 
 // endJob plays the Job controller: the Job's final conditions, Complete or (with failMessage,

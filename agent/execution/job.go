@@ -1,11 +1,13 @@
 package execution
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"maps"
 	"path"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -40,6 +42,9 @@ const (
 	DataVolumeSize = "1Gi"
 	// JobNameLabel is the label Kubernetes puts on a Job's Pods.
 	JobNameLabel = "job-name"
+	// TerminationMargin is how much longer than runner.InterruptGrace a run's Pod may take to
+	// stop before it is killed: time for the runner to write its result.
+	TerminationMargin = 15 * time.Second
 )
 
 // DataClaimName is the PersistentVolumeClaim that holds a Workspace's saved plans.
@@ -103,12 +108,14 @@ func (l *JobLauncher) Sources() []source.Source {
 	}
 }
 
-// Start creates the Workspace's data volume (if missing) and the run's Job (if missing).
+// Start creates the Workspace's data volume (if missing), the Secret of the run's sensitive
+// values (when it has any) and then the run's Job (if missing): the Job is never created
+// before the Secret it reads.
 func (l *JobLauncher) Start(ctx context.Context, run *Run) error {
 	if err := l.ensureClaim(ctx, run.Workspace); err != nil {
 		return err
 	}
-	job, err := l.Job(run)
+	job, secret, err := l.build(run)
 	if err != nil {
 		return err
 	}
@@ -122,6 +129,11 @@ func (l *JobLauncher) Start(ctx context.Context, run *Run) error {
 				saName, job.Namespace, magosv1.DefaultServiceAccountName)}
 		}
 		return fmt.Errorf("reading ServiceAccount %s/%s: %w", job.Namespace, saName, err)
+	}
+	if secret != nil {
+		if err := l.ensureSecret(ctx, run.Workspace, secret); err != nil {
+			return err
+		}
 	}
 	if err := l.client.Create(ctx, job); err != nil {
 		if apierrors.IsAlreadyExists(err) {
@@ -159,8 +171,71 @@ func (l *JobLauncher) ensureClaim(ctx context.Context, ws *magosv1.Workspace) er
 	return nil
 }
 
+// ensureSecret creates the run's Secret of sensitive values, or brings one left by an earlier
+// attempt of the same run (the agent stopped between the Secret and the Job) up to date. A
+// Secret of that name the Workspace does not control is never used: the run fails, saying so.
+func (l *JobLauncher) ensureSecret(ctx context.Context, ws *magosv1.Workspace, secret *corev1.Secret) error {
+	err := l.client.Create(ctx, secret)
+	switch {
+	case err == nil:
+		return nil
+	case !apierrors.IsAlreadyExists(err):
+		return fmt.Errorf("creating Secret %s/%s for the sensitive values of the run: %w", secret.Namespace, secret.Name, err)
+	}
+	// Secrets are not cached by the agent: read the API server.
+	cur := &corev1.Secret{}
+	if err := l.reader.Get(ctx, client.ObjectKeyFromObject(secret), cur); err != nil {
+		return fmt.Errorf("reading Secret %s/%s: %w", secret.Namespace, secret.Name, err)
+	}
+	if !metav1.IsControlledBy(cur, ws) {
+		return &ConfigError{Message: fmt.Sprintf("Secret %q in namespace %s, where the run keeps its sensitive values, exists and is not controlled by Workspace %s: delete it",
+			cur.Name, cur.Namespace, ws.Name)}
+	}
+	if maps.EqualFunc(cur.Data, secret.Data, bytes.Equal) {
+		return nil
+	}
+	cur.Data = secret.Data
+	if err := l.client.Update(ctx, cur); err != nil {
+		return fmt.Errorf("updating Secret %s/%s: %w", cur.Namespace, cur.Name, err)
+	}
+	return nil
+}
+
+// EnvSecretName is the Secret that holds the sensitive literal values of the Job of an
+// operation: it has the Job's name.
+func EnvSecretName(workspace string, op runner.Operation, runID string) string {
+	return JobName(workspace, op, runID)
+}
+
 // Job builds the Job of a run (exported for tests and tools that show what would run).
+//
+// The sensitive literals of the run's environment (Run.Sensitive) are not in it: each is an
+// env entry with a secretKeyRef to the key of its name in the run's Secret (see Secret), so
+// the values never appear in the Job or its Pods. The runner sees the same environment.
+//
+// Kubernetes never runs the operation twice: the Job has backoffLimit 0, podReplacementPolicy
+// Failed and a pod failure policy that fails it when its Pod is disrupted, so its one Pod is
+// never replaced, and the Job fails (BackoffLimitExceeded or PodFailurePolicy) only once that
+// Pod has stopped. A deleted or evicted runner Pod gets terminationGracePeriodSeconds of
+// runner.InterruptGrace plus TerminationMargin: the runner interrupts the tool, which persists
+// its state and releases its lock, and writes its result. The agent never starts an apply again
+// either (see the Workspace controller): the next attempt is a new run that plans afresh.
 func (l *JobLauncher) Job(run *Run) (*batchv1.Job, error) {
+	job, _, err := l.build(run)
+	return job, err
+}
+
+// Secret builds the Secret that holds the sensitive literal values of a run's environment
+// (nil when it has none): named EnvSecretName, labelled with the Workspace, operation and run
+// ID like the Job, controlled by the Workspace (it goes with it, and Prune deletes those of
+// other runs). Start creates it before the Job that reads it.
+func (l *JobLauncher) Secret(run *Run) (*corev1.Secret, error) {
+	_, secret, err := l.build(run)
+	return secret, err
+}
+
+// build builds the Job of a run and the Secret of its sensitive values (nil when none).
+func (l *JobLauncher) build(run *Run) (*batchv1.Job, *corev1.Secret, error) {
 	ws := run.Workspace
 	spec := run.Spec
 	spec.PlanFile = path.Join(DataMountPath, spec.RunID+".tfplan")
@@ -169,7 +244,7 @@ func (l *JobLauncher) Job(run *Run) (*batchv1.Job, error) {
 	}
 	raw, err := json.Marshal(spec)
 	if err != nil {
-		return nil, fmt.Errorf("encoding run spec: %w", err)
+		return nil, nil, fmt.Errorf("encoding run spec: %w", err)
 	}
 	timeout := run.Timeout
 	if timeout <= 0 {
@@ -185,25 +260,57 @@ func (l *JobLauncher) Job(run *Run) (*batchv1.Job, error) {
 		{Name: "HOME", Value: "/tmp"},
 		{Name: "TMPDIR", Value: "/tmp"},
 	}
-	env = append(env, run.Env...)
+	name := JobName(ws.Name, spec.Operation, spec.RunID)
+	var secret *corev1.Secret
+	for _, e := range run.Env {
+		if e.ValueFrom == nil && slices.Contains(run.Sensitive, e.Name) {
+			if secret == nil {
+				secret = &corev1.Secret{
+					ObjectMeta: metav1.ObjectMeta{Name: EnvSecretName(ws.Name, spec.Operation, spec.RunID), Namespace: ws.Namespace, Labels: maps.Clone(labels)},
+					Type:       corev1.SecretTypeOpaque,
+					Data:       map[string][]byte{},
+				}
+			}
+			secret.Data[e.Name] = []byte(e.Value)
+			e = corev1.EnvVar{Name: e.Name, ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
+				LocalObjectReference: corev1.LocalObjectReference{Name: secret.Name}, Key: e.Name,
+			}}}
+		}
+		env = append(env, e)
+	}
 	sa := run.ServiceAccountName
 	if sa == "" {
 		sa = magosv1.DefaultServiceAccountName
 	}
 	job := &batchv1.Job{
 		ObjectMeta: metav1.ObjectMeta{
-			Name:      JobName(ws.Name, spec.Operation, spec.RunID),
+			Name:      name,
 			Namespace: ws.Namespace,
 			Labels:    labels,
 		},
 		Spec: batchv1.JobSpec{
-			BackoffLimit:          ptr.To[int32](0),
+			// One Pod per Job, never a second: no retry (backoffLimit 0), and a Pod being
+			// deleted counts only once it has stopped (podReplacementPolicy Failed), so a
+			// killed apply is never run again by Kubernetes, nor reported over while its
+			// runner still stops.
+			BackoffLimit:         ptr.To[int32](0),
+			PodReplacementPolicy: ptr.To(batchv1.Failed),
+			// A disrupted Pod (eviction, preemption, a node going away) fails the Job at once,
+			// with reason PodFailurePolicy; never Ignore, which would start a replacement.
+			PodFailurePolicy: &batchv1.PodFailurePolicy{Rules: []batchv1.PodFailurePolicyRule{{
+				Action:          batchv1.PodFailurePolicyActionFailJob,
+				OnPodConditions: []batchv1.PodFailurePolicyOnPodConditionsPattern{{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue}},
+			}}},
 			ActiveDeadlineSeconds: ptr.To(int64(timeout.Seconds())),
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: maps.Clone(labels), Annotations: maps.Clone(run.PodAnnotations)},
 				Spec: corev1.PodSpec{
 					RestartPolicy:      corev1.RestartPolicyNever,
 					ServiceAccountName: sa,
+					// A stopped runner interrupts the tool and gives it runner.InterruptGrace to
+					// persist its state and release its lock, then writes its result: the Pod
+					// waits that long and a little more before it is killed.
+					TerminationGracePeriodSeconds: ptr.To(int64((runner.InterruptGrace + TerminationMargin).Seconds())),
 					SecurityContext: &corev1.PodSecurityContext{
 						RunAsNonRoot:   ptr.To(true),
 						RunAsUser:      ptr.To(l.opts.RunAsUser),
@@ -241,13 +348,38 @@ func (l *JobLauncher) Job(run *Run) (*batchv1.Job, error) {
 		},
 	}
 	if err := controllerutil.SetControllerReference(ws, job, l.cache.GetScheme()); err != nil {
-		return nil, fmt.Errorf("owning Job: %w", err)
+		return nil, nil, fmt.Errorf("owning Job: %w", err)
 	}
-	return job, nil
+	if secret != nil {
+		if err := controllerutil.SetControllerReference(ws, secret, l.cache.GetScheme()); err != nil {
+			return nil, nil, fmt.Errorf("owning Secret: %w", err)
+		}
+	}
+	return job, secret, nil
 }
 
-// Status reads the Job's conditions and, once it finished, the result from its Pod's
-// termination message.
+// Status reads the Job's conditions and, once it finished, the result from the termination
+// message of its Pod's runner container.
+//
+// Only the runner's own result says a run succeeded. A Job that ended without a usable result
+// is a Failed run, and its message says how the Job ended, from what the Job controller and
+// the kubelet report (checked in this order):
+//
+//   - the runner container terminated with reason OOMKilled: the runner was OOM-killed, raise
+//     the runner memory limit;
+//   - the Job failed with reason DeadlineExceeded (its activeDeadlineSeconds passed): the run
+//     exceeded its timeout (spec.plan.timeoutSeconds, or spec.apply.timeoutSeconds for apply
+//     and destroy);
+//   - the Job failed and its Pod is gone, was deleted (deletionTimestamp), was disrupted (a
+//     DisruptionTarget condition; the Job's pod failure policy fails the Job on it, reason
+//     PodFailurePolicy) or evicted (phase Failed, reason Evicted), or the runner was killed by
+//     a signal (exit code 137 or 143) without writing a result: the Pod was deleted or evicted
+//     before the run ended;
+//   - otherwise the Job's reason and message, and how the runner container ended.
+//
+// A runner stopped by its Pod's deletion or deadline is interrupted first (SIGTERM) and
+// usually writes a Failed result saying the tool was interrupted: that result's message then
+// starts with the sentence saying why the runner was stopped.
 func (l *JobLauncher) Status(ctx context.Context, ref Ref) (Status, error) {
 	job := &batchv1.Job{}
 	key := client.ObjectKey{Namespace: ref.Namespace, Name: JobName(ref.Name, ref.Operation, ref.RunID)}
@@ -291,64 +423,160 @@ func (l *JobLauncher) Status(ctx context.Context, ref Ref) (Status, error) {
 	if job.Status.CompletionTime != nil {
 		st.FinishedAt = job.Status.CompletionTime.Time
 	}
-	msg, found, err := l.terminationMessage(ctx, job)
+	pod, term, err := l.runnerPod(ctx, job)
 	if err != nil {
 		return Status{}, err
 	}
+	stopped := stopCause(job, done, pod, term, ref.Operation)
 	st.Result = runner.Result{Operation: ref.Operation, RunID: ref.RunID, Outcome: runner.OutcomeFailed}
 	var unusable string // why the termination message cannot be the run's result
 	switch {
-	case !found:
+	case pod == nil:
 		unusable = "its Pod is gone"
-	case msg == "":
-		unusable = "the runner wrote no termination message"
+	case term == nil:
+		unusable = "its runner container did not terminate"
+	case term.Message == "":
+		unusable = fmt.Sprintf("the runner exited with code %d (%s) without writing a result", term.ExitCode, messageOr(term.Reason, "no reason"))
 	default:
-		res, err := runner.DecodeResult([]byte(msg))
+		res, err := runner.DecodeResult([]byte(term.Message))
 		switch {
 		case err != nil:
 			unusable = "its termination message is not a run result: " + err.Error()
 		case res.RunID != ref.RunID || res.Operation != ref.Operation:
 			unusable = fmt.Sprintf("its termination message is the result of the %s of run %s", res.Operation, res.RunID)
 		default:
+			if res.Outcome == runner.OutcomeFailed && stopped != "" {
+				res.Message = stopped + "; the runner's result: " + messageOr(res.Message, "none")
+			}
 			st.Result = res
 			return st, nil
 		}
 	}
 	// Only the runner's own result says a run succeeded: a Job that completed without one is a
 	// Failed run (a wrong image or entrypoint, a missing volume), never a success.
-	if done.Type == batchv1.JobComplete {
+	switch {
+	case done.Type == batchv1.JobComplete:
 		st.Result.Message = fmt.Sprintf("Job %s completed but left no result (%s); the run is counted Failed", job.Name, unusable)
-	} else {
+	case stopped != "":
+		st.Result.Message = fmt.Sprintf("%s (Job %s failed: %s: %s; no result: %s)", stopped, job.Name, done.Reason, done.Message, unusable)
+	default:
 		st.Result.Message = fmt.Sprintf("Job %s failed (%s): %s; no result (%s)", job.Name, done.Reason, done.Message, unusable)
 	}
-	log.FromContext(ctx).Info("run ended without a usable result", "job", job.Name, "reason", unusable)
+	log.FromContext(ctx).Info("run ended without a usable result", "job", job.Name, "reason", unusable, "jobReason", done.Reason)
 	return st, nil
 }
 
-// terminationMessage returns the runner container's termination message of the Job's Pod.
+// stopCause says why the runner of a finished Job was stopped before it could end the run by
+// itself, when the Job, its Pod or the runner container say so; "" otherwise (see Status).
+func stopCause(job *batchv1.Job, done *batchv1.JobCondition, pod *corev1.Pod, term *corev1.ContainerStateTerminated, op runner.Operation) string {
+	if term != nil && term.Reason == ReasonOOMKilled {
+		how := "without a memory limit, when its node ran out of memory: give the runner a memory request and limit that fit the run"
+		if q := runnerMemoryLimit(pod); q != nil {
+			how = "at its memory limit of " + q.String() + ": raise the runner memory limit of run Jobs (the agent's runner memory limit setting)"
+		}
+		return fmt.Sprintf("The runner was OOM-killed (exit code %d) %s", term.ExitCode, how)
+	}
+	if done.Type != batchv1.JobFailed {
+		return ""
+	}
+	if done.Reason == batchv1.JobReasonDeadlineExceeded {
+		field := "spec.apply.timeoutSeconds"
+		if op == runner.OperationPlan {
+			field = "spec.plan.timeoutSeconds"
+		}
+		timeout := "its timeout"
+		if s := job.Spec.ActiveDeadlineSeconds; s != nil {
+			timeout += " of " + (time.Duration(*s) * time.Second).String()
+		}
+		return fmt.Sprintf("The run exceeded %s (%s, default %d) and was stopped", timeout, field, int64(DefaultTimeout.Seconds()))
+	}
+	switch {
+	case pod == nil:
+		return "The runner Pod is gone: it was deleted or evicted before the run ended"
+	case disruption(pod) != nil:
+		c := disruption(pod)
+		return fmt.Sprintf("The runner Pod was evicted or deleted before the run ended (%s: %s)", c.Reason, c.Message)
+	case pod.Status.Reason == ReasonEvicted:
+		return fmt.Sprintf("The runner Pod was evicted before the run ended (%s)", pod.Status.Message)
+	case pod.DeletionTimestamp != nil:
+		return "The runner Pod was deleted before the run ended"
+	case done.Reason == batchv1.JobReasonPodFailurePolicy:
+		return fmt.Sprintf("The runner Pod was evicted or deleted before the run ended (%s)", done.Message)
+	case term != nil && term.Message == "" && (term.ExitCode == 128+9 || term.ExitCode == 128+15):
+		return fmt.Sprintf("The runner was killed (exit code %d, %s) before it wrote a result: its Pod was deleted or evicted, or its node stopped it", term.ExitCode, messageOr(term.Reason, "no reason"))
+	}
+	return ""
+}
+
+// Reasons the kubelet writes on a Pod or a container status.
+const (
+	// ReasonOOMKilled is the reason of a container the kernel killed at its memory limit.
+	ReasonOOMKilled = "OOMKilled"
+	// ReasonEvicted is the reason of a Pod the kubelet evicted (node pressure).
+	ReasonEvicted = "Evicted"
+)
+
+// disruption returns the Pod's DisruptionTarget condition when it is True: the Pod is being
+// deleted by a disruption (preemption, eviction, taint, the kubelet), or nil.
+func disruption(pod *corev1.Pod) *corev1.PodCondition {
+	for i := range pod.Status.Conditions {
+		if c := &pod.Status.Conditions[i]; c.Type == corev1.DisruptionTarget && c.Status == corev1.ConditionTrue {
+			return c
+		}
+	}
+	return nil
+}
+
+// runnerMemoryLimit returns the memory limit of the Pod's runner container, or nil.
+func runnerMemoryLimit(pod *corev1.Pod) *resource.Quantity {
+	if pod == nil {
+		return nil
+	}
+	for _, c := range pod.Spec.Containers {
+		if q, ok := c.Resources.Limits[corev1.ResourceMemory]; c.Name == ContainerName && ok {
+			return &q
+		}
+	}
+	return nil
+}
+
+func messageOr(msg, def string) string {
+	if msg == "" {
+		return def
+	}
+	return msg
+}
+
+// runnerPod returns the Job's Pod and the terminated state of its runner container: the newest
+// Pod whose runner terminated, else the newest Pod (term nil), else nothing (the Pod is gone).
 // A Pod missing from the cache is looked up on the API server before giving up.
-func (l *JobLauncher) terminationMessage(ctx context.Context, job *batchv1.Job) (string, bool, error) {
+func (l *JobLauncher) runnerPod(ctx context.Context, job *batchv1.Job) (pod *corev1.Pod, term *corev1.ContainerStateTerminated, err error) {
 	for _, r := range []client.Reader{l.client, l.reader} {
 		pods := &corev1.PodList{}
 		if err := r.List(ctx, pods, client.InNamespace(job.Namespace), client.MatchingLabels{JobNameLabel: job.Name}); err != nil {
-			return "", false, fmt.Errorf("listing Pods of Job %s/%s: %w", job.Namespace, job.Name, err)
+			return nil, nil, fmt.Errorf("listing Pods of Job %s/%s: %w", job.Namespace, job.Name, err)
 		}
 		// Newest first: with backoffLimit 0 there is one, but be deterministic anyway.
 		sort.Slice(pods.Items, func(i, j int) bool {
 			return pods.Items[j].CreationTimestamp.Before(&pods.Items[i].CreationTimestamp)
 		})
-		for _, p := range pods.Items {
+		for i := range pods.Items {
+			p := &pods.Items[i]
 			for _, cs := range p.Status.ContainerStatuses {
 				if cs.Name == ContainerName && cs.State.Terminated != nil {
-					return cs.State.Terminated.Message, true, nil
+					return p, cs.State.Terminated, nil
 				}
 			}
 		}
+		if pod == nil && len(pods.Items) > 0 {
+			pod = &pods.Items[0]
+		}
 	}
-	return "", false, nil
+	return pod, nil, nil
 }
 
-// Prune deletes the Workspace's Jobs of other runs (their Pods go with them).
+// Prune deletes the Workspace's Jobs of other runs (their Pods go with them) and the Secrets of
+// their sensitive values.
 func (l *JobLauncher) Prune(ctx context.Context, ws *magosv1.Workspace, keepRunID string) error {
 	jobs := &batchv1.JobList{}
 	if err := l.client.List(ctx, jobs, client.InNamespace(ws.Namespace), client.MatchingLabels{keys.Workspace: ws.Name}); err != nil {
@@ -363,8 +591,24 @@ func (l *JobLauncher) Prune(ctx context.Context, ws *magosv1.Workspace, keepRunI
 			return fmt.Errorf("deleting old Job %s/%s: %w", j.Namespace, j.Name, err)
 		}
 	}
+	// The Secrets of sensitive values of other runs (Secrets are not cached: read the API
+	// server).
+	secrets := &corev1.SecretList{}
+	if err := l.reader.List(ctx, secrets, client.InNamespace(ws.Namespace), client.MatchingLabels{keys.Workspace: ws.Name}, client.HasLabels{keys.RunID}); err != nil {
+		return fmt.Errorf("listing the run Secrets of %s/%s: %w", ws.Namespace, ws.Name, err)
+	}
+	for i := range secrets.Items {
+		s := &secrets.Items[i]
+		if s.Labels[keys.RunID] == keepRunID || !metav1.IsControlledBy(s, ws) || s.DeletionTimestamp != nil {
+			continue
+		}
+		if err := l.client.Delete(ctx, s); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("deleting old Secret %s/%s: %w", s.Namespace, s.Name, err)
+		}
+	}
 	return nil
 }
 
-// Forget does nothing: the Workspace's Jobs and data volume are owned by it and go with it.
+// Forget does nothing: the Workspace's Jobs, Secrets and data volume are owned by it and go
+// with it.
 func (l *JobLauncher) Forget(context.Context, string, string) error { return nil }

@@ -35,6 +35,11 @@ type Run struct {
 	// Env is the run's environment: variables and git credentials. Secret and ConfigMap
 	// values stay references.
 	Env []corev1.EnvVar
+	// Sensitive names the entries of Env that are sensitive literals (sensitive: true in a
+	// VariableSet). The JobLauncher never writes their values into the Job: it keeps them in
+	// a Secret of the run that the Job reads (see JobLauncher.Job). The runner gets the same
+	// environment either way.
+	Sensitive []string
 	// Timeout bounds the run (DefaultTimeout if zero).
 	Timeout time.Duration
 	// PodAnnotations annotate the Job's Pod.

@@ -8,7 +8,9 @@
 // over an environment entry that spells the same environment variable.
 //
 // Values from Secrets and ConfigMaps stay references (corev1.EnvVarSource): a Job reads them
-// through valueFrom, and only the local runner resolves them, in memory (Resolve).
+// through valueFrom, and only the local runner resolves them, in memory (Resolve). Literals
+// marked sensitive (a variable's or an environment entry's sensitive: true) are literals here
+// too; Build names them, and the Job launcher moves their values into a Secret of the run.
 package variables
 
 import (
@@ -45,10 +47,12 @@ func configErrorf(format string, args ...any) error {
 }
 
 // Build returns the environment of the Workspace's runs from the VariableSets of project (may
-// be nil) and ws, sorted by name. It checks that every referenced Secret and ConfigMap key
-// exists, so a missing one fails the run with a clear message instead of a Pod that never
-// starts. r should read the API server directly: Secrets are not cached by the agent.
-func Build(ctx context.Context, r client.Reader, ws *magosv1.Workspace, project *magosv1.Project) ([]corev1.EnvVar, error) {
+// be nil) and ws, sorted by name, and the names of its entries that are sensitive literals
+// (the winning variable or environment entry of that name is a literal value marked
+// sensitive), sorted. It checks that every referenced Secret and ConfigMap key exists, so a
+// missing one fails the run with a clear message instead of a Pod that never starts. r should
+// read the API server directly: Secrets are not cached by the agent.
+func Build(ctx context.Context, r client.Reader, ws *magosv1.Workspace, project *magosv1.Project) (env []corev1.EnvVar, sensitive []string, err error) {
 	var refs []magosv1.LocalObjectReference
 	var kinds []string
 	if project != nil {
@@ -64,34 +68,38 @@ func Build(ctx context.Context, r client.Reader, ws *magosv1.Workspace, project 
 
 	vars := map[string]magosv1.Variable{}
 	varFrom := map[string]string{} // name -> the VariableSet it comes from
-	env := map[string]magosv1.EnvironmentVariable{}
+	entries := map[string]magosv1.EnvironmentVariable{}
 	envFrom := map[string]string{}
 	for i, ref := range refs {
 		set := &magosv1.VariableSet{}
 		if err := r.Get(ctx, client.ObjectKey{Namespace: ws.Namespace, Name: ref.Name}, set); err != nil {
 			if apierrors.IsNotFound(err) {
-				return nil, configErrorf("VariableSet %q referenced by %s not found in namespace %s", ref.Name, kinds[i], ws.Namespace)
+				return nil, nil, configErrorf("VariableSet %q referenced by %s not found in namespace %s", ref.Name, kinds[i], ws.Namespace)
 			}
-			return nil, fmt.Errorf("reading VariableSet %s/%s: %w", ws.Namespace, ref.Name, err)
+			return nil, nil, fmt.Errorf("reading VariableSet %s/%s: %w", ws.Namespace, ref.Name, err)
 		}
 		for _, v := range set.Spec.Variables {
 			vars[v.Name] = v
 			varFrom[v.Name] = set.Name
 		}
 		for _, e := range set.Spec.Env {
-			env[e.Name] = e
+			entries[e.Name] = e
 			envFrom[e.Name] = set.Name
 		}
 	}
 
 	out := map[string]corev1.EnvVar{}
-	for name, e := range env {
+	secret := map[string]bool{} // env name -> a sensitive literal
+	for name, e := range entries {
 		ev, err := toEnvVar(ctx, r, ws.Namespace, name, e.Value, e.ValueFrom, fmt.Sprintf("env %q of VariableSet %q", name, envFrom[name]))
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		out[name] = ev
+		secret[name] = e.Sensitive && e.Value != nil
 	}
+	// Variables after environment entries: a variable wins over an entry that spells the same
+	// environment variable, and so does its sensitive flag.
 	for name, v := range vars {
 		envName := "TF_VAR_" + name
 		if v.HCL {
@@ -99,16 +107,21 @@ func Build(ctx context.Context, r client.Reader, ws *magosv1.Workspace, project 
 		}
 		ev, err := toEnvVar(ctx, r, ws.Namespace, envName, v.Value, v.ValueFrom, fmt.Sprintf("variable %q of VariableSet %q", name, varFrom[name]))
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		out[envName] = ev
+		secret[envName] = v.Sensitive && v.Value != nil
 	}
-	list := make([]corev1.EnvVar, 0, len(out))
+	env = make([]corev1.EnvVar, 0, len(out))
 	for _, ev := range out {
-		list = append(list, ev)
+		env = append(env, ev)
+		if secret[ev.Name] {
+			sensitive = append(sensitive, ev.Name)
+		}
 	}
-	sort.Slice(list, func(i, j int) bool { return list[i].Name < list[j].Name })
-	return list, nil
+	sort.Slice(env, func(i, j int) bool { return env[i].Name < env[j].Name })
+	sort.Strings(sensitive)
+	return env, sensitive, nil
 }
 
 func toEnvVar(ctx context.Context, r client.Reader, namespace, name string, value *string, from *magosv1.ValueSource, what string) (corev1.EnvVar, error) {

@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -83,9 +85,30 @@ func TestJobLauncher(t *testing.T) {
 				Variables: []magosv1.Variable{
 					{Name: "greeting", Value: ptr.To("hi")},
 					{Name: "token", ValueFrom: &magosv1.ValueSource{SecretKeyRef: &magosv1.KeyReference{Name: "app-secrets", Key: "token"}}},
+					// Sensitive literals, in every place a literal can be sensitive: a variable, an
+					// HCL variable, an environment entry (and, below, in a set of the Project).
+					{Name: "db_password", Value: ptr.To(sensitiveLiterals["TF_VAR_db_password"]), Sensitive: true},
+					{Name: "api_keys", Value: ptr.To(sensitiveLiterals[runner.EnvHCLVariablePrefix+"api_keys"]), HCL: true, Sensitive: true},
+					// A sensitive ConfigMap value stays a reference, as any ConfigMap value.
+					{Name: "tier", ValueFrom: &magosv1.ValueSource{ConfigMapKeyRef: &magosv1.KeyReference{Name: "app-config", Key: "tier"}}, Sensitive: true},
 				},
-				Env: []magosv1.EnvironmentVariable{{Name: "AWS_REGION", Value: ptr.To("eu-west-1")}},
+				Env: []magosv1.EnvironmentVariable{
+					{Name: "AWS_REGION", Value: ptr.To("eu-west-1")},
+					{Name: "VAULT_TOKEN", Value: ptr.To(sensitiveLiterals["VAULT_TOKEN"]), Sensitive: true},
+				},
 			},
+		},
+		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "jobs", Name: "app-config"}, Data: map[string]string{"tier": "gold"}},
+		// The Workspaces' Project in this cluster, whose set comes first.
+		&magosv1.VariableSet{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "jobs", Name: "project-vars"},
+			Spec: magosv1.VariableSetSpec{Env: []magosv1.EnvironmentVariable{
+				{Name: "PROJECT_API_KEY", Value: ptr.To(sensitiveLiterals["PROJECT_API_KEY"]), Sensitive: true},
+			}},
+		},
+		&magosv1.Project{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "jobs", Name: "demo"},
+			Spec:       magosv1.ProjectSpec{VariableSetRefs: []magosv1.LocalObjectReference{{Name: "project-vars"}}},
 		},
 	}
 	for _, o := range objects {
@@ -147,7 +170,8 @@ func TestJobLauncher(t *testing.T) {
 	if err := contains(ws.Status.Message, "completed but left no result"); err != nil {
 		t.Error(err)
 	}
-	// The Jobs of earlier runs are pruned when a new run starts.
+	// The Jobs of earlier runs, and the Secrets of their sensitive values, are pruned when a
+	// new run starts; the current run's are kept.
 	testenv.Eventually(t, 30*time.Second, func() error {
 		jobs := &batchv1.JobList{}
 		if err := c.List(ctx, jobs, client.InNamespace("jobs")); err != nil {
@@ -157,6 +181,20 @@ func TestJobLauncher(t *testing.T) {
 			if j.Labels[keys.RunID] != ws.Status.CurrentRunID && j.DeletionTimestamp == nil {
 				return fmt.Errorf("Job %s of run %s kept", j.Name, j.Labels[keys.RunID])
 			}
+		}
+		secrets := &corev1.SecretList{}
+		if err := c.List(ctx, secrets, client.InNamespace("jobs"), client.MatchingLabels{keys.Workspace: name}); err != nil {
+			return err
+		}
+		current := false
+		for _, s := range secrets.Items {
+			if s.Labels[keys.RunID] != ws.Status.CurrentRunID {
+				return fmt.Errorf("Secret %s of run %s kept", s.Name, s.Labels[keys.RunID])
+			}
+			current = true
+		}
+		if !current {
+			return fmt.Errorf("the Secret of the current run %s is gone", ws.Status.CurrentRunID)
 		}
 		return nil
 	})
@@ -222,6 +260,149 @@ func TestJobLauncher(t *testing.T) {
 		})
 	})
 
+	t.Run("no Job before the Secret of its sensitive values", func(t *testing.T) {
+		ns := "nosecret"
+		policy, binding := denyCreate("deny-secrets", ns, "", "secrets", "Secrets are blocked in this namespace")
+		objects := []client.Object{
+			&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}},
+			&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: magosv1.DefaultServiceAccountName}},
+			&magosv1.VariableSet{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "vars"}, Spec: magosv1.VariableSetSpec{
+				Variables: []magosv1.Variable{{Name: "db_password", Value: ptr.To("pa55-literal-blocked"), Sensitive: true}},
+			}},
+			policy, binding,
+		}
+		for _, o := range objects {
+			if err := createWithRetry(ctx, c, o); err != nil {
+				t.Fatal(err)
+			}
+		}
+		testenv.Eventually(t, 30*time.Second, func() error {
+			probe := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "probe"}}
+			if err := c.Create(ctx, probe, client.DryRunAll); err == nil {
+				return fmt.Errorf("Secret creation not blocked yet")
+			}
+			return nil
+		})
+		key := newWorkspace(t, c, ns, "nosecret", repo.URL(), func(ws *magosv1.Workspace) {
+			ws.Spec.VariableSetRefs = []magosv1.LocalObjectReference{{Name: "vars"}}
+		})
+		ws := pendingRun(t, c, key, magosv1.ReasonAwaitingRollout, "")
+		grant(t, c, key, ws.Status.CurrentRunID)
+		ws = waitFor(t, c, key, 60*time.Second, func(ws *magosv1.Workspace) error {
+			cond := condition(ws, magosv1.ConditionDegraded)
+			if cond == nil || cond.Status != metav1.ConditionTrue || cond.Reason != "LaunchFailed" {
+				return fmt.Errorf("Degraded %+v, want True/LaunchFailed", cond)
+			}
+			return nil
+		})
+		if err := contains(condition(ws, magosv1.ConditionDegraded).Message, "Secrets are blocked in this namespace"); err != nil {
+			t.Error(err)
+		}
+		// Never a Job that would carry the value in plain text, or wait for a missing Secret.
+		testenv.Consistently(t, time.Second, func() error {
+			jobs := &batchv1.JobList{}
+			if err := c.List(ctx, jobs, client.InNamespace(ns)); err != nil {
+				return err
+			}
+			if len(jobs.Items) != 0 {
+				return fmt.Errorf("Job %s created without its Secret", jobs.Items[0].Name)
+			}
+			return nil
+		})
+		if err := c.Delete(ctx, binding); err != nil {
+			t.Fatal(err)
+		}
+		job := runJob(t, c, ws, runner.OperationPlan) // the retry creates the Secret, then the Job
+		secret := &corev1.Secret{}
+		if err := c.Get(ctx, types.NamespacedName{Namespace: ns, Name: execution.EnvSecretName(key.Name, runner.OperationPlan, ws.Status.CurrentRunID)}, secret); err != nil {
+			t.Errorf("Job %s without its Secret: %v", job.Name, err)
+		} else if string(secret.Data["TF_VAR_db_password"]) != "pa55-literal-blocked" {
+			t.Errorf("Secret data %v", secret.Data)
+		}
+	})
+
+	t.Run("a Secret the Workspace does not control is never used", func(t *testing.T) {
+		key := newWorkspace(t, c, "jobs", "squatted", repo.URL(), func(ws *magosv1.Workspace) {
+			ws.Spec.ServiceAccountName = "runner-sa"
+			ws.Spec.VariableSetRefs = []magosv1.LocalObjectReference{{Name: "vars"}}
+		})
+		ws := pendingRun(t, c, key, magosv1.ReasonAwaitingRollout, "")
+		name := execution.EnvSecretName(key.Name, runner.OperationPlan, ws.Status.CurrentRunID)
+		squatter := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "jobs", Name: name},
+			StringData: map[string]string{"TF_VAR_db_password": "not-the-users-value"}}
+		if err := createWithRetry(ctx, c, squatter); err != nil {
+			t.Fatal(err)
+		}
+		grant(t, c, key, ws.Status.CurrentRunID)
+		ws = waitFor(t, c, key, 60*time.Second, inPhase(magosv1.PhaseFailed, magosv1.ReasonPlanFailed))
+		if err := contains(ws.Status.Message, "is not controlled by Workspace squatted"); err != nil {
+			t.Error(err)
+		}
+		err := c.Get(ctx, types.NamespacedName{Namespace: "jobs", Name: execution.JobName(key.Name, runner.OperationPlan, ws.Status.CurrentRunID)}, &batchv1.Job{})
+		if !apierrors.IsNotFound(err) {
+			t.Errorf("a Job reads a Secret the Workspace does not control (%v)", err)
+		}
+		cur := &corev1.Secret{}
+		if err := c.Get(ctx, client.ObjectKeyFromObject(squatter), cur); err != nil || string(cur.Data["TF_VAR_db_password"]) != "not-the-users-value" {
+			t.Errorf("the foreign Secret was changed: %v %v", err, cur.Data)
+		}
+	})
+
+	t.Run("an apply whose Pod is killed fails, and the retry is a new run that plans", func(t *testing.T) {
+		key := newWorkspace(t, c, "jobs", "killed", repo.URL(), func(ws *magosv1.Workspace) { ws.Spec.ServiceAccountName = "runner-sa" })
+		ws := pendingRun(t, c, key, magosv1.ReasonAwaitingRollout, "")
+		grant(t, c, key, ws.Status.CurrentRunID)
+		ws = waitFor(t, c, key, 60*time.Second, inPhase(magosv1.PhasePlanning, ""))
+		finishJob(t, c, runJob(t, c, ws, runner.OperationPlan), &runner.Result{Operation: runner.OperationPlan, RunID: ws.Status.CurrentRunID,
+			Outcome: runner.OutcomeSucceeded, Revision: sha, HasChanges: true, Add: 1}, "")
+		ws = waitFor(t, c, key, 60*time.Second, inPhase(magosv1.PhaseApplying, ""))
+		killed := ws.Status.CurrentRunID
+		apply := runJob(t, c, ws, runner.OperationApply)
+		killPod(t, c, apply)
+		ws = waitFor(t, c, key, 60*time.Second, inPhase(magosv1.PhaseFailed, magosv1.ReasonApplyFailed))
+		if err := contains(ws.Status.Message, "The runner Pod was deleted before the run ended"); err != nil {
+			t.Error(err)
+		}
+		if ws.Status.ObservedRevision == sha {
+			t.Errorf("observedRevision %s: a killed apply counted as applied", ws.Status.ObservedRevision)
+		}
+
+		// The retry mints a new run, which plans afresh under its own grant: the old run's
+		// plan is never applied.
+		annotate(t, c, key, map[string]any{keys.ReconcileRequest: "after-kill"})
+		ws = pendingRun(t, c, key, magosv1.ReasonManualReconcileRequested, killed)
+		if ws.Status.PlannedInputs != "" {
+			t.Errorf("plannedInputs %q carried into the new run", ws.Status.PlannedInputs)
+		}
+		testenv.Consistently(t, time.Second, func() error { return expectPhase(c, key, magosv1.PhasePending) }) // no grant, nothing runs
+		grant(t, c, key, ws.Status.CurrentRunID)
+		ws = waitFor(t, c, key, 60*time.Second, inPhase(magosv1.PhasePlanning, ""))
+		plan := runJob(t, c, ws, runner.OperationPlan)
+		var rs runner.Spec
+		for _, e := range plan.Spec.Template.Spec.Containers[0].Env {
+			if e.Name == runner.EnvSpec {
+				if err := json.Unmarshal([]byte(e.Value), &rs); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		if rs.Operation != runner.OperationPlan || rs.RunID == killed || rs.RunID != ws.Status.CurrentRunID || rs.PlanFile != "/workspace-data/"+rs.RunID+".tfplan" {
+			t.Errorf("the retry runs %s of run %s with plan file %s, want a plan of a new run (not %s) into its own plan file", rs.Operation, rs.RunID, rs.PlanFile, killed)
+		}
+		testenv.Consistently(t, time.Second, func() error {
+			jobs := &batchv1.JobList{}
+			if err := c.List(ctx, jobs, client.InNamespace("jobs"), client.MatchingLabels{keys.Workspace: key.Name, keys.JobType: string(runner.OperationApply)}); err != nil {
+				return err
+			}
+			for _, j := range jobs.Items {
+				if j.Labels[keys.RunID] != killed || j.UID != apply.UID {
+					return fmt.Errorf("apply Job %s of run %s started before the new run's plan ended", j.Name, j.Labels[keys.RunID])
+				}
+			}
+			return nil
+		})
+	})
+
 	t.Run("selected policies without their CRD fail closed", func(t *testing.T) {
 		crd := &unstructured.Unstructured{}
 		crd.SetAPIVersion("apiextensions.k8s.io/v1")
@@ -265,24 +446,7 @@ func TestJobLauncher(t *testing.T) {
 	})
 
 	t.Run("a Job that cannot be created is Degraded, not Failed", func(t *testing.T) {
-		policy := &admissionv1.ValidatingAdmissionPolicy{
-			ObjectMeta: metav1.ObjectMeta{Name: "deny-jobs"},
-			Spec: admissionv1.ValidatingAdmissionPolicySpec{
-				FailurePolicy: ptr.To(admissionv1.Fail),
-				MatchConstraints: &admissionv1.MatchResources{
-					NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": "blocked"}},
-					ResourceRules: []admissionv1.NamedRuleWithOperations{{RuleWithOperations: admissionv1.RuleWithOperations{
-						Operations: []admissionv1.OperationType{admissionv1.Create},
-						Rule:       admissionv1.Rule{APIGroups: []string{"batch"}, APIVersions: []string{"v1"}, Resources: []string{"jobs"}},
-					}}},
-				},
-				Validations: []admissionv1.Validation{{Expression: "false", Message: "Jobs are blocked in this namespace"}},
-			},
-		}
-		binding := &admissionv1.ValidatingAdmissionPolicyBinding{
-			ObjectMeta: metav1.ObjectMeta{Name: "deny-jobs"},
-			Spec:       admissionv1.ValidatingAdmissionPolicyBindingSpec{PolicyName: "deny-jobs", ValidationActions: []admissionv1.ValidationAction{admissionv1.Deny}},
-		}
+		policy, binding := denyCreate("deny-jobs", "blocked", "batch", "jobs", "Jobs are blocked in this namespace")
 		objects := []client.Object{
 			&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "blocked"}},
 			&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: "blocked", Name: magosv1.DefaultServiceAccountName}},
@@ -324,6 +488,30 @@ func TestJobLauncher(t *testing.T) {
 	})
 }
 
+// denyCreate returns a ValidatingAdmissionPolicy and its binding that refuse to create
+// resource (of API group) in namespace, with message.
+func denyCreate(name, namespace, group, resource, message string) (*admissionv1.ValidatingAdmissionPolicy, *admissionv1.ValidatingAdmissionPolicyBinding) {
+	policy := &admissionv1.ValidatingAdmissionPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: admissionv1.ValidatingAdmissionPolicySpec{
+			FailurePolicy: ptr.To(admissionv1.Fail),
+			MatchConstraints: &admissionv1.MatchResources{
+				NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": namespace}},
+				ResourceRules: []admissionv1.NamedRuleWithOperations{{RuleWithOperations: admissionv1.RuleWithOperations{
+					Operations: []admissionv1.OperationType{admissionv1.Create},
+					Rule:       admissionv1.Rule{APIGroups: []string{group}, APIVersions: []string{"v1"}, Resources: []string{resource}},
+				}}},
+			},
+			Validations: []admissionv1.Validation{{Expression: "false", Message: message}},
+		},
+	}
+	binding := &admissionv1.ValidatingAdmissionPolicyBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec:       admissionv1.ValidatingAdmissionPolicyBindingSpec{PolicyName: name, ValidationActions: []admissionv1.ValidationAction{admissionv1.Deny}},
+	}
+	return policy, binding
+}
+
 // runJob waits for the Job of the Workspace's current run and operation.
 func runJob(t *testing.T, c client.Client, ws *magosv1.Workspace, op runner.Operation) *batchv1.Job {
 	t.Helper()
@@ -352,9 +540,21 @@ func checkJob(t *testing.T, c client.Client, ws *magosv1.Workspace, job *batchv1
 	if ptr.Deref(spec.BackoffLimit, -1) != 0 || ptr.Deref(spec.ActiveDeadlineSeconds, 0) != deadline {
 		t.Errorf("backoffLimit %v activeDeadlineSeconds %v, want 0 and %d", spec.BackoffLimit, spec.ActiveDeadlineSeconds, deadline)
 	}
+	// Kubernetes never runs a second Pod of the Job: no Pod replaced while one terminates, a
+	// disruption fails the Job, and no rule ignores a failure (which would replace the Pod).
+	if p := ptr.Deref(spec.PodReplacementPolicy, ""); p != batchv1.Failed {
+		t.Errorf("podReplacementPolicy %q, want Failed", p)
+	}
+	if pfp := spec.PodFailurePolicy; pfp == nil || len(pfp.Rules) != 1 || pfp.Rules[0].Action != batchv1.PodFailurePolicyActionFailJob ||
+		len(pfp.Rules[0].OnPodConditions) != 1 || pfp.Rules[0].OnPodConditions[0].Type != corev1.DisruptionTarget {
+		t.Errorf("podFailurePolicy %+v, want one rule: FailJob on DisruptionTarget", pfp)
+	}
 	pod := spec.Template.Spec
 	if pod.RestartPolicy != corev1.RestartPolicyNever || pod.ServiceAccountName != "runner-sa" {
 		t.Errorf("restartPolicy %s serviceAccountName %s", pod.RestartPolicy, pod.ServiceAccountName)
+	}
+	if g := ptr.Deref(pod.TerminationGracePeriodSeconds, 30); time.Duration(g)*time.Second <= runner.InterruptGrace {
+		t.Errorf("terminationGracePeriodSeconds %d: the runner gets no time to stop the tool cleanly (%s) and write its result", g, runner.InterruptGrace)
 	}
 	for k, v := range podAnnotations {
 		if spec.Template.Annotations[k] != v {
@@ -430,12 +630,57 @@ func checkJob(t *testing.T, c client.Client, ws *magosv1.Workspace, job *batchv1
 	secretRef("TF_VAR_token", "app-secrets", "token")
 	secretRef(runner.EnvGitUsername, "git-creds", "username")
 	secretRef(runner.EnvGitPassword, "git-creds", "password")
+	if e := env["TF_VAR_tier"]; e.ValueFrom == nil || e.ValueFrom.ConfigMapKeyRef == nil || e.ValueFrom.ConfigMapKeyRef.Name != "app-config" {
+		t.Errorf("TF_VAR_tier = %+v: want a reference to ConfigMap app-config", e)
+	}
+	// The sensitive literals are references to the run's Secret, which holds them.
+	secretName := execution.EnvSecretName(ws.Name, op, ws.Status.CurrentRunID)
+	for name := range sensitiveLiterals {
+		secretRef(name, secretName, name)
+	}
+	secret := &corev1.Secret{}
+	if err := c.Get(context.Background(), types.NamespacedName{Namespace: ws.Namespace, Name: secretName}, secret); err != nil {
+		t.Errorf("the Secret of the run's sensitive values: %v", err)
+	} else {
+		if owner := metav1.GetControllerOf(secret); owner == nil || owner.UID != ws.UID {
+			t.Errorf("Secret %s controlled by %+v, want the Workspace", secretName, owner)
+		}
+		for k, v := range wantLabels {
+			if secret.Labels[k] != v {
+				t.Errorf("Secret %s label %s = %q, want %q", secretName, k, secret.Labels[k], v)
+			}
+		}
+		if len(secret.Data) != len(sensitiveLiterals) {
+			t.Errorf("Secret %s has keys %v, want exactly the %d sensitive literals", secretName, slices.Sorted(maps.Keys(secret.Data)), len(sensitiveLiterals))
+		}
+		for name, value := range sensitiveLiterals {
+			if got := string(secret.Data[name]); got != value {
+				t.Errorf("Secret %s key %s = %q, want %q", secretName, name, got, value)
+			}
+		}
+	}
+	// No secret value anywhere in the Job (its Pods are made from its template). The HCL
+	// value is looked for without its quotes, which JSON escapes.
 	raw, _ := json.Marshal(job)
-	for _, secret := range []string{"s3cr3t", "hunter2"} {
+	secrets := []string{"s3cr3t", "hunter2"}
+	for _, v := range sensitiveLiterals {
+		secrets = append(secrets, strings.Trim(v, `[]"`))
+	}
+	for _, secret := range secrets {
 		if strings.Contains(string(raw), secret) {
 			t.Errorf("the Job holds the secret value %q", secret)
 		}
 	}
+}
+
+// sensitiveLiterals are the values of the sensitive literals of TestJobLauncher's Workspace,
+// by the name of their environment variable. Each is distinctive, so a copy of it anywhere in
+// a Job is found.
+var sensitiveLiterals = map[string]string{
+	"TF_VAR_db_password":                     "pa55-literal-db-7f3a",
+	runner.EnvHCLVariablePrefix + "api_keys": `["key-literal-hcl-91c2"]`,
+	"VAULT_TOKEN":                            "vault-literal-env-5d0e",
+	"PROJECT_API_KEY":                        "project-literal-env-c4b8",
 }
 
 // finishJob plays kubelet and Job controller: a Pod whose runner container terminated with
@@ -477,6 +722,46 @@ func finishJob(t *testing.T, c client.Client, job *batchv1.Job, result *runner.R
 		}
 	}
 	endJob(t, c, job, succeeded, failMessage)
+}
+
+// killPod plays a kubelet and a Job controller (simulated: there is neither here) for a runner
+// Pod deleted mid-run: the Pod terminating (held by a finalizer, as the Job controller's
+// tracking finalizer holds it), its runner killed without a result (exit 137), then the Job
+// failed with BackoffLimitExceeded.
+func killPod(t *testing.T, c client.Client, job *batchv1.Job) {
+	t.Helper()
+	ctx := context.Background()
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: job.Namespace, Name: job.Name + "-killed", Labels: map[string]string{execution.JobNameLabel: job.Name},
+			Finalizers: []string{"magosproject.io/test-hold"}},
+		Spec: *job.Spec.Template.Spec.DeepCopy(),
+	}
+	for k, v := range job.Spec.Template.Labels {
+		pod.Labels[k] = v
+	}
+	if err := createWithRetry(ctx, c, pod); err != nil {
+		t.Fatalf("creating the Pod: %v", err)
+	}
+	if err := c.Delete(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	now := metav1.Now()
+	pod.Status = corev1.PodStatus{Phase: corev1.PodFailed, StartTime: &now, ContainerStatuses: []corev1.ContainerStatus{{
+		Name: execution.ContainerName, Image: runnerImage, ImageID: runnerImage,
+		State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 137, Reason: "Error", StartedAt: now, FinishedAt: now}},
+	}}}
+	testenv.Eventually(t, 30*time.Second, func() error {
+		cur := &corev1.Pod{}
+		if err := c.Get(ctx, client.ObjectKeyFromObject(pod), cur); err != nil {
+			return err
+		}
+		cur.Status = pod.Status
+		return c.Status().Update(ctx, cur)
+	})
+	t.Cleanup(func() {
+		_ = c.Patch(context.Background(), pod, client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`)))
+	})
+	endJob(t, c, job, false, "")
 }
 
 // endJob plays the Job controller: the Job's final conditions, Complete or (with failMessage,

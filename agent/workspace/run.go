@@ -45,7 +45,7 @@ func (r *Reconciler) prepare(ctx context.Context, ws *magosv1.Workspace, op runn
 	if err != nil {
 		return nil, err
 	}
-	env, err := variables.Build(ctx, r.reader, ws, project)
+	env, sensitive, err := variables.Build(ctx, r.reader, ws, project)
 	if err != nil {
 		if variables.IsConfigError(err) {
 			return nil, planFailure("%s", err.Error())
@@ -94,6 +94,7 @@ func (r *Reconciler) prepare(ctx context.Context, ws *magosv1.Workspace, op runn
 		Workspace:          ws,
 		Spec:               spec,
 		Env:                env,
+		Sensitive:          sensitive,
 		Timeout:            timeout,
 		PodAnnotations:     annotations,
 		ServiceAccountName: ws.Spec.ServiceAccountName,

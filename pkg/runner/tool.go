@@ -22,9 +22,10 @@ const (
 // MaxMessageBytes bounds the tool output a failed Result carries in its message.
 const MaxMessageBytes = 1024
 
-// interruptGrace is how long the tool gets to release its state lock after the run's context
-// ends (it receives an interrupt first) before it is killed.
-const interruptGrace = 30 * time.Second
+// InterruptGrace is how long the tool gets to stop cleanly (persist its state, release its
+// state lock) after the run's context ends (it receives an interrupt first) before it is
+// killed. A Job's Pod gives the runner longer than this to stop.
+const InterruptGrace = 30 * time.Second
 
 // tool is the tofu or terraform binary of a run.
 type tool struct {
@@ -118,7 +119,7 @@ func (t *tool) command(ctx context.Context, args []string) *exec.Cmd {
 	cmd.Env = t.env
 	// Interrupt first, so the tool can stop cleanly and release its state lock.
 	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
-	cmd.WaitDelay = interruptGrace
+	cmd.WaitDelay = InterruptGrace
 	return cmd
 }
 

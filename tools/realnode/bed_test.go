@@ -140,17 +140,52 @@ func gitRepo(t *testing.T, root, name string, files map[string]string) func(file
 	return commit
 }
 
-// helmInstall installs (or, with upgrade, upgrades) a chart of the checkout into the cluster,
-// as `helm install --wait` does, through Helm's SDK.
-func helmInstall(t *testing.T, ctx context.Context, cl *cluster, chartDir, name, namespace string, values map[string]any, upgrade bool) *release.Release {
+// helmConfig is Helm's SDK configuration for a namespace of the cluster. Helm's progress lines
+// go to the test log, but for its wait's "not ready" lines.
+func helmConfig(t *testing.T, cl *cluster, namespace string) *action.Configuration {
 	t.Helper()
 	flags := genericclioptions.NewConfigFlags(false)
 	flags.KubeConfig = &cl.kubeconfig
 	flags.Namespace = &namespace
 	cfg := new(action.Configuration)
-	if err := cfg.Init(flags, namespace, "secret", func(format string, v ...any) { t.Logf("helm: "+format, v...) }); err != nil {
+	logf := func(format string, v ...any) {
+		if line := fmt.Sprintf(format, v...); !strings.Contains(line, "is not ready") {
+			t.Log("helm: " + line)
+		}
+	}
+	if err := cfg.Init(flags, namespace, "secret", logf); err != nil {
 		t.Fatal(err)
 	}
+	return cfg
+}
+
+// helmTest runs a release's `helm test` hooks and fails the test, with their logs, if one fails.
+func helmTest(t *testing.T, ctx context.Context, cl *cluster, name, namespace string) {
+	t.Helper()
+	cfg := helmConfig(t, cl, namespace)
+	rt := action.NewReleaseTesting(cfg)
+	rt.Namespace, rt.Timeout = namespace, 3*time.Minute
+	rel, err := rt.Run(name)
+	if err != nil {
+		t.Fatalf("helm test %s: %v\n%s", name, err, describePods(ctx, cl, namespace))
+	}
+	for _, h := range rel.Hooks {
+		for _, e := range h.Events {
+			if e == release.HookTest {
+				t.Logf("helm test %s: %s %s", name, h.Name, h.LastRun.Phase)
+				if h.LastRun.Phase != release.HookPhaseSucceeded {
+					t.Fatalf("helm test %s: %s %s", name, h.Name, h.LastRun.Phase)
+				}
+			}
+		}
+	}
+}
+
+// helmInstall installs (or, with upgrade, upgrades) a chart of the checkout into the cluster,
+// as `helm install --wait` does, through Helm's SDK.
+func helmInstall(t *testing.T, ctx context.Context, cl *cluster, chartDir, name, namespace string, values map[string]any, upgrade bool) *release.Release {
+	t.Helper()
+	cfg := helmConfig(t, cl, namespace)
 	ch, err := loader.Load(chartDir)
 	if err != nil {
 		t.Fatal(err)

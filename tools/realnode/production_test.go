@@ -3,6 +3,7 @@ package realnode
 import (
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -18,6 +19,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
@@ -163,7 +165,7 @@ func TestProductionPath(t *testing.T) {
 		Data: map[string][]byte{"kubeconfig": bootstrap}}); err != nil {
 		t.Fatal(err)
 	}
-	staticVolumes(t, ctx, spoke, 8)
+	staticVolumes(t, ctx, spoke, 24)
 	agentValues := map[string]any{
 		"clusterName":  clusterName,
 		"replicaCount": 1,
@@ -183,6 +185,10 @@ func TestProductionPath(t *testing.T) {
 		}
 		return meta.IsStatusConditionTrue(c.Status.Conditions, magosv1.ConditionReady), fmt.Sprintf("cluster %s: %+v", clusterName, c.Status.Conditions)
 	})
+	// The charts' own checks, as `helm test` runs them: Pods of the images, on the kubelets.
+	helmTest(t, ctx, hub, "magos-hub", system)
+	helmTest(t, ctx, spoke, "magos-agent", system)
+	stats.pods += 2
 
 	// 4. A Project and a Rollout on the hub, a Workspace in the spoke.
 	mustCreate(t, ctx, hub.c, &magosv1.Project{ObjectMeta: metav1.ObjectMeta{Name: "infra", Namespace: "default"}})
@@ -194,7 +200,9 @@ func TestProductionPath(t *testing.T) {
 		}}},
 	})
 	ws := workspace("edge", repoURL, "r1")
-	mustCreate(t, ctx, spoke.c, variables(ws.Name, map[string]string{"region": "r1"}, nil))
+	// A sensitive literal: it must reach tofu, and never a Job or Pod spec in plain text.
+	const apiKey = "sk-literal-7f3a9c1e"
+	mustCreate(t, ctx, spoke.c, variables(ws.Name, map[string]string{"region": "r1"}, map[string]string{"api_key": apiKey}))
 	mustCreate(t, ctx, spoke.c, ws)
 
 	// 5. Pending -> Applied through real Jobs.
@@ -204,7 +212,22 @@ func TestProductionPath(t *testing.T) {
 	if !strings.Contains(state, `"region":"r1"`) && !strings.Contains(state, `"region": "r1"`) {
 		t.Fatalf("the state Secret does not record the apply's input region=r1:\n%s", state)
 	}
+	if !strings.Contains(state, `"keyed":true`) && !strings.Contains(state, `"keyed": true`) {
+		t.Fatalf("the sensitive api_key did not reach tofu (keyed is not true):\n%s", state)
+	}
 	checkRunJobs(t, ctx, spoke, ws.Name, applied.Status.CurrentRunID, stats)
+	for _, list := range []client.ObjectList{&batchv1.JobList{}, &corev1.PodList{}} {
+		if err := spoke.c.List(ctx, list, client.InNamespace("default")); err != nil {
+			t.Fatal(err)
+		}
+		raw, err := json.Marshal(list)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(string(raw), apiKey) {
+			t.Fatalf("the sensitive literal appears in plain text in a %T of the spoke", list)
+		}
+	}
 	poll(t, ctx, 2*time.Minute, "the Rollout completes on the hub", func(ctx context.Context) (bool, string) {
 		r := &magosv1.Rollout{}
 		if err := hub.c.Get(ctx, client.ObjectKey{Namespace: "default", Name: "infra"}, r); err != nil {
@@ -223,7 +246,17 @@ func TestProductionPath(t *testing.T) {
 	})
 
 	t.Run("a run past its deadline is Failed with the reason", func(t *testing.T) {
-		w := workspace("slow", repoURL, "none")
+		// About a million HCL evaluations: seconds of work on top of the Pod's start and tofu
+		// init, past the plan's deadline of one second, in little memory.
+		gitRepo(t, repos, "slow.git", map[string]string{"main.tf": module + `
+locals {
+  slow = [for i in range(1024) : length(join("", [for j in range(1024) : format("%d", i * j)]))]
+}
+output "slow" {
+  value = sum(local.slow)
+}
+`})
+		w := workspace("slow", strings.TrimSuffix(repoURL, "/infra.git")+"/slow.git", "none")
 		w.Spec.Plan = &magosv1.JobOverrides{TimeoutSeconds: ptrTo[int64](1)}
 		mustCreate(t, ctx, spoke.c, variables(w.Name, map[string]string{"region": "none"}, nil))
 		mustCreate(t, ctx, spoke.c, w)
@@ -255,6 +288,116 @@ output "big" {
 		}
 		stats.jobs++
 	})
+
+	t.Run("a runner Pod deleted mid-apply: Failed, never applied twice, state intact, retried as a new run", func(t *testing.T) {
+		// The slow module keeps the apply busy for seconds: long enough to delete its Pod.
+		w := workspace("victim", strings.TrimSuffix(repoURL, "/infra.git")+"/slow.git", "none")
+		mustCreate(t, ctx, spoke.c, variables(w.Name, map[string]string{"region": "none"}, nil))
+		mustCreate(t, ctx, spoke.c, w)
+		var victim corev1.Pod
+		err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
+			pods := &corev1.PodList{}
+			if err := spoke.c.List(ctx, pods, client.InNamespace("default"), client.MatchingLabels{"magosproject.io/workspace": w.Name, "magosproject.io/job-type": "apply"}); err != nil {
+				return false, nil
+			}
+			for _, p := range pods.Items {
+				if p.Status.Phase == corev1.PodRunning {
+					victim = p
+					return true, nil
+				}
+				if p.Status.Phase == corev1.PodSucceeded {
+					return false, fmt.Errorf("the apply Pod %s finished before it could be deleted", p.Name)
+				}
+			}
+			return false, nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		runID := victim.Labels["magosproject.io/run-id"]
+		t.Logf("deleting the apply Pod %s of run %s while it runs", victim.Name, runID)
+		if err := spoke.c.Delete(ctx, &victim); err != nil {
+			t.Fatal(err)
+		}
+		failed := waitFailed(t, ctx, spoke, w.Name)
+		if failed.Status.CurrentRunID != runID || !strings.Contains(failed.Status.Message, "deleted") {
+			t.Fatalf("want run %s Failed saying its Pod was deleted, got run %s: %q", runID, failed.Status.CurrentRunID, failed.Status.Message)
+		}
+		// Kubernetes did not start a second Pod for that apply, and Magos no second apply Job.
+		applyPods := func() int {
+			pods := &corev1.PodList{}
+			if err := spoke.c.List(ctx, pods, client.InNamespace("default"), client.MatchingLabels{"magosproject.io/run-id": runID, "magosproject.io/job-type": "apply"}); err != nil {
+				t.Fatal(err)
+			}
+			return len(pods.Items)
+		}
+		jobs := &batchv1.JobList{}
+		if err := spoke.c.List(ctx, jobs, client.InNamespace("default"), client.MatchingLabels{"magosproject.io/run-id": runID, "magosproject.io/job-type": "apply"}); err != nil {
+			t.Fatal(err)
+		}
+		if len(jobs.Items) != 1 || jobs.Items[0].Status.Succeeded != 0 || jobs.Items[0].Status.Active != 0 || applyPods() > 1 {
+			t.Fatalf("run %s: %d apply Jobs (want 1, not succeeded, not active), %d apply Pods (want at most the deleted one)", runID, len(jobs.Items), applyPods())
+		}
+		// Retried as users do (magosctl retry against the spoke): a new run, planned afresh,
+		// applies, and the state the interrupted apply left still reads.
+		if out, err := exec.CommandContext(ctx, env.magosctl, "--kubeconfig", spoke.kubeconfig, "-n", "default", "retry", w.Name).CombinedOutput(); err != nil {
+			t.Fatalf("magosctl retry: %v\n%s", err, out)
+		}
+		next := waitApplied(t, ctx, spoke, w.Name, runID)
+		if state := tfState(t, ctx, spoke, w.Name); !strings.Contains(state, "terraform_data") {
+			t.Fatalf("the state after the retry has no terraform_data:\n%s", state)
+		}
+		checkRunJobs(t, ctx, spoke, w.Name, next.Status.CurrentRunID, stats)
+		stats.jobs++ // the interrupted apply
+	})
+
+	t.Run("runs per minute through Jobs", func(t *testing.T) {
+		// Ten Workspaces of the Project without a Rollout, all at once: from the first plan
+		// Job created to the last apply Job completed, as the Jobs themselves tell it.
+		const n = 10
+		names := make([]string, n)
+		for i := range n {
+			names[i] = fmt.Sprintf("burst-%d", i)
+			mustCreate(t, ctx, spoke.c, variables(names[i], map[string]string{"region": "none"}, nil))
+			mustCreate(t, ctx, spoke.c, workspace(names[i], repoURL, "none"))
+		}
+		for _, name := range names {
+			waitApplied(t, ctx, spoke, name, "")
+		}
+		jobs := &batchv1.JobList{}
+		if err := spoke.c.List(ctx, jobs, client.InNamespace("default")); err != nil {
+			t.Fatal(err)
+		}
+		var first, last time.Time
+		for _, j := range jobs.Items {
+			if !strings.HasPrefix(j.Name, "burst-") {
+				continue
+			}
+			if first.IsZero() || j.CreationTimestamp.Time.Before(first) {
+				first = j.CreationTimestamp.Time
+			}
+			if j.Status.CompletionTime != nil && j.Status.CompletionTime.Time.After(last) {
+				last = j.Status.CompletionTime.Time
+			}
+			stats.jobs++
+			stats.pods++
+		}
+		took := last.Sub(first)
+		t.Logf("real-node: %d runs (plan + apply Jobs) in %s: %.1f runs/min", n, took.Round(time.Second), n/took.Minutes())
+	})
+
+	// The hub's and the agent's memory, as the nodes' kernels count it.
+	for _, c := range []struct {
+		cl   *cluster
+		proc string
+	}{{hub, "magos-hub"}, {spoke, "magos-agent"}} {
+		rss, err := c.cl.node.RSS(ctx, c.proc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("real-node: %s Pod RSS %.1f MiB", c.proc, float64(rss[c.proc])/(1<<20))
+	}
+	stats.pods += 2 // the hub's and the agent's
 
 	writeSummary(t, stats)
 }

@@ -220,6 +220,20 @@ func EnvSecretName(workspace string, op runner.Operation, runID string) string {
 // runner.InterruptGrace plus TerminationMargin: the runner interrupts the tool, which persists
 // its state and releases its lock, and writes its result. The agent never starts an apply again
 // either (see the Workspace controller): the next attempt is a new run that plans afresh.
+//
+// The runner's root file system is read-only (non-root, no privilege escalation, all
+// capabilities dropped): it writes only to /tmp, an emptyDir that is also HOME and TMPDIR, and
+// to DataMountPath, the Workspace's data volume. The runner checks the module out into a folder
+// of its own under /tmp and points tofu's data folder there too (TF_DATA_DIR, which the runner
+// sets and a VariableSet cannot override): the providers and modules init downloads, the
+// backend settings, next to the module's dependency lock file. The runner removes that folder
+// when the run ends, and the emptyDir goes with the Pod. Only the saved plan (<run ID>.tfplan)
+// is kept on the data volume, from the plan to the apply. No provider cache is kept between
+// runs (TF_PLUGIN_CACHE_DIR is not set): each Pod runs init once, so a cache in the emptyDir
+// would save nothing, and one on the data volume would grow with every provider version (large
+// providers take hundreds of megabytes each) until it filled the volume (DataVolumeSize) the
+// saved plans need. Proof: TestRunWritesOnlyToTmpAndTheDataVolume in pkg/runner runs a plan
+// and an apply with only those two folders writable.
 func (l *JobLauncher) Job(run *Run) (*batchv1.Job, error) {
 	job, _, err := l.build(run)
 	return job, err

@@ -171,9 +171,10 @@ func (l *JobLauncher) ensureClaim(ctx context.Context, ws *magosv1.Workspace) er
 	return nil
 }
 
-// ensureSecret creates the run's Secret of sensitive values, or brings one left by an earlier
-// attempt of the same run (the agent stopped between the Secret and the Job) up to date. A
-// Secret of that name the Workspace does not control is never used: the run fails, saying so.
+// ensureSecret creates the run's Secret of sensitive values, or replaces one left by an earlier
+// attempt of the same run (the agent stopped between the Secret and the Job) whose values
+// differ. A Secret of that name the Workspace does not control is never used: the run fails,
+// saying so. It needs the rights to create and delete Secrets, not to update them.
 func (l *JobLauncher) ensureSecret(ctx context.Context, ws *magosv1.Workspace, secret *corev1.Secret) error {
 	err := l.client.Create(ctx, secret)
 	switch {
@@ -194,9 +195,11 @@ func (l *JobLauncher) ensureSecret(ctx context.Context, ws *magosv1.Workspace, s
 	if maps.EqualFunc(cur.Data, secret.Data, bytes.Equal) {
 		return nil
 	}
-	cur.Data = secret.Data
-	if err := l.client.Update(ctx, cur); err != nil {
-		return fmt.Errorf("updating Secret %s/%s: %w", cur.Namespace, cur.Name, err)
+	if err := l.client.Delete(ctx, cur, client.Preconditions{UID: &cur.UID}); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("replacing Secret %s/%s: %w", cur.Namespace, cur.Name, err)
+	}
+	if err := l.client.Create(ctx, secret); err != nil {
+		return fmt.Errorf("creating Secret %s/%s for the sensitive values of the run: %w", secret.Namespace, secret.Name, err)
 	}
 	return nil
 }
@@ -484,9 +487,11 @@ func (l *JobLauncher) Status(ctx context.Context, ref Ref) (Status, error) {
 // itself, when the Job, its Pod or the runner container say so; "" otherwise (see Status).
 func stopCause(job *batchv1.Job, done *batchv1.JobCondition, pod *corev1.Pod, term *corev1.ContainerStateTerminated, op runner.Operation) string {
 	if term != nil && term.Reason == ReasonOOMKilled {
-		how := "without a memory limit, when its node ran out of memory: give the runner a memory request and limit that fit the run"
+		how := "without a memory limit, when its node ran out of memory: give the runner a memory request and limit that fit the run " +
+			"(the agent's --runner-memory-request and --runner-memory-limit; chart value runner.resources)"
 		if q := runnerMemoryLimit(pod); q != nil {
-			how = "at its memory limit of " + q.String() + ": raise the runner memory limit of run Jobs (the agent's runner memory limit setting)"
+			how = "at its memory limit of " + q.String() + ": raise the runner memory limit " +
+				"(the agent's --runner-memory-limit; chart value runner.resources.limits.memory)"
 		}
 		return fmt.Sprintf("The runner was OOM-killed (exit code %d) %s", term.ExitCode, how)
 	}

@@ -114,7 +114,7 @@ func TestJobStatus(t *testing.T) {
 			return jobEnd{reason: batchv1.JobReasonBackoffLimitExceeded, message: "Job has reached the specified backoff limit",
 				podStatus: terminated(corev1.PodFailed, 137, "OOMKilled", "")}
 		},
-		want: []string{"The runner was OOM-killed (exit code 137) at its memory limit of 1Gi: raise the runner memory limit",
+		want: []string{"The runner was OOM-killed (exit code 137) at its memory limit of 1Gi: raise the runner memory limit (the agent's --runner-memory-limit",
 			"BackoffLimitExceeded"},
 		not: []string{"deleted", "timeout"},
 	}, {
@@ -303,6 +303,56 @@ func startLauncher(t *testing.T, opts localcluster.Options, ns string) (client.C
 		}
 	}
 	return c, launcher, ws
+}
+
+// TestStartReplacesAStaleSecret starts a run whose Secret of sensitive values was left by an
+// earlier attempt (the agent stopped before creating the Job) with other values: Start
+// replaces it, then creates the Job, which reads the new values.
+func TestStartReplacesAStaleSecret(t *testing.T) {
+	t.Parallel()
+	const ns = "stale"
+	c, launcher, ws := startLauncher(t, localcluster.Options{NoHub: true, Spokes: []string{ns}}, ns)
+	ctx := context.Background()
+	run := &execution.Run{
+		Workspace: ws,
+		Spec:      runner.Spec{Operation: runner.OperationPlan, RunID: "20260101T000000-0000abcd", Namespace: ns, Name: ws.Name, Revision: strings.Repeat("a", 40)},
+		Env:       []corev1.EnvVar{{Name: "TF_VAR_password", Value: "new-literal"}, {Name: "TF_VAR_region", Value: "eu-west-1"}},
+		Sensitive: []string{"TF_VAR_password"},
+	}
+	want, err := launcher.Secret(run)
+	if err != nil || want == nil {
+		t.Fatalf("Secret: %v, %v", want, err)
+	}
+	stale := want.DeepCopy()
+	stale.Data = map[string][]byte{"TF_VAR_password": []byte("old-literal")}
+	if err := c.Create(ctx, stale); err != nil {
+		t.Fatal(err)
+	}
+	if err := launcher.Start(ctx, run); err != nil {
+		t.Fatal(err)
+	}
+	got := &corev1.Secret{}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(want), got); err != nil {
+		t.Fatal(err)
+	}
+	if string(got.Data["TF_VAR_password"]) != "new-literal" || len(got.Data) != 1 {
+		t.Errorf("Secret data %q, want only TF_VAR_password=new-literal", got.Data)
+	}
+	if owner := metav1.GetControllerOf(got); owner == nil || owner.UID != ws.UID {
+		t.Errorf("Secret controlled by %+v, want the Workspace", owner)
+	}
+	job := &batchv1.Job{}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: execution.JobName(ws.Name, runner.OperationPlan, run.Spec.RunID)}, job); err != nil {
+		t.Fatalf("the Job: %v", err)
+	}
+	for _, e := range job.Spec.Template.Spec.Containers[0].Env {
+		if e.Name == "TF_VAR_password" && (e.Value != "" || e.ValueFrom == nil || e.ValueFrom.SecretKeyRef == nil || e.ValueFrom.SecretKeyRef.Name != want.Name) {
+			t.Errorf("TF_VAR_password = %+v, want a reference to Secret %s", e, want.Name)
+		}
+		if e.Name == "TF_VAR_region" && e.Value != "eu-west-1" {
+			t.Errorf("TF_VAR_region = %+v, want the plain literal", e)
+		}
+	}
 }
 
 // TestJobControllerNeverReplacesTheRunnerPod runs an apply Job under the real Job controller

@@ -171,9 +171,10 @@ func (l *JobLauncher) ensureClaim(ctx context.Context, ws *magosv1.Workspace) er
 	return nil
 }
 
-// ensureSecret creates the run's Secret of sensitive values, or brings one left by an earlier
-// attempt of the same run (the agent stopped between the Secret and the Job) up to date. A
-// Secret of that name the Workspace does not control is never used: the run fails, saying so.
+// ensureSecret creates the run's Secret of sensitive values, or replaces one left by an earlier
+// attempt of the same run (the agent stopped between the Secret and the Job) whose values
+// differ. A Secret of that name the Workspace does not control is never used: the run fails,
+// saying so. It needs the rights to create and delete Secrets, not to update them.
 func (l *JobLauncher) ensureSecret(ctx context.Context, ws *magosv1.Workspace, secret *corev1.Secret) error {
 	err := l.client.Create(ctx, secret)
 	switch {
@@ -194,9 +195,11 @@ func (l *JobLauncher) ensureSecret(ctx context.Context, ws *magosv1.Workspace, s
 	if maps.EqualFunc(cur.Data, secret.Data, bytes.Equal) {
 		return nil
 	}
-	cur.Data = secret.Data
-	if err := l.client.Update(ctx, cur); err != nil {
-		return fmt.Errorf("updating Secret %s/%s: %w", cur.Namespace, cur.Name, err)
+	if err := l.client.Delete(ctx, cur, client.Preconditions{UID: &cur.UID}); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("replacing Secret %s/%s: %w", cur.Namespace, cur.Name, err)
+	}
+	if err := l.client.Create(ctx, secret); err != nil {
+		return fmt.Errorf("creating Secret %s/%s for the sensitive values of the run: %w", secret.Namespace, secret.Name, err)
 	}
 	return nil
 }
@@ -220,6 +223,20 @@ func EnvSecretName(workspace string, op runner.Operation, runID string) string {
 // runner.InterruptGrace plus TerminationMargin: the runner interrupts the tool, which persists
 // its state and releases its lock, and writes its result. The agent never starts an apply again
 // either (see the Workspace controller): the next attempt is a new run that plans afresh.
+//
+// The runner's root file system is read-only (non-root, no privilege escalation, all
+// capabilities dropped): it writes only to /tmp, an emptyDir that is also HOME and TMPDIR, and
+// to DataMountPath, the Workspace's data volume. The runner checks the module out into a folder
+// of its own under /tmp and points tofu's data folder there too (TF_DATA_DIR, which the runner
+// sets and a VariableSet cannot override): the providers and modules init downloads, the
+// backend settings, next to the module's dependency lock file. The runner removes that folder
+// when the run ends, and the emptyDir goes with the Pod. Only the saved plan (<run ID>.tfplan)
+// is kept on the data volume, from the plan to the apply. No provider cache is kept between
+// runs (TF_PLUGIN_CACHE_DIR is not set): each Pod runs init once, so a cache in the emptyDir
+// would save nothing, and one on the data volume would grow with every provider version (large
+// providers take hundreds of megabytes each) until it filled the volume (DataVolumeSize) the
+// saved plans need. Proof: TestRunWritesOnlyToTmpAndTheDataVolume in pkg/runner runs a plan
+// and an apply with only those two folders writable.
 func (l *JobLauncher) Job(run *Run) (*batchv1.Job, error) {
 	job, _, err := l.build(run)
 	return job, err
@@ -470,9 +487,11 @@ func (l *JobLauncher) Status(ctx context.Context, ref Ref) (Status, error) {
 // itself, when the Job, its Pod or the runner container say so; "" otherwise (see Status).
 func stopCause(job *batchv1.Job, done *batchv1.JobCondition, pod *corev1.Pod, term *corev1.ContainerStateTerminated, op runner.Operation) string {
 	if term != nil && term.Reason == ReasonOOMKilled {
-		how := "without a memory limit, when its node ran out of memory: give the runner a memory request and limit that fit the run"
+		how := "without a memory limit, when its node ran out of memory: give the runner a memory request and limit that fit the run " +
+			"(the agent's --runner-memory-request and --runner-memory-limit; chart value runner.resources)"
 		if q := runnerMemoryLimit(pod); q != nil {
-			how = "at its memory limit of " + q.String() + ": raise the runner memory limit of run Jobs (the agent's runner memory limit setting)"
+			how = "at its memory limit of " + q.String() + ": raise the runner memory limit " +
+				"(the agent's --runner-memory-limit; chart value runner.resources.limits.memory)"
 		}
 		return fmt.Sprintf("The runner was OOM-killed (exit code %d) %s", term.ExitCode, how)
 	}

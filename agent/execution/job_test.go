@@ -59,55 +59,9 @@ func terminated(phase corev1.PodPhase, exit int32, reason, message string) corev
 // no kubelet here: a real-node test covers the real thing).
 func TestJobStatus(t *testing.T) {
 	t.Parallel()
-	log.SetLogger(logr.Discard())
-	fleet := testenv.Start(t, localcluster.Options{NoHub: true, Spokes: []string{"status"}})
-	spoke := fleet.Spokes["status"]
-	c := spoke.Client
-	cacheOpts, err := app.CacheOptions()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cl, err := cluster.New(spoke.Config, func(o *cluster.Options) {
-		o.Scheme = scheme.New()
-		o.Cache = cacheOpts
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- cl.Start(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("cluster: %v", err)
-		}
-	})
-	launcher, err := execution.NewJobLauncher(cl, execution.JobOptions{Image: "runner", Resources: corev1.ResourceRequirements{
-		Limits: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("1Gi")},
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
-
 	const ns = "status"
-	ws := &magosv1.Workspace{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "network"},
-		Spec: magosv1.WorkspaceSpec{
-			ProjectRef: magosv1.ProjectReference{Name: "demo"},
-			Source:     magosv1.Source{RepoURL: "https://git.example/network.git", TargetRevision: "main", Path: "."},
-			Terraform:  magosv1.TerraformSpec{Binary: magosv1.BinaryOpenTofu, Version: "1.10.6"},
-		},
-	}
-	for _, o := range []client.Object{
-		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}},
-		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: magosv1.DefaultServiceAccountName}},
-		ws,
-	} {
-		if err := localcluster.Poll(30*time.Second, func() error { return c.Create(ctx, o) }); err != nil {
-			t.Fatal(err)
-		}
-	}
+	c, launcher, ws := startLauncher(t, localcluster.Options{NoHub: true, Spokes: []string{ns}}, ns)
+	ctx := context.Background()
 
 	interrupted := func(op runner.Operation, runID string) string {
 		msg, err := (&runner.Result{Operation: op, RunID: runID, Outcome: runner.OutcomeFailed,
@@ -160,7 +114,7 @@ func TestJobStatus(t *testing.T) {
 			return jobEnd{reason: batchv1.JobReasonBackoffLimitExceeded, message: "Job has reached the specified backoff limit",
 				podStatus: terminated(corev1.PodFailed, 137, "OOMKilled", "")}
 		},
-		want: []string{"The runner was OOM-killed (exit code 137) at its memory limit of 1Gi: raise the runner memory limit",
+		want: []string{"The runner was OOM-killed (exit code 137) at its memory limit of 1Gi: raise the runner memory limit (the agent's --runner-memory-limit",
 			"BackoffLimitExceeded"},
 		not: []string{"deleted", "timeout"},
 	}, {
@@ -294,6 +248,201 @@ func TestJobStatus(t *testing.T) {
 			t.Logf("message: %s", st.Result.Message)
 		})
 	}
+}
+
+// startLauncher starts an API server (opts names one spoke), a cache like the agent's and a
+// JobLauncher on it, with the namespace ns, its default ServiceAccount for runs and a
+// Workspace in it.
+func startLauncher(t *testing.T, opts localcluster.Options, ns string) (client.Client, *execution.JobLauncher, *magosv1.Workspace) {
+	t.Helper()
+	log.SetLogger(logr.Discard())
+	fleet := testenv.Start(t, opts)
+	spoke := fleet.Spokes[opts.Spokes[0]]
+	c := spoke.Client
+	cacheOpts, err := app.CacheOptions()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl, err := cluster.New(spoke.Config, func(o *cluster.Options) {
+		o.Scheme = scheme.New()
+		o.Cache = cacheOpts
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- cl.Start(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("cluster: %v", err)
+		}
+	})
+	launcher, err := execution.NewJobLauncher(cl, execution.JobOptions{Image: "runner", Resources: corev1.ResourceRequirements{
+		Limits: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("1Gi")},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ws := &magosv1.Workspace{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "network"},
+		Spec: magosv1.WorkspaceSpec{
+			ProjectRef: magosv1.ProjectReference{Name: "demo"},
+			Source:     magosv1.Source{RepoURL: "https://git.example/network.git", TargetRevision: "main", Path: "."},
+			Terraform:  magosv1.TerraformSpec{Binary: magosv1.BinaryOpenTofu, Version: "1.10.6"},
+		},
+	}
+	for _, o := range []client.Object{
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}},
+		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: magosv1.DefaultServiceAccountName}},
+		ws,
+	} {
+		if err := localcluster.Poll(30*time.Second, func() error { return c.Create(ctx, o) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return c, launcher, ws
+}
+
+// TestStartReplacesAStaleSecret starts a run whose Secret of sensitive values was left by an
+// earlier attempt (the agent stopped before creating the Job) with other values: Start
+// replaces it, then creates the Job, which reads the new values.
+func TestStartReplacesAStaleSecret(t *testing.T) {
+	t.Parallel()
+	const ns = "stale"
+	c, launcher, ws := startLauncher(t, localcluster.Options{NoHub: true, Spokes: []string{ns}}, ns)
+	ctx := context.Background()
+	run := &execution.Run{
+		Workspace: ws,
+		Spec:      runner.Spec{Operation: runner.OperationPlan, RunID: "20260101T000000-0000abcd", Namespace: ns, Name: ws.Name, Revision: strings.Repeat("a", 40)},
+		Env:       []corev1.EnvVar{{Name: "TF_VAR_password", Value: "new-literal"}, {Name: "TF_VAR_region", Value: "eu-west-1"}},
+		Sensitive: []string{"TF_VAR_password"},
+	}
+	want, err := launcher.Secret(run)
+	if err != nil || want == nil {
+		t.Fatalf("Secret: %v, %v", want, err)
+	}
+	stale := want.DeepCopy()
+	stale.Data = map[string][]byte{"TF_VAR_password": []byte("old-literal")}
+	if err := c.Create(ctx, stale); err != nil {
+		t.Fatal(err)
+	}
+	if err := launcher.Start(ctx, run); err != nil {
+		t.Fatal(err)
+	}
+	got := &corev1.Secret{}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(want), got); err != nil {
+		t.Fatal(err)
+	}
+	if string(got.Data["TF_VAR_password"]) != "new-literal" || len(got.Data) != 1 {
+		t.Errorf("Secret data %q, want only TF_VAR_password=new-literal", got.Data)
+	}
+	if owner := metav1.GetControllerOf(got); owner == nil || owner.UID != ws.UID {
+		t.Errorf("Secret controlled by %+v, want the Workspace", owner)
+	}
+	job := &batchv1.Job{}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: execution.JobName(ws.Name, runner.OperationPlan, run.Spec.RunID)}, job); err != nil {
+		t.Fatalf("the Job: %v", err)
+	}
+	for _, e := range job.Spec.Template.Spec.Containers[0].Env {
+		if e.Name == "TF_VAR_password" && (e.Value != "" || e.ValueFrom == nil || e.ValueFrom.SecretKeyRef == nil || e.ValueFrom.SecretKeyRef.Name != want.Name) {
+			t.Errorf("TF_VAR_password = %+v, want a reference to Secret %s", e, want.Name)
+		}
+		if e.Name == "TF_VAR_region" && e.Value != "eu-west-1" {
+			t.Errorf("TF_VAR_region = %+v, want the plain literal", e)
+		}
+	}
+}
+
+// TestJobControllerNeverReplacesTheRunnerPod runs an apply Job under the real Job controller
+// of the Kubernetes version the tests use (kube-controller-manager's job-controller; the
+// pod-garbage-collector-controller stands in for the kubelet, which is absent: it moves the
+// deleted, never-scheduled Pod to phase Failed as a kubelet moves a stopped one). The runner
+// Pod is deleted mid-run: the Job controller must fail the Job without ever creating a second
+// Pod, and Status must say the Pod was deleted.
+func TestJobControllerNeverReplacesTheRunnerPod(t *testing.T) {
+	t.Parallel()
+	const ns = "jobctl"
+	c, launcher, ws := startLauncher(t, localcluster.Options{NoHub: true, Spokes: []string{ns}, ControllerManager: true,
+		Controllers: []string{"job-controller", "pod-garbage-collector-controller"}}, ns)
+	ctx := context.Background()
+	run := &execution.Run{
+		Workspace: ws,
+		Spec:      runner.Spec{Operation: runner.OperationApply, RunID: "20260101T000000-0000abcd", Namespace: ns, Name: ws.Name, Revision: strings.Repeat("a", 40)},
+		Timeout:   time.Hour,
+	}
+	job, err := launcher.Job(run)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Create(ctx, job); err != nil {
+		t.Fatal(err)
+	}
+	pods := func() ([]corev1.Pod, error) {
+		list := &corev1.PodList{}
+		err := c.List(ctx, list, client.InNamespace(ns), client.MatchingLabels{execution.JobNameLabel: job.Name})
+		return list.Items, err
+	}
+	var first corev1.Pod
+	testenv.Eventually(t, 60*time.Second, func() error {
+		items, err := pods()
+		if err != nil {
+			return err
+		}
+		if len(items) != 1 {
+			return fmt.Errorf("%d Pods, want the Job controller's one", len(items))
+		}
+		first = items[0]
+		return nil
+	})
+	if err := c.Delete(ctx, &first); err != nil {
+		t.Fatal(err)
+	}
+	// Until the Job has failed, and for a while after, the only Pod ever is the first.
+	onlyFirst := func() error {
+		items, err := pods()
+		if err != nil {
+			return err
+		}
+		for _, p := range items {
+			if p.UID != first.UID {
+				return fmt.Errorf("the Job controller created a second Pod %s for the apply", p.Name)
+			}
+		}
+		return nil
+	}
+	cur := &batchv1.Job{}
+	testenv.Eventually(t, 90*time.Second, func() error {
+		if err := onlyFirst(); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Get(ctx, client.ObjectKeyFromObject(job), cur); err != nil {
+			return err
+		}
+		for _, cond := range cur.Status.Conditions {
+			if cond.Type == batchv1.JobFailed && cond.Status == corev1.ConditionTrue {
+				return nil
+			}
+		}
+		return fmt.Errorf("Job not failed yet: %+v", cur.Status)
+	})
+	testenv.Consistently(t, 3*time.Second, onlyFirst)
+	if cur.Status.Failed != 1 || cur.Status.Active != 0 || cur.Status.Succeeded != 0 {
+		t.Errorf("Job status failed %d active %d succeeded %d, want one failed Pod and nothing else", cur.Status.Failed, cur.Status.Active, cur.Status.Succeeded)
+	}
+	ref := execution.Ref{Namespace: ns, Name: ws.Name, RunID: run.Spec.RunID, Operation: runner.OperationApply}
+	testenv.Eventually(t, 30*time.Second, func() error {
+		st, err := launcher.Status(ctx, ref)
+		if err != nil {
+			return err
+		}
+		if st.State != execution.StateFinished || st.Result.Outcome != runner.OutcomeFailed || !strings.Contains(st.Result.Message, "deleted") {
+			return fmt.Errorf("status %s %s: %s; want Finished, Failed, saying the Pod was deleted", st.State, st.Result.Outcome, st.Result.Message)
+		}
+		t.Logf("Job conditions %+v; run message: %s", cur.Status.Conditions, st.Result.Message)
+		return nil
+	})
 }
 
 // makePod plays the Job controller and the kubelet: the Job's Pod, with the status of end, and

@@ -594,6 +594,11 @@ func checkJob(t *testing.T, c client.Client, ws *magosv1.Workspace, job *batchv1
 	if v := volumes[mounts["/tmp"]]; v.EmptyDir == nil {
 		t.Errorf("/tmp is %+v, want an emptyDir", v)
 	}
+	// The root file system is read-only: /tmp and the data volume are all the runner may
+	// write to, and HOME and TMPDIR point into /tmp.
+	if len(ctr.VolumeMounts) != 2 {
+		t.Errorf("volume mounts %+v, want /tmp and /workspace-data only", ctr.VolumeMounts)
+	}
 	pvc := &corev1.PersistentVolumeClaim{}
 	if err := c.Get(context.Background(), types.NamespacedName{Namespace: ws.Namespace, Name: ws.Name + "-data"}, pvc); err != nil {
 		t.Errorf("data PVC: %v", err)
@@ -613,6 +618,9 @@ func checkJob(t *testing.T, c client.Client, ws *magosv1.Workspace, job *batchv1
 	if rs.Operation != op || rs.RunID != ws.Status.CurrentRunID || rs.Revision != sha || rs.RepoURL != ws.Spec.Source.RepoURL ||
 		rs.PlanFile != "/workspace-data/"+rs.RunID+".tfplan" || rs.Backend.Kubernetes == nil || rs.Backend.Kubernetes.Namespace != ws.Namespace {
 		t.Errorf("run spec %+v", rs)
+	}
+	if env["HOME"].Value != "/tmp" || env["TMPDIR"].Value != "/tmp" {
+		t.Errorf("HOME %q TMPDIR %q, want /tmp (the only writable folder besides the data volume)", env["HOME"].Value, env["TMPDIR"].Value)
 	}
 	if e := env["TF_VAR_greeting"]; e.Value != "hi" {
 		t.Errorf("TF_VAR_greeting = %+v, want the literal hi", e)

@@ -18,6 +18,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -45,6 +46,9 @@ type Options struct {
 	// ControllerManager also runs kube-controller-manager against every cluster, for namespace
 	// deletion and owner-reference garbage collection (envtest runs no controllers).
 	ControllerManager bool
+	// Controllers are more kube-controller-manager controllers to run with ControllerManager
+	// (their --controllers names, such as job-controller).
+	Controllers []string
 }
 
 // Cluster is one running API server.
@@ -204,7 +208,7 @@ func startCluster(name, assets, dir string, opts Options) (*Cluster, error) {
 		}
 	}
 	if opts.ControllerManager {
-		if err := c.startControllerManager(assets, dir); err != nil {
+		if err := c.startControllerManager(assets, dir, opts.Controllers); err != nil {
 			return nil, errors.Join(fmt.Errorf("cluster %s: kube-controller-manager: %w", name, err), c.Stop())
 		}
 	}
@@ -225,12 +229,13 @@ func writeKubeconfig(env *envtest.Environment, name, dir string) (string, error)
 	return path, os.WriteFile(path, raw, 0o600)
 }
 
-func (c *Cluster) startControllerManager(assets, dir string) error {
+func (c *Cluster) startControllerManager(assets, dir string, more []string) error {
+	controllers := append([]string{"garbage-collector-controller", "namespace-controller"}, more...)
 	cmd := exec.Command(filepath.Join(assets, "kube-controller-manager"),
 		"--kubeconfig="+c.Kubeconfig,
 		"--authentication-kubeconfig="+c.Kubeconfig,
 		"--authorization-kubeconfig="+c.Kubeconfig,
-		"--controllers=garbage-collector-controller,namespace-controller",
+		"--controllers="+strings.Join(controllers, ","),
 		"--leader-elect=false",
 		"--bind-address=127.0.0.1",
 		"--secure-port=0",

@@ -200,6 +200,7 @@ func checkAccess(ctx context.Context, t *testing.T, cs kubernetes.Interface) {
 		{"magos-agent", "payments", "list", "", "secrets", "", "", true},
 		{"magos-agent", "payments", "watch", "", "secrets", "", "", true},
 		{"magos-agent", "payments", "create", "", "secrets", "", "", true}, // the runs' sensitive values
+		{"magos-agent", "payments", "update", "", "secrets", "", "cdn-variables", false},
 		{"magos-agent", "unrelated", "get", "", "secrets", "", "database-password", false},
 		{"magos-agent", "unrelated", "list", "", "secrets", "", "", false},
 		{"magos-agent", namespace, "get", "", "secrets", "", "local-kubeconfig", false},

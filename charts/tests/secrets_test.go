@@ -59,7 +59,7 @@ func TestAgentSecretAccess(t *testing.T) {
 	objs := render(t, "magos-agent", map[string]any{"clusterName": "eu-west-1", "workspaceNamespaces": []any{"payments", "cdn"}})
 	role := as[rbacv1.ClusterRole](t, objs["ClusterRole/magos-agent-secrets"])
 	if len(role.Rules) != 1 || !slices.Equal(role.Rules[0].Resources, []string{"secrets"}) ||
-		!slices.Equal(role.Rules[0].Verbs, []string{"get", "list", "watch", "create", "update", "delete"}) {
+		!slices.Equal(role.Rules[0].Verbs, []string{"get", "list", "watch", "create", "delete"}) {
 		t.Errorf("magos-agent-secrets rules %+v, want Secrets read and the runs' Secrets written", role.Rules)
 	}
 	for key, obj := range objs {

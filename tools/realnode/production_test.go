@@ -430,7 +430,6 @@ output "big" {
 		})
 	})
 
-
 	writeSummary(t, stats)
 }
 

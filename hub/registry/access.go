@@ -26,7 +26,7 @@ import (
 
 // AgentServiceAccount is the ServiceAccount (and the Role and RoleBinding) the hub creates in
 // every agent cluster's namespace; the agent's bootstrap kubeconfig authenticates as it.
-const AgentServiceAccount = "magos-agent"
+const AgentServiceAccount = keys.AgentServiceAccount
 
 // ManagedByLabel and ManagedByValue mark the namespaces the hub creates for agent clusters.
 const (
@@ -35,7 +35,9 @@ const (
 )
 
 // AgentRules are the agent's permissions, confined to its cluster namespace by a Role: its
-// mirrors, its heartbeat Lease and Events. Nothing else on the hub.
+// mirrors, its heartbeat Lease, Events, and new tokens for its own ServiceAccount (the agent
+// renews its credentials itself; resourceNames keeps it from minting a token for any other
+// ServiceAccount). Nothing else on the hub.
 func AgentRules() []rbacv1.PolicyRule {
 	return []rbacv1.PolicyRule{
 		{
@@ -58,6 +60,14 @@ func AgentRules() []rbacv1.PolicyRule {
 			APIGroups: []string{"", "events.k8s.io"},
 			Resources: []string{"events"},
 			Verbs:     []string{"create", "patch"},
+		},
+		{
+			// TokenRequest: POST .../serviceaccounts/<name>/token names the ServiceAccount, so
+			// resourceNames applies.
+			APIGroups:     []string{""},
+			Resources:     []string{"serviceaccounts/token"},
+			ResourceNames: []string{AgentServiceAccount},
+			Verbs:         []string{"create"},
 		},
 	}
 }

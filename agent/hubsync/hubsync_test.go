@@ -127,10 +127,15 @@ type agentOptions struct {
 	heartbeat, lease time.Duration
 	// statusFault, when set, can refuse mirror status writes (hubsync.WithStatusFault).
 	statusFault func(types.NamespacedName) error
+	// bootstrap replaces the spoke's bootstrap kubeconfig.
+	bootstrap *rest.Config
+	// tokenExpiry, when set, has the agent renew its hub token (keeping it in tokenSecret).
+	tokenExpiry time.Duration
+	tokenSecret types.NamespacedName
 }
 
 // startAgent runs an agent manager on a spoke with only the hub sync, authenticated on the hub
-// with the spoke's bootstrap kubeconfig. stop ends it (the test's end does too).
+// with the spoke's bootstrap kubeconfig (or o.bootstrap). stop ends it (the test's end does too).
 func startAgent(t testing.TB, cluster string, o agentOptions) (stop func()) {
 	t.Helper()
 	skip := true
@@ -145,9 +150,14 @@ func startAgent(t testing.TB, cluster string, o agentOptions) (stop func()) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	hubConfig := bootstrap[cluster]
+	if o.bootstrap != nil {
+		hubConfig = o.bootstrap
+	}
 	opts := hubsync.Options{
-		ClusterName: cluster, HubConfig: rest.CopyConfig(bootstrap[cluster]), AgentVersion: "v1.2.3-test", HubQPS: benchQPS, HubBurst: 2 * int(benchQPS),
+		ClusterName: cluster, HubConfig: rest.CopyConfig(hubConfig), AgentVersion: "v1.2.3-test", HubQPS: benchQPS, HubBurst: 2 * int(benchQPS),
 		Identity: "agent-0", HeartbeatInterval: o.heartbeat, LeaseDuration: o.lease,
+		TokenExpiry: o.tokenExpiry, TokenSecret: o.tokenSecret,
 	}
 	if o.statusFault != nil {
 		hubsync.WithStatusFault(&opts, o.statusFault)

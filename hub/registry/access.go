@@ -126,6 +126,11 @@ func mergeLabels(have, want map[string]string) map[string]string {
 	return out
 }
 
+// DefaultBootstrapTokenLifetime is the default lifetime of the token in an agent's bootstrap
+// kubeconfig: long enough to install the agent, which then renews its credentials itself with
+// short-lived tokens (agent/hubtoken) and no longer needs the bootstrap token.
+const DefaultBootstrapTokenLifetime = 24 * time.Hour
+
 // AgentKubeconfigOptions says which agent's bootstrap kubeconfig to make.
 type AgentKubeconfigOptions struct {
 	// Cluster is the agent cluster's registered name.
@@ -135,8 +140,8 @@ type AgentKubeconfigOptions struct {
 	Server string
 	// CAData is the hub API server's CA bundle; defaults to the hub config's.
 	CAData []byte
-	// Duration is the token's requested lifetime (the API server may shorten it). Default one
-	// year.
+	// Duration is the token's requested lifetime (the API server may shorten it). Default
+	// DefaultBootstrapTokenLifetime.
 	Duration time.Duration
 }
 
@@ -148,7 +153,7 @@ func AgentKubeconfig(ctx context.Context, hub *rest.Config, opts AgentKubeconfig
 		return nil, fmt.Errorf("agent kubeconfig: the cluster name is required")
 	}
 	if opts.Duration <= 0 {
-		opts.Duration = 365 * 24 * time.Hour
+		opts.Duration = DefaultBootstrapTokenLifetime
 	}
 	ns := mirror.Namespace(opts.Cluster)
 	cs, err := kubernetes.NewForConfig(hub)

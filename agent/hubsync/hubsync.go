@@ -17,8 +17,10 @@
 // failed audit carries a new synced-since.
 //
 // It needs only the agent's bootstrap kubeconfig, whose credentials can touch nothing on the hub
-// but Workspaces, Leases and Events in magos-cluster-<name>; its hub-side cache is confined to
-// that namespace.
+// but Workspaces, Leases and Events in magos-cluster-<name> (and mint tokens for the agent's own
+// ServiceAccount); its hub-side cache is confined to that namespace. With Options.TokenExpiry,
+// the hub clients authenticate with the tokens a hubtoken.Renewer keeps fresh, which runs with
+// the hub-side cache.
 package hubsync
 
 import (
@@ -46,9 +48,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cluster"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
+	"github.com/magosfleet/magos/agent/hubtoken"
 	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
 	"github.com/magosfleet/magos/pkg/keys"
 	"github.com/magosfleet/magos/pkg/mirror"
@@ -80,6 +84,17 @@ type Options struct {
 	HubBurst int
 	// ControllerName names the sync controller. Default "hubsync".
 	ControllerName string
+	// TokenExpiry, when positive, has the agent renew its hub token itself (package hubtoken):
+	// HubConfig then carries the bootstrap token, and every hub client uses the renewed tokens,
+	// requested with this lifetime (at least hubtoken.MinExpiry). Zero uses HubConfig's
+	// credentials as they are.
+	TokenExpiry time.Duration
+	// TokenSecret is the spoke Secret the renewed token is kept in, for the next start (empty
+	// Name: not kept). Used with TokenExpiry.
+	TokenSecret types.NamespacedName
+	// BootstrapFile is the file HubConfig was read from: read again for a new bootstrap token
+	// when the hub refuses the token in use. Used with TokenExpiry.
+	BootstrapFile string
 
 	// statusFault, when set, is asked before each mirror status write for the spoke Workspace
 	// it is about; an error fails the write as a hub refusing it would. A test fault
@@ -118,6 +133,9 @@ func (o *Options) defaults() error {
 	if o.ControllerName == "" {
 		o.ControllerName = "hubsync"
 	}
+	if o.TokenExpiry < 0 || (o.TokenExpiry > 0 && o.TokenExpiry < hubtoken.MinExpiry) {
+		return fmt.Errorf("hubsync: hub token expiry %s: must be 0 (no renewal) or at least %s", o.TokenExpiry, hubtoken.MinExpiry)
+	}
 	if o.Identity == "" {
 		o.Identity = os.Getenv("POD_NAME")
 	}
@@ -128,8 +146,8 @@ func (o *Options) defaults() error {
 }
 
 // SetupWithManager adds the hub sync to the agent's manager: a cache of the cluster's hub
-// namespace (started with the manager), the sync controller and the heartbeat (both run on the
-// leader only).
+// namespace (started with the manager, with the token renewal when TokenExpiry is set), the sync
+// controller and the heartbeat (both run on the leader only).
 func SetupWithManager(mgr ctrl.Manager, opts Options) error {
 	if err := opts.defaults(); err != nil {
 		return err
@@ -140,6 +158,13 @@ func SetupWithManager(mgr ctrl.Manager, opts Options) error {
 		return fmt.Errorf("hubsync: %w", err)
 	}
 	hubCfg := rest.CopyConfig(opts.HubConfig)
+	var renewer *hubtoken.Renewer
+	if opts.TokenExpiry > 0 {
+		if renewer, err = newRenewer(mgr, opts, ns); err != nil {
+			return err
+		}
+		hubCfg = renewer.Config()
+	}
 	hubCfg.QPS, hubCfg.Burst = opts.HubQPS, opts.HubBurst
 	hub, err := cluster.New(hubCfg, func(o *cluster.Options) {
 		o.Scheme = mgr.GetScheme()
@@ -157,7 +182,11 @@ func SetupWithManager(mgr ctrl.Manager, opts Options) error {
 	if err != nil {
 		return fmt.Errorf("hubsync: hub client: %w", err)
 	}
-	if err := mgr.Add(hub); err != nil {
+	var hubRunnable manager.Runnable = hub
+	if renewer != nil {
+		hubRunnable = &renewingCluster{Cluster: hub, renewer: renewer}
+	}
+	if err := mgr.Add(hubRunnable); err != nil {
 		return fmt.Errorf("hubsync: %w", err)
 	}
 	r := &syncer{cluster: opts.ClusterName, namespace: ns, spoke: mgr.GetClient(), hub: hub.GetClient(), hubLive: hub.GetAPIReader(),
@@ -184,6 +213,54 @@ func SetupWithManager(mgr ctrl.Manager, opts Options) error {
 		return fmt.Errorf("hubsync: %w", err)
 	}
 	return nil
+}
+
+// newRenewer returns the Renewer of the agent's hub token, loaded (the kept or the bootstrap
+// token, renewed once) before the hub cluster is created, which already asks the hub for its API
+// groups. It reads and writes the token Secret with an uncached client of the spoke (the
+// manager's cache holds repository credentials only) and records its Events as magos-agent.
+func newRenewer(mgr ctrl.Manager, opts Options, ns string) (*hubtoken.Renewer, error) {
+	spoke, err := client.New(mgr.GetConfig(), client.Options{Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper()})
+	if err != nil {
+		return nil, fmt.Errorf("hubsync: spoke client: %w", err)
+	}
+	log := mgr.GetLogger().WithName("hubtoken")
+	renewer, err := hubtoken.New(hubtoken.Options{
+		Namespace: ns, Bootstrap: opts.HubConfig, BootstrapFile: opts.BootstrapFile,
+		Expiry: opts.TokenExpiry, Secret: opts.TokenSecret, Spoke: spoke,
+		Recorder: mgr.GetEventRecorder("magos-agent"), Logger: &log,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("hubsync: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	renewer.Load(ctx)
+	return renewer, nil
+}
+
+// renewingCluster is the hub cluster (cache and clients) together with the Renewer of its token:
+// renewals run alongside the cache, also while it cannot sync (with a refused token, until the
+// Renewer falls back to the bootstrap token). It is a manager cache runnable, as the hub cluster
+// alone is.
+type renewingCluster struct {
+	cluster.Cluster
+	renewer *hubtoken.Renewer
+}
+
+// Start runs the Renewer and the hub cluster until ctx ends or the cluster fails.
+func (c *renewingCluster) Start(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = c.renewer.Start(ctx) // it never fails
+	}()
+	err := c.Cluster.Start(ctx)
+	cancel()
+	<-done
+	return err
 }
 
 // syncer reconciles one spoke Workspace with its mirror, both ways.

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"go.uber.org/zap/zapcore"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -19,8 +20,10 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -124,10 +127,15 @@ type agentOptions struct {
 	heartbeat, lease time.Duration
 	// statusFault, when set, can refuse mirror status writes (hubsync.WithStatusFault).
 	statusFault func(types.NamespacedName) error
+	// bootstrap replaces the spoke's bootstrap kubeconfig.
+	bootstrap *rest.Config
+	// tokenExpiry, when set, has the agent renew its hub token (keeping it in tokenSecret).
+	tokenExpiry time.Duration
+	tokenSecret types.NamespacedName
 }
 
 // startAgent runs an agent manager on a spoke with only the hub sync, authenticated on the hub
-// with the spoke's bootstrap kubeconfig. stop ends it (the test's end does too).
+// with the spoke's bootstrap kubeconfig (or o.bootstrap). stop ends it (the test's end does too).
 func startAgent(t testing.TB, cluster string, o agentOptions) (stop func()) {
 	t.Helper()
 	skip := true
@@ -142,9 +150,14 @@ func startAgent(t testing.TB, cluster string, o agentOptions) (stop func()) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	hubConfig := bootstrap[cluster]
+	if o.bootstrap != nil {
+		hubConfig = o.bootstrap
+	}
 	opts := hubsync.Options{
-		ClusterName: cluster, HubConfig: rest.CopyConfig(bootstrap[cluster]), AgentVersion: "v1.2.3-test", HubQPS: benchQPS, HubBurst: 2 * int(benchQPS),
+		ClusterName: cluster, HubConfig: rest.CopyConfig(hubConfig), AgentVersion: "v1.2.3-test", HubQPS: benchQPS, HubBurst: 2 * int(benchQPS),
 		Identity: "agent-0", HeartbeatInterval: o.heartbeat, LeaseDuration: o.lease,
+		TokenExpiry: o.tokenExpiry, TokenSecret: o.tokenSecret,
 	}
 	if o.statusFault != nil {
 		hubsync.WithStatusFault(&opts, o.statusFault)
@@ -506,6 +519,59 @@ func TestAgentCredentialsAreConfinedToItsNamespace(t *testing.T) {
 		if err := do(); !apierrors.IsForbidden(err) {
 			t.Errorf("%s: %v, want Forbidden", name, err)
 		}
+	}
+}
+
+// TestAgentMintsTokensOnlyForItsOwnServiceAccount uses an agent's bootstrap credentials against
+// the hub's real RBAC: a TokenRequest for its own ServiceAccount is granted (and the new token
+// authenticates as that ServiceAccount); one for another ServiceAccount of its namespace, or for
+// another cluster's agent, is Forbidden, although both ServiceAccounts exist.
+func TestAgentMintsTokensOnlyForItsOwnServiceAccount(t *testing.T) {
+	ctx := context.Background()
+	own, other := mirror.Namespace("us-east-1"), mirror.Namespace("eu-west-1")
+	agent := kubernetes.NewForConfigOrDie(bootstrap["us-east-1"])
+	neighbour := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: own, Name: "token-test-neighbour"}}
+	if err := env.Hub.Client.Create(ctx, neighbour); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	request := func() *authenticationv1.TokenRequest {
+		return &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](600)}}
+	}
+
+	tr, err := agent.CoreV1().ServiceAccounts(own).CreateToken(ctx, registry.AgentServiceAccount, request(), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("a token for its own ServiceAccount: %v", err)
+	}
+	renewed := rest.CopyConfig(bootstrap["us-east-1"])
+	renewed.BearerToken = tr.Status.Token
+	review, err := kubernetes.NewForConfigOrDie(renewed).AuthenticationV1().SelfSubjectReviews().Create(ctx, &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "system:serviceaccount:" + own + ":" + registry.AgentServiceAccount; review.Status.UserInfo.Username != want {
+		t.Errorf("the renewed token authenticates as %q, want %q", review.Status.UserInfo.Username, want)
+	}
+
+	for name, sa := range map[string]types.NamespacedName{
+		"another ServiceAccount of its namespace": {Namespace: own, Name: neighbour.Name},
+		"another cluster's agent":                 {Namespace: other, Name: registry.AgentServiceAccount},
+	} {
+		if err := env.Hub.Client.Get(ctx, client.ObjectKey(sa), &corev1.ServiceAccount{}); err != nil {
+			t.Fatalf("%s %s: %v", name, sa, err)
+		}
+		_, err := agent.CoreV1().ServiceAccounts(sa.Namespace).CreateToken(ctx, sa.Name, request(), metav1.CreateOptions{})
+		if !apierrors.IsForbidden(err) {
+			t.Errorf("a token for %s (%s): %v, want Forbidden", name, sa, err)
+		}
+	}
+	// Nor may it create ServiceAccounts to mint tokens for.
+	agentClient, err := client.New(bootstrap["us-east-1"], client.Options{Scheme: magosscheme.New()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = agentClient.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: own, Name: "minted"}})
+	if !apierrors.IsForbidden(err) {
+		t.Errorf("creating a ServiceAccount: %v, want Forbidden", err)
 	}
 }
 

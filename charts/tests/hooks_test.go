@@ -54,7 +54,8 @@ func TestHelmTestPods(t *testing.T) {
 		{"magos-hub", "hub", map[string]any{"leaderElection": map[string]any{"enabled": false}, "replicaCount": 1},
 			[]string{"check", "--config=/etc/magos/config.yaml", "--leader-elect=false", "--timeout=2m"}, "/etc/magos"},
 		{"magos-agent", "agent", map[string]any{"clusterName": "eu-west-1", "hub": map[string]any{"kubeconfigSecret": map[string]any{"name": "hub-kc", "key": "kc"}}},
-			[]string{"check", "--cluster-name=eu-west-1", "--hub-kubeconfig=/etc/magos/hub/kc", "--leader-elect=true", "--timeout=2m"}, "/etc/magos/hub"},
+			[]string{"check", "--cluster-name=eu-west-1", "--hub-kubeconfig=/etc/magos/hub/kc", "--hub-token-secret=magos-agent-hub-token",
+				"--hub-token-secret-namespace=" + namespace, "--leader-elect=true", "--timeout=2m"}, "/etc/magos/hub"},
 		{"magos-agent", "agent", map[string]any{"clusterName": "local"},
 			[]string{"check", "--cluster-name=local", "--leader-elect=true", "--timeout=2m"}, ""},
 	}

@@ -48,6 +48,8 @@ func TestValuesSchema(t *testing.T) {
 			[]string{"at '/workspaceNamespaces'", "minItems"}},
 		{"log level", "magos-agent", agent(map[string]any{"log": map[string]any{"level": "verbose"}}),
 			[]string{"at '/log/level'", "'debug', 'info', 'warn', 'error'"}},
+		{"hub token expiry", "magos-agent", agent(map[string]any{"hub": map[string]any{"tokenExpiry": "an hour"}}),
+			[]string{"at '/hub/tokenExpiry'", "does not match pattern"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.chart+" "+tc.name, func(t *testing.T) {
@@ -70,7 +72,7 @@ func TestValuesSchema(t *testing.T) {
 			map[string]any{"name": "local", "kubeconfig": map[string]any{"secretRef": map[string]any{"namespace": namespace, "name": "local-kubeconfig", "key": "kubeconfig"}}},
 		}}, "admissionPolicy": map[string]any{"enabled": false}, "image": map[string]any{"pullPolicy": "Always"}},
 		"magos-agent": agent(map[string]any{"workspaceNamespaces": []any{"default", "payments"}, "crds": map[string]any{"install": false},
-			"hub":    map[string]any{"kubeconfigSecret": map[string]any{"name": "magos-hub-kubeconfig"}},
+			"hub":    map[string]any{"kubeconfigSecret": map[string]any{"name": "magos-hub-kubeconfig"}, "tokenExpiry": "2h30m"},
 			"runner": map[string]any{"image": map[string]any{"pullPolicy": "Never"}, "resources": map[string]any{"requests": map[string]any{"cpu": 1, "memory": "512Mi"}, "limits": map[string]any{"cpu": "1.5"}}}}),
 	} {
 		if _, err := tryRender(name, v); err != nil {

@@ -1,12 +1,20 @@
 package tests
 
 import (
+	"context"
 	"slices"
 	"strings"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
+	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/magosfleet/magos/pkg/localcluster"
+	"github.com/magosfleet/magos/pkg/testenv"
 )
 
 // TestHubSecretAccess checks that the hub may get exactly the Secrets its config names as direct
@@ -85,5 +93,84 @@ func TestAgentSecretAccess(t *testing.T) {
 		"jobServiceAccount": map[string]any{"create": true, "name": "magos-job", "namespaces": []any{"payments"}}})
 	if err == nil || !strings.Contains(err.Error(), "jobServiceAccount.namespaces is now workspaceNamespaces") {
 		t.Errorf("the former jobServiceAccount.namespaces: error %v, want a pointer to workspaceNamespaces", err)
+	}
+}
+
+// TestAgentHubTokenSecretAccess checks the Secret the agent keeps its renewed hub token in: with
+// a hub Secret, the chart creates it empty and lets the agent get and update exactly it, by name
+// (an access review against a real API server: not another Secret of the namespace, not create,
+// list or delete), and starts the agent and its helm test with it. Without a hub, none of it.
+func TestAgentHubTokenSecretAccess(t *testing.T) {
+	objs := render(t, "magos-agent", map[string]any{"clusterName": "eu-west-1",
+		"hub": map[string]any{"kubeconfigSecret": map[string]any{"name": "hub-kubeconfig"}, "tokenExpiry": "30m"}})
+	const secret = "magos-agent-hub-token"
+	s := as[corev1.Secret](t, objs["Secret/"+secret])
+	if s.Namespace != namespace || len(s.Data) != 0 || len(s.StringData) != 0 {
+		t.Errorf("Secret %s/%s with data %v %v, want an empty Secret in the release namespace", s.Namespace, s.Name, s.Data, s.StringData)
+	}
+	role := as[rbacv1.Role](t, objs["Role/"+secret])
+	if len(role.Rules) != 1 || !slices.Equal(role.Rules[0].Resources, []string{"secrets"}) ||
+		!slices.Equal(role.Rules[0].ResourceNames, []string{secret}) || !slices.Equal(role.Rules[0].Verbs, []string{"get", "update"}) {
+		t.Errorf("Role %s rules %+v, want get and update on the Secret %s only", secret, role.Rules, secret)
+	}
+	binding := as[rbacv1.RoleBinding](t, objs["RoleBinding/"+secret])
+	if binding.RoleRef.Name != secret || len(binding.Subjects) != 1 || binding.Subjects[0].Name != "magos-agent" || binding.Subjects[0].Namespace != namespace {
+		t.Errorf("RoleBinding %s: %+v to %+v", secret, binding.RoleRef, binding.Subjects)
+	}
+	args := as[appsv1.Deployment](t, objs["Deployment/magos-agent"]).Spec.Template.Spec.Containers[0].Args
+	for _, want := range []string{"--hub-token-expiry=30m", "--hub-token-secret=" + secret, "--hub-token-secret-namespace=" + namespace} {
+		if !slices.Contains(args, want) {
+			t.Errorf("agent args %v lack %s", args, want)
+		}
+	}
+
+	fleet := testenv.Start(t, localcluster.Options{NoHub: true, Spokes: []string{"cluster"}, Bare: true})
+	c := fleet.Spokes["cluster"]
+	ctx := context.Background()
+	if err := c.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{"Secret/" + secret, "Role/" + secret, "RoleBinding/" + secret} {
+		obj := objs[key].DeepCopy()
+		obj.SetNamespace(namespace)
+		if err := c.Client.Create(ctx, obj); err != nil {
+			t.Fatalf("creating %s: %v", key, err)
+		}
+	}
+	cs := kubernetes.NewForConfigOrDie(c.Config)
+	for _, tc := range []struct {
+		verb, name string
+		allowed    bool
+	}{
+		{"get", secret, true},
+		{"update", secret, true},
+		{"patch", secret, false},
+		{"delete", secret, false},
+		{"get", "magos-hub-kubeconfig", false},
+		{"update", "other", false},
+		{"create", "", false},
+		{"list", "", false},
+		{"watch", "", false},
+	} {
+		review := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+			User:   "system:serviceaccount:" + namespace + ":magos-agent",
+			Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + namespace, "system:authenticated"},
+			ResourceAttributes: &authorizationv1.ResourceAttributes{
+				Namespace: namespace, Verb: tc.verb, Resource: "secrets", Name: tc.name,
+			},
+		}}
+		got, err := cs.AuthorizationV1().SubjectAccessReviews().Create(ctx, review, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Status.Allowed != tc.allowed {
+			t.Errorf("%s secrets %q: allowed %v, want %v", tc.verb, tc.name, got.Status.Allowed, tc.allowed)
+		}
+	}
+
+	for key := range render(t, "magos-agent", map[string]any{"clusterName": "local"}) {
+		if strings.Contains(key, "hub-token") {
+			t.Errorf("%s rendered without a hub Secret", key)
+		}
 	}
 }

@@ -3,6 +3,7 @@ package cli_test
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"strings"
@@ -257,4 +258,37 @@ func TestAgentKubeconfig(t *testing.T) {
 	if cfg.Clusters[ctx.Cluster].Server != "https://hub.example.com:6443" || cfg.AuthInfos[ctx.AuthInfo].Token == "" {
 		t.Fatalf("server %q, token set %v", cfg.Clusters[ctx.Cluster].Server, cfg.AuthInfos[ctx.AuthInfo].Token != "")
 	}
+	// A bootstrap token lives 24 hours by default (the agent renews its own), --duration sets it.
+	for flags, want := range map[string]time.Duration{"": 24 * time.Hour, "--duration=2h": 2 * time.Hour} {
+		args := []string{"agent-kubeconfig", "us-east-1"}
+		if flags != "" {
+			args = append(args, flags)
+		}
+		cfg, err := clientcmd.Load([]byte(mustRun(t, f.hub.Kubeconfig, args...)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := tokenLifetime(t, cfg.AuthInfos[cfg.Contexts[cfg.CurrentContext].AuthInfo].Token); got != want {
+			t.Errorf("agent-kubeconfig %s: token lifetime %s, want %s", flags, got, want)
+		}
+	}
+}
+
+// tokenLifetime reads a ServiceAccount token's issued-at and expiry claims (unverified: the test
+// only reads what the API server wrote).
+func tokenLifetime(t *testing.T, token string) time.Duration {
+	t.Helper()
+	parts := strings.Split(token, ".")
+	if len(parts) != 3 {
+		t.Fatalf("the token is not a JWT")
+	}
+	raw, err := base64.RawURLEncoding.DecodeString(parts[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var claims struct{ Iat, Exp int64 }
+	if err := json.Unmarshal(raw, &claims); err != nil {
+		t.Fatal(err)
+	}
+	return time.Duration(claims.Exp-claims.Iat) * time.Second
 }

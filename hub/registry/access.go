@@ -26,7 +26,7 @@ import (
 
 // AgentServiceAccount is the ServiceAccount (and the Role and RoleBinding) the hub creates in
 // every agent cluster's namespace; the agent's bootstrap kubeconfig authenticates as it.
-const AgentServiceAccount = "magos-agent"
+const AgentServiceAccount = keys.AgentServiceAccount
 
 // ManagedByLabel and ManagedByValue mark the namespaces the hub creates for agent clusters.
 const (
@@ -35,7 +35,9 @@ const (
 )
 
 // AgentRules are the agent's permissions, confined to its cluster namespace by a Role: its
-// mirrors, its heartbeat Lease and Events. Nothing else on the hub.
+// mirrors, its heartbeat Lease, Events, and new tokens for its own ServiceAccount (the agent
+// renews its credentials itself; resourceNames keeps it from minting a token for any other
+// ServiceAccount). Nothing else on the hub.
 func AgentRules() []rbacv1.PolicyRule {
 	return []rbacv1.PolicyRule{
 		{
@@ -58,6 +60,14 @@ func AgentRules() []rbacv1.PolicyRule {
 			APIGroups: []string{"", "events.k8s.io"},
 			Resources: []string{"events"},
 			Verbs:     []string{"create", "patch"},
+		},
+		{
+			// TokenRequest: POST .../serviceaccounts/<name>/token names the ServiceAccount, so
+			// resourceNames applies.
+			APIGroups:     []string{""},
+			Resources:     []string{"serviceaccounts/token"},
+			ResourceNames: []string{AgentServiceAccount},
+			Verbs:         []string{"create"},
 		},
 	}
 }
@@ -116,6 +126,11 @@ func mergeLabels(have, want map[string]string) map[string]string {
 	return out
 }
 
+// DefaultBootstrapTokenLifetime is the default lifetime of the token in an agent's bootstrap
+// kubeconfig: long enough to install the agent, which then renews its credentials itself with
+// short-lived tokens (agent/hubtoken) and no longer needs the bootstrap token.
+const DefaultBootstrapTokenLifetime = 24 * time.Hour
+
 // AgentKubeconfigOptions says which agent's bootstrap kubeconfig to make.
 type AgentKubeconfigOptions struct {
 	// Cluster is the agent cluster's registered name.
@@ -125,8 +140,8 @@ type AgentKubeconfigOptions struct {
 	Server string
 	// CAData is the hub API server's CA bundle; defaults to the hub config's.
 	CAData []byte
-	// Duration is the token's requested lifetime (the API server may shorten it). Default one
-	// year.
+	// Duration is the token's requested lifetime (the API server may shorten it). Default
+	// DefaultBootstrapTokenLifetime.
 	Duration time.Duration
 }
 
@@ -138,7 +153,7 @@ func AgentKubeconfig(ctx context.Context, hub *rest.Config, opts AgentKubeconfig
 		return nil, fmt.Errorf("agent kubeconfig: the cluster name is required")
 	}
 	if opts.Duration <= 0 {
-		opts.Duration = 365 * 24 * time.Hour
+		opts.Duration = DefaultBootstrapTokenLifetime
 	}
 	ns := mirror.Namespace(opts.Cluster)
 	cs, err := kubernetes.NewForConfig(hub)

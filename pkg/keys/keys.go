@@ -85,6 +85,10 @@ func ClusterNamespace(cluster string) string { return ClusterNamespacePrefix + c
 // namespace on the hub (its heartbeat).
 const AgentLease = "magos-agent"
 
+// AgentServiceAccount is the ServiceAccount the hub creates for an agent in its cluster namespace
+// on the hub: the agent's bootstrap token, and every token it renews, are for it.
+const AgentServiceAccount = "magos-agent"
+
 // Annotations on the agent's heartbeat Lease.
 const (
 	// AgentVersion carries the agent's version.

@@ -23,6 +23,7 @@ import (
 	"github.com/spf13/pflag"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -32,6 +33,7 @@ import (
 
 	"github.com/magosfleet/magos/agent/app"
 	"github.com/magosfleet/magos/agent/hubsync"
+	"github.com/magosfleet/magos/agent/hubtoken"
 	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
 	"github.com/magosfleet/magos/pkg/config"
 	"github.com/magosfleet/magos/pkg/installcheck"
@@ -60,6 +62,15 @@ type Config struct {
 	// HubLeaseDuration is how long a renewal is valid: the hub marks the cluster unavailable
 	// when it passes without one (40s).
 	HubLeaseDuration time.Duration `mapstructure:"hubLeaseDuration"`
+	// HubTokenExpiry is the lifetime of the hub tokens the agent renews itself (1h, at least
+	// 10m, renewed at about 80% of it); 0 uses the bootstrap token as it is, without renewal.
+	HubTokenExpiry time.Duration `mapstructure:"hubTokenExpiry"`
+	// HubTokenSecret is the Secret, in HubTokenSecretNamespace in this cluster, the agent keeps
+	// its last renewed hub token in, for its next start; empty: not kept.
+	HubTokenSecret string `mapstructure:"hubTokenSecret"`
+	// HubTokenSecretNamespace is the namespace of HubTokenSecret (default $POD_NAMESPACE; when
+	// both are empty the token is not kept).
+	HubTokenSecretNamespace string `mapstructure:"hubTokenSecretNamespace"`
 	// MetricsBindAddress serves /metrics ("0" turns it off).
 	MetricsBindAddress string `mapstructure:"metricsBindAddress"`
 	// HealthProbeBindAddress serves /healthz and /readyz ("0" turns it off).
@@ -115,6 +126,8 @@ func Defaults() *Config {
 	return &Config{
 		HubHeartbeatInterval:   10 * time.Second,
 		HubLeaseDuration:       40 * time.Second,
+		HubTokenExpiry:         hubtoken.DefaultExpiry,
+		HubTokenSecret:         "magos-agent-hub-token",
 		MetricsBindAddress:     ":8080",
 		HealthProbeBindAddress: ":8081",
 		ReconcileInterval:      3 * time.Minute,
@@ -163,6 +176,19 @@ func (c *Config) Validate() error {
 		}
 		if c.HubHeartbeatInterval <= 0 || c.HubLeaseDuration < c.HubHeartbeatInterval {
 			errs.Add("hubLeaseDuration", "%s must be at least hubHeartbeatInterval %s, both positive", c.HubLeaseDuration, c.HubHeartbeatInterval)
+		}
+		if c.HubTokenExpiry < 0 || (c.HubTokenExpiry > 0 && c.HubTokenExpiry < hubtoken.MinExpiry) {
+			errs.Add("hubTokenExpiry", "%s: must be 0 (no renewal) or at least %s, the shortest token the API server grants", c.HubTokenExpiry, hubtoken.MinExpiry)
+		}
+		if c.HubTokenSecret != "" {
+			if msgs := validation.IsDNS1123Subdomain(c.HubTokenSecret); len(msgs) > 0 {
+				errs.Add("hubTokenSecret", "%q is not a Secret name: %s", c.HubTokenSecret, strings.Join(msgs, "; "))
+			}
+		}
+		if ns := c.hubTokenSecret().Namespace; ns != "" {
+			if msgs := validation.IsDNS1123Label(ns); len(msgs) > 0 {
+				errs.Add("hubTokenSecretNamespace", "%q is not a namespace name: %s", ns, strings.Join(msgs, "; "))
+			}
 		}
 	}
 	if c.ReconcileInterval <= 0 {
@@ -213,6 +239,19 @@ func (c *Config) secretNamespaces() []string {
 		}
 	}
 	return out
+}
+
+// hubTokenSecret is the Secret the agent keeps its renewed hub token in: HubTokenSecret in
+// HubTokenSecretNamespace, else in $POD_NAMESPACE. An empty name or namespace: not kept.
+func (c *Config) hubTokenSecret() types.NamespacedName {
+	ns := c.HubTokenSecretNamespace
+	if ns == "" {
+		ns = os.Getenv("POD_NAMESPACE")
+	}
+	if c.HubTokenSecret == "" || ns == "" {
+		return types.NamespacedName{}
+	}
+	return types.NamespacedName{Namespace: ns, Name: c.HubTokenSecret}
 }
 
 // runnerOptions are the agent's run options: what execution.JobOptions (job mode) and
@@ -292,6 +331,9 @@ func controllerFlags(def *Config) (*pflag.FlagSet, *string) {
 	flags.String("hub-kubeconfig", "", "the agent's bootstrap kubeconfig for the hub (empty: no hub)")
 	flags.Duration("hub-heartbeat-interval", def.HubHeartbeatInterval, "how often the agent renews its heartbeat Lease on the hub")
 	flags.Duration("hub-lease-duration", def.HubLeaseDuration, "how long a heartbeat is valid (the hub marks the cluster unavailable after it)")
+	flags.Duration("hub-token-expiry", def.HubTokenExpiry, "lifetime of the hub tokens the agent renews itself at about 80% of it (at least 10m; 0: use the bootstrap token without renewal)")
+	flags.String("hub-token-secret", def.HubTokenSecret, `Secret in this cluster the agent keeps its renewed hub token in, for its next start ("": not kept)`)
+	flags.String("hub-token-secret-namespace", "", "namespace of --hub-token-secret (default $POD_NAMESPACE)")
 	flags.String("metrics-bind-address", def.MetricsBindAddress, `address of /metrics ("0": off)`)
 	flags.String("health-probe-bind-address", def.HealthProbeBindAddress, `address of /healthz and /readyz ("0": off)`)
 	flags.Bool("leader-elect", false, "keep one active agent per cluster")
@@ -349,7 +391,8 @@ func controller(ctx context.Context, args []string) error {
 			return fmt.Errorf("reading the hub kubeconfig %s: %w", cfg.HubKubeconfig, err)
 		}
 		hub = &hubsync.Options{ClusterName: cfg.ClusterName, HubConfig: hubConfig, AgentVersion: version,
-			HeartbeatInterval: cfg.HubHeartbeatInterval, LeaseDuration: cfg.HubLeaseDuration}
+			HeartbeatInterval: cfg.HubHeartbeatInterval, LeaseDuration: cfg.HubLeaseDuration,
+			TokenExpiry: cfg.HubTokenExpiry, TokenSecret: cfg.hubTokenSecret(), BootstrapFile: cfg.HubKubeconfig}
 	}
 	mgr, err := app.NewManager(app.Options{
 		HubSync:                  hub,
@@ -388,7 +431,9 @@ func restConfig(kubeconfig string) (*rest.Config, error) {
 
 // check waits until the agent runs: a replica holds the leader Lease (with --leader-elect), the
 // Workspace API answers, and with --hub-kubeconfig the agent's heartbeat Lease on the hub is
-// live (it is renewed only while the mirror sync is). It prints what it found.
+// live (it is renewed only while the mirror sync is). It reads the hub with the token the agent
+// keeps in --hub-token-secret when that one is usable (the bootstrap token may have expired),
+// else with the bootstrap kubeconfig's. It prints what it found.
 func check(ctx context.Context, args []string, stdout io.Writer) error {
 	flags := pflag.NewFlagSet("magos-agent check", pflag.ContinueOnError)
 	kubeconfig := flags.String("kubeconfig", "", "kubeconfig of the spoke cluster (default: in-cluster or $KUBECONFIG)")
@@ -396,6 +441,8 @@ func check(ctx context.Context, args []string, stdout io.Writer) error {
 	hubKubeconfig := flags.String("hub-kubeconfig", "", "the agent's hub kubeconfig: check its heartbeat on the hub (empty: no hub)")
 	leaderElect := flags.Bool("leader-elect", false, "require an agent replica to hold the leader Lease")
 	leNamespace := flags.String("leader-election-namespace", os.Getenv("POD_NAMESPACE"), "namespace of the leader Lease (default: the pod's)")
+	tokenSecret := flags.String("hub-token-secret", "", "the Secret the agent keeps its renewed hub token in (in --hub-token-secret-namespace): use that token when it is usable")
+	tokenSecretNS := flags.String("hub-token-secret-namespace", os.Getenv("POD_NAMESPACE"), "namespace of --hub-token-secret (default: the pod's)")
 	timeout := flags.Duration("timeout", 2*time.Minute, "how long to wait for the agent")
 	if err := flags.Parse(args); err != nil {
 		return err
@@ -419,6 +466,17 @@ func check(ctx context.Context, args []string, stdout io.Writer) error {
 		hubConfig, err := clientcmd.BuildConfigFromFlags("", *hubKubeconfig)
 		if err != nil {
 			return fmt.Errorf("reading the hub kubeconfig %s: %w", *hubKubeconfig, err)
+		}
+		if *tokenSecret != "" && *tokenSecretNS != "" {
+			key := types.NamespacedName{Namespace: *tokenSecretNS, Name: *tokenSecret}
+			kept, ok, err := hubtoken.ReadKept(ctx, spoke, key)
+			switch {
+			case err != nil:
+				fmt.Fprintf(stdout, "using the bootstrap token: %v\n", err)
+			case ok && kept.Usable(mirror.Namespace(*clusterName), hubConfig.Host, time.Now()):
+				hubConfig.BearerToken, hubConfig.BearerTokenFile = kept.Token, ""
+				fmt.Fprintf(stdout, "using the hub token kept in %s (expires %s)\n", key, kept.Expiry.UTC().Format(time.RFC3339))
+			}
 		}
 		if hub, err = client.New(hubConfig, client.Options{Scheme: magosscheme.New()}); err != nil {
 			return fmt.Errorf("check: hub client: %w", err)

@@ -3,19 +3,27 @@ package main
 import (
 	"bytes"
 	"context"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
 
+	authenticationv1 "k8s.io/api/authentication/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/magosfleet/magos/agent/app"
+	"github.com/magosfleet/magos/agent/hubtoken"
+	"github.com/magosfleet/magos/hub/registry"
 	"github.com/magosfleet/magos/pkg/keys"
 	"github.com/magosfleet/magos/pkg/localcluster"
 	"github.com/magosfleet/magos/pkg/mirror"
@@ -134,6 +142,48 @@ func TestConfig(t *testing.T) {
 			wantErr: `secretNamespaces: "Payments" is not a namespace name`,
 		},
 		{
+			name: "hub token renewal defaults",
+			env:  map[string]string{"POD_NAMESPACE": "magos-system"},
+			args: []string{"--runner-image=x", "--hub-kubeconfig=/etc/magos/hub/kubeconfig", "--cluster-name=eu-west-1"},
+			check: func(c *Config) string {
+				if c.HubTokenExpiry != time.Hour {
+					return "hub token expiry " + c.HubTokenExpiry.String()
+				}
+				if got := c.hubTokenSecret().String(); got != "magos-system/magos-agent-hub-token" {
+					return "hub token Secret " + got
+				}
+				return ""
+			},
+		},
+		{
+			name: "hub token Secret namespace flag, renewal off",
+			env:  map[string]string{"POD_NAMESPACE": ""},
+			args: []string{"--runner-image=x", "--hub-kubeconfig=/k", "--cluster-name=eu-west-1", "--hub-token-expiry=0",
+				"--hub-token-secret=kept", "--hub-token-secret-namespace=agents"},
+			check: func(c *Config) string {
+				if c.HubTokenExpiry != 0 || c.hubTokenSecret().String() != "agents/kept" {
+					return "expiry " + c.HubTokenExpiry.String() + ", Secret " + c.hubTokenSecret().String()
+				}
+				return ""
+			},
+		},
+		{
+			name: "no namespace for the hub token Secret: not kept",
+			env:  map[string]string{"POD_NAMESPACE": ""},
+			args: []string{"--runner-image=x", "--hub-kubeconfig=/k", "--cluster-name=eu-west-1"},
+			check: func(c *Config) string {
+				if c.hubTokenSecret().Name != "" {
+					return "hub token Secret " + c.hubTokenSecret().String()
+				}
+				return ""
+			},
+		},
+		{
+			name:    "hub token expiry below the API server's minimum",
+			args:    []string{"--runner-image=x", "--hub-kubeconfig=/k", "--cluster-name=eu-west-1", "--hub-token-expiry=5m"},
+			wantErr: "hubTokenExpiry: 5m0s: must be 0 (no renewal) or at least 10m0s",
+		},
+		{
 			name:    "non-positive interval",
 			args:    []string{"--runner-image=x", "--reconcile-interval=0s"},
 			wantErr: "reconcileInterval: must be positive",
@@ -210,5 +260,51 @@ func TestCheck(t *testing.T) {
 	}
 	if code := run(append([]string{"check"}, args...)); code != 0 {
 		t.Errorf("magos-agent check exited %d", code)
+	}
+
+	// Once the bootstrap token has expired, check reads the hub with the token the agent keeps.
+	ns := mirror.Namespace("spoke")
+	for _, obj := range []client.Object{
+		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: registry.AgentServiceAccount}},
+		&rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: registry.AgentServiceAccount}, Rules: registry.AgentRules()},
+		&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: registry.AgentServiceAccount},
+			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: registry.AgentServiceAccount},
+			Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: ns, Name: registry.AgentServiceAccount}}},
+	} {
+		if err := env.Hub.Client.Create(ctx, obj); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tr, err := kubernetes.NewForConfigOrDie(env.Hub.Config).CoreV1().ServiceAccounts(ns).CreateToken(ctx, registry.AgentServiceAccount,
+		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](600)}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	expired := filepath.Join(t.TempDir(), "hub.kubeconfig")
+	if err := clientcmd.WriteToFile(clientcmdapi.Config{
+		Clusters:       map[string]*clientcmdapi.Cluster{"hub": {Server: env.Hub.Config.Host, CertificateAuthorityData: env.Hub.Config.CAData}},
+		AuthInfos:      map[string]*clientcmdapi.AuthInfo{"agent": {Token: "an-expired-bootstrap-token"}},
+		Contexts:       map[string]*clientcmdapi.Context{"hub": {Cluster: "hub", AuthInfo: "agent", Namespace: ns}},
+		CurrentContext: "hub",
+	}, expired); err != nil {
+		t.Fatal(err)
+	}
+	args = []string{"--kubeconfig", spoke.Kubeconfig, "--cluster-name", "spoke", "--hub-kubeconfig", expired, "--timeout", "2s",
+		"--hub-token-secret", "hub-token", "--hub-token-secret-namespace", "default"}
+	wantErr("the server has asked for the client to provide credentials")
+	now := time.Now().UTC()
+	if err := spoke.Client.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "hub-token"},
+		StringData: map[string]string{
+			hubtoken.SecretKeyToken: tr.Status.Token, hubtoken.SecretKeyNamespace: ns, hubtoken.SecretKeyServer: env.Hub.Config.Host,
+			hubtoken.SecretKeyIssued: now.Format(time.RFC3339), hubtoken.SecretKeyExpiration: tr.Status.ExpirationTimestamp.UTC().Format(time.RFC3339),
+		}}); err != nil {
+		t.Fatal(err)
+	}
+	out.Reset()
+	if err := check(ctx, args, &out); err != nil {
+		t.Fatalf("check with the kept token: %v", err)
+	}
+	if !strings.HasPrefix(out.String(), "using the hub token kept in default/hub-token") || !strings.Contains(out.String(), "hub heartbeat: live") {
+		t.Errorf("check printed %q", out.String())
 	}
 }

@@ -29,6 +29,11 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/component: agent
 {{- end }}
 
+{{- /* The Secret the agent keeps its renewed hub token in (templates/hub-token.yaml). */}}
+{{- define "magos-agent.hubTokenSecret" -}}
+{{- printf "%s-hub-token" (include "magos-agent.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
 {{- define "magos-agent.serviceAccountName" -}}
 {{- if .Values.serviceAccount.create }}
 {{- default (include "magos-agent.fullname" .) .Values.serviceAccount.name }}

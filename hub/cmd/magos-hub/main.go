@@ -2,7 +2,7 @@
 //
 //	magos-hub [controller] --config FILE [--leader-elect] [--metrics-bind-address ADDR]
 //	          [--health-probe-bind-address ADDR] [--log-level LEVEL] [--log-development]
-//	magos-hub agent-kubeconfig --cluster NAME [--server URL] [--duration 8760h]
+//	magos-hub agent-kubeconfig --cluster NAME [--server URL] [--duration 24h]
 //	magos-hub check [--config FILE] [--leader-elect] [--timeout 2m]
 //
 // controller (the default) runs the hub: the cluster registry (hot-reloaded from the config file),
@@ -129,7 +129,7 @@ func agentKubeconfig(ctx context.Context, args []string, stdout io.Writer) error
 	fs := newFlags("agent-kubeconfig")
 	cluster := fs.String("cluster", "", "the agent cluster's registered name (required)")
 	server := fs.String("server", "", "the hub API server URL as the agent reaches it (default: the host of the hub kubeconfig)")
-	duration := fs.Duration("duration", 365*24*time.Hour, "requested lifetime of the agent's token (the API server may shorten it)")
+	duration := fs.Duration("duration", registry.DefaultBootstrapTokenLifetime, "requested lifetime of the agent's bootstrap token: long enough to install the agent, which renews its own (the API server may shorten it)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}

@@ -24,6 +24,7 @@ import (
 	"syscall"
 	"time"
 
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -124,6 +125,8 @@ func run(repo string, timeout time.Duration) int {
 
 	ok, err := demo(ctx, env, dir, timeout, &cleanups)
 	switch {
+	case ctx.Err() != nil:
+		return 130 // interrupted: the deferred cleanup says so
 	case err != nil:
 		logf("%v", err)
 		return 1
@@ -344,7 +347,7 @@ func follow(ctx context.Context, env realnode.Env, hub *realnode.Cluster, cluste
 			if r.Status.ObservedGeneration == r.Generation {
 				switch r.Status.Phase {
 				case magosv1.PhaseApplied:
-					applied, err := appliedEverywhere(ctx, clusters)
+					applied, jobs, err := appliedEverywhere(ctx, clusters)
 					if err != nil {
 						return false, err
 					}
@@ -352,8 +355,8 @@ func follow(ctx context.Context, env realnode.Env, hub *realnode.Cluster, cluste
 					for _, s := range order {
 						steps = append(steps, fmt.Sprintf("%s +%s", s, done[s].Round(time.Second)))
 					}
-					fmt.Printf("demo-real: Rollout %s Applied in %d/%d regions through runner Jobs, region by region (%s); rollout %s, whole demo %s\n",
-						project, applied, len(regions), strings.Join(steps, " -> "), time.Since(began).Round(time.Second), time.Since(start).Round(time.Second))
+					fmt.Printf("demo-real: Rollout %s Applied in %d/%d regions through %d runner Jobs, region by region (%s); rollout %s, whole demo %s\n",
+						project, applied, len(regions), jobs, strings.Join(steps, " -> "), time.Since(began).Round(time.Second), time.Since(start).Round(time.Second))
 					return applied == len(regions), nil
 				case magosv1.PhaseFailed:
 					fmt.Printf("demo-real: Rollout %s Failed at step %s (%s: %s) after %s\n",
@@ -371,17 +374,27 @@ func follow(ctx context.Context, env realnode.Env, hub *realnode.Cluster, cluste
 	}
 }
 
-// appliedEverywhere counts the spokes whose Workspace is Applied, read from the spokes.
-func appliedEverywhere(ctx context.Context, clusters map[string]*realnode.Cluster) (int, error) {
-	n := 0
+// appliedEverywhere counts the spokes whose Workspace is Applied and the runner Jobs that
+// completed there, read from the spokes themselves.
+func appliedEverywhere(ctx context.Context, clusters map[string]*realnode.Cluster) (applied, jobs int, err error) {
 	for _, r := range regions {
+		c := clusters[r.name].Client
 		ws := &magosv1.Workspace{}
-		if err := clusters[r.name].Client.Get(ctx, client.ObjectKey{Namespace: corev1.NamespaceDefault, Name: workspace}, ws); err != nil {
-			return 0, fmt.Errorf("%s: %w", r.name, err)
+		if err := c.Get(ctx, client.ObjectKey{Namespace: corev1.NamespaceDefault, Name: workspace}, ws); err != nil {
+			return 0, 0, fmt.Errorf("%s: %w", r.name, err)
 		}
 		if ws.Status.Phase == magosv1.PhaseApplied {
-			n++
+			applied++
+		}
+		list := &batchv1.JobList{}
+		if err := c.List(ctx, list, client.InNamespace(corev1.NamespaceDefault)); err != nil {
+			return 0, 0, fmt.Errorf("%s: %w", r.name, err)
+		}
+		for _, j := range list.Items {
+			if j.Status.Succeeded > 0 {
+				jobs++
+			}
 		}
 	}
-	return n, nil
+	return applied, jobs, nil
 }

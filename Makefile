@@ -80,6 +80,20 @@ test-real: images ## Install both charts into real clusters in Docker and roll o
 	  MAGOS_MAGOSCTL="$(abspath $(BIN))/magosctl" MAGOS_IMAGE_TAG=$(IMAGE_TAG) MAGOS_REAL_SUMMARY="$$summary" \
 	  GOWORK=off go test -count=1 -timeout 40m -v $(REAL_TEST_FLAGS) ./... >&2 && cat "$$summary"
 
+# make demo-real is make demo on real nodes: a hub node and three spoke nodes (us-east-1,
+# eu-west-1, ap-south-1) on the Docker network magos-demo (10.214.0.0/24, apart from
+# test-real's), both charts installed with Helm, every run a runner Job, and the Rollout
+# printed as `magosctl rollout status` shows it until every region applied. It removes its
+# nodes and network on exit and on Ctrl-C.
+.PHONY: demo-real
+demo-real: images ## Roll a change out region by region on real nodes (Docker), every run a Job.
+	go build -o $(BIN)/magosctl ./hub/cmd/magosctl
+	@node="$$(tools/realnode/node/build.sh $(IMAGES_DIR))" && eval "$$node" && \
+	  cd tools/realnode && GOWORK=off go build -o $(abspath $(BIN))/magos-demo-real ./cmd/magos-demo-real && \
+	  MAGOS_NODE_IMAGE="$$MAGOS_NODE_IMAGE" MAGOS_IMAGES_DIR="$(abspath $(IMAGES_DIR))" \
+	  MAGOS_MAGOSCTL="$(abspath $(BIN))/magosctl" MAGOS_IMAGE_TAG=$(IMAGE_TAG) \
+	  $(abspath $(BIN))/magos-demo-real $(DEMO_REAL_FLAGS)
+
 .PHONY: assets
 assets: ## Build etcd, kube-apiserver and tofu from the Go module proxy (cached).
 	tools/provision-assets.sh

@@ -103,7 +103,7 @@ func TestProductionPath(t *testing.T) {
 		var mu sync.Mutex
 		for name, addr := range map[string]string{"magos-hub": hubAddr, "magos-spoke-1": spokeAddr} {
 			wg.Go(func() {
-				n, err := Start(ctx, Options{Name: name, Image: env.nodeImage, Network: network, Address: addr, ImagesDir: env.imagesDir})
+				n, err := Start(ctx, Options{Name: name, Image: env.NodeImage, Network: network, Address: addr, ImagesDir: env.ImagesDir})
 				mu.Lock()
 				defer mu.Unlock()
 				nodes[name], errs[name] = n, err
@@ -116,15 +116,15 @@ func TestProductionPath(t *testing.T) {
 			}
 		}
 		hub, spoke = newCluster(t, nodes["magos-hub"], dir), newCluster(t, nodes["magos-spoke-1"], dir)
-		t.Logf("nodes Ready: hub in %s, spoke in %s", hub.node.ReadyAfter.Round(time.Millisecond), spoke.node.ReadyAfter.Round(time.Millisecond))
-		stats.readyAfter = max(hub.node.ReadyAfter, spoke.node.ReadyAfter)
+		t.Logf("nodes Ready: hub in %s, spoke in %s", hub.Node.ReadyAfter.Round(time.Millisecond), spoke.Node.ReadyAfter.Round(time.Millisecond))
+		stats.readyAfter = max(hub.Node.ReadyAfter, spoke.Node.ReadyAfter)
 	}
 	t.Cleanup(func() {
 		if t.Failed() {
 			for _, cl := range []*cluster{hub, spoke} {
-				t.Logf("--- %s: Pods\n%s", cl.node.Name, describePods(context.Background(), cl, system))
-				t.Logf("--- %s: default Pods\n%s", cl.node.Name, describePods(context.Background(), cl, "default"))
-				t.Logf("--- %s: kubelet\n%s", cl.node.Name, cl.node.Log(context.Background(), "kubelet", 30, "eviction_manager", "cri_stats_provider"))
+				t.Logf("--- %s: Pods\n%s", cl.Node.Name, describePods(context.Background(), cl, system))
+				t.Logf("--- %s: default Pods\n%s", cl.Node.Name, describePods(context.Background(), cl, "default"))
+				t.Logf("--- %s: kubelet\n%s", cl.Node.Name, cl.Node.Log(context.Background(), "kubelet", 30, "eviction_manager", "cri_stats_provider"))
 			}
 		}
 	})
@@ -135,52 +135,30 @@ func TestProductionPath(t *testing.T) {
 	repoURL := gitServer(t, gateway, repos) + "/infra.git"
 
 	// 1. The hub, installed with Helm as docs/install.md says.
-	hubValues := map[string]any{
-		"image":        map[string]any{"repository": "magos-hub", "tag": env.tag, "pullPolicy": "Never"},
-		"replicaCount": 1,
-		"config":       map[string]any{"clusters": []any{map[string]any{"name": clusterName, "labels": map[string]any{"region": "r1"}, "agent": map[string]any{}}}},
-	}
-	helmInstall(t, ctx, hub, filepath.Join(env.repoRoot, "charts/magos-hub"), "magos-hub", system, hubValues, false)
+	hubValues := HubValues(env.Tag, map[string]map[string]any{clusterName: {"region": "r1"}})
+	helmInstall(t, ctx, hub, filepath.Join(env.RepoRoot, "charts/magos-hub"), "magos-hub", system, hubValues, false)
 	stats.releases++
 
 	// 2. The agent's bootstrap kubeconfig, printed by magosctl against the hub.
-	var bootstrap []byte
-	poll(t, ctx, 2*time.Minute, "magosctl agent-kubeconfig", func(ctx context.Context) (bool, string) {
-		out, err := exec.CommandContext(ctx, env.magosctl, "--kubeconfig", hub.kubeconfig, "agent-kubeconfig", clusterName).Output()
-		if err != nil {
-			return false, fmt.Sprint(err)
-		}
-		bootstrap = out
-		return true, ""
-	})
+	bootstrap, err := AgentKubeconfig(ctx, env.Magosctl, hub.Kubeconfig, clusterName)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if !strings.Contains(string(bootstrap), "https://"+hubAddr+":6443") {
 		t.Fatalf("the bootstrap kubeconfig does not point at the hub's address %s:\n%s", hubAddr, bootstrap)
 	}
 
 	// 3. The agent in the spoke, from that Secret.
-	if err := spoke.c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: system}}); err != nil {
-		t.Fatal(err)
-	}
-	if err := spoke.c.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "magos-hub-kubeconfig", Namespace: system},
-		Data: map[string][]byte{"kubeconfig": bootstrap}}); err != nil {
+	if err := BootstrapSecret(ctx, spoke, system, bootstrap); err != nil {
 		t.Fatal(err)
 	}
 	staticVolumes(t, ctx, spoke, 24)
-	agentValues := map[string]any{
-		"clusterName":  clusterName,
-		"replicaCount": 1,
-		"hub":          map[string]any{"kubeconfigSecret": map[string]any{"name": "magos-hub-kubeconfig"}},
-		"image":        map[string]any{"repository": "magos-agent", "tag": env.tag, "pullPolicy": "Never"},
-		"runner": map[string]any{
-			"image":     map[string]any{"repository": "magos-runner", "tag": env.tag, "pullPolicy": "Never"},
-			"resources": map[string]any{"requests": map[string]any{"cpu": "100m", "memory": "64Mi"}, "limits": map[string]any{"memory": "512Mi"}},
-		},
-	}
-	helmInstall(t, ctx, spoke, filepath.Join(env.repoRoot, "charts/magos-agent"), "magos-agent", system, agentValues, false)
+	agentValues := AgentValues(env.Tag, clusterName)
+	helmInstall(t, ctx, spoke, filepath.Join(env.RepoRoot, "charts/magos-agent"), "magos-agent", system, agentValues, false)
 	stats.releases++
 	poll(t, ctx, 2*time.Minute, "the cluster Ready on the hub", func(ctx context.Context) (bool, string) {
 		c := &magosv1.Cluster{}
-		if err := hub.c.Get(ctx, client.ObjectKey{Name: clusterName}, c); err != nil {
+		if err := hub.Client.Get(ctx, client.ObjectKey{Name: clusterName}, c); err != nil {
 			return false, err.Error()
 		}
 		return meta.IsStatusConditionTrue(c.Status.Conditions, magosv1.ConditionReady), fmt.Sprintf("cluster %s: %+v", clusterName, c.Status.Conditions)
@@ -191,9 +169,9 @@ func TestProductionPath(t *testing.T) {
 	stats.pods += 2
 
 	// 4. A Project and a Rollout on the hub, a Workspace in the spoke.
-	mustCreate(t, ctx, hub.c, &magosv1.Project{ObjectMeta: metav1.ObjectMeta{Name: "infra", Namespace: "default"}})
-	mustCreate(t, ctx, hub.c, &magosv1.Project{ObjectMeta: metav1.ObjectMeta{Name: "checks", Namespace: "default"}})
-	mustCreate(t, ctx, hub.c, &magosv1.Rollout{
+	mustCreate(t, ctx, hub.Client, &magosv1.Project{ObjectMeta: metav1.ObjectMeta{Name: "infra", Namespace: "default"}})
+	mustCreate(t, ctx, hub.Client, &magosv1.Project{ObjectMeta: metav1.ObjectMeta{Name: "checks", Namespace: "default"}})
+	mustCreate(t, ctx, hub.Client, &magosv1.Rollout{
 		ObjectMeta: metav1.ObjectMeta{Name: "infra", Namespace: "default"},
 		Spec: magosv1.RolloutSpec{ProjectRef: "infra", Strategy: magosv1.RolloutStrategy{Steps: []magosv1.RolloutStep{
 			{Name: "r1", Selector: magosv1.LabelSelector{MatchLabels: map[string]magosv1.LabelValue{"region": "r1"}}},
@@ -202,8 +180,8 @@ func TestProductionPath(t *testing.T) {
 	ws := workspace("edge", repoURL, "r1")
 	// A sensitive literal: it must reach tofu, and never a Job or Pod spec in plain text.
 	const apiKey = "sk-literal-7f3a9c1e"
-	mustCreate(t, ctx, spoke.c, variables(ws.Name, map[string]string{"region": "r1"}, map[string]string{"api_key": apiKey}))
-	mustCreate(t, ctx, spoke.c, ws)
+	mustCreate(t, ctx, spoke.Client, variables(ws.Name, map[string]string{"region": "r1"}, map[string]string{"api_key": apiKey}))
+	mustCreate(t, ctx, spoke.Client, ws)
 
 	// 5. Pending -> Applied through real Jobs.
 	applied := waitApplied(t, ctx, spoke, ws.Name, "")
@@ -217,7 +195,7 @@ func TestProductionPath(t *testing.T) {
 	}
 	checkRunJobs(t, ctx, spoke, ws.Name, applied.Status.CurrentRunID, stats)
 	for _, list := range []client.ObjectList{&batchv1.JobList{}, &corev1.PodList{}} {
-		if err := spoke.c.List(ctx, list, client.InNamespace("default")); err != nil {
+		if err := spoke.Client.List(ctx, list, client.InNamespace("default")); err != nil {
 			t.Fatal(err)
 		}
 		raw, err := json.Marshal(list)
@@ -230,7 +208,7 @@ func TestProductionPath(t *testing.T) {
 	}
 	poll(t, ctx, 2*time.Minute, "the Rollout completes on the hub", func(ctx context.Context) (bool, string) {
 		r := &magosv1.Rollout{}
-		if err := hub.c.Get(ctx, client.ObjectKey{Namespace: "default", Name: "infra"}, r); err != nil {
+		if err := hub.Client.Get(ctx, client.ObjectKey{Namespace: "default", Name: "infra"}, r); err != nil {
 			return false, err.Error()
 		}
 		return r.Status.Phase == magosv1.PhaseApplied, fmt.Sprintf("rollout %s %s: %s", r.Status.Phase, r.Status.Reason, r.Status.Message)
@@ -258,8 +236,8 @@ output "slow" {
 `})
 		w := workspace("slow", strings.TrimSuffix(repoURL, "/infra.git")+"/slow.git", "none")
 		w.Spec.Plan = &magosv1.JobOverrides{TimeoutSeconds: ptrTo[int64](1)}
-		mustCreate(t, ctx, spoke.c, variables(w.Name, map[string]string{"region": "none"}, nil))
-		mustCreate(t, ctx, spoke.c, w)
+		mustCreate(t, ctx, spoke.Client, variables(w.Name, map[string]string{"region": "none"}, nil))
+		mustCreate(t, ctx, spoke.Client, w)
 		failed := waitFailed(t, ctx, spoke, w.Name)
 		if !strings.Contains(strings.ToLower(failed.Status.Message), "timeout") {
 			t.Fatalf("the Failed message does not name the timeout: %q", failed.Status.Message)
@@ -280,8 +258,8 @@ output "big" {
 `})
 		oomURL := strings.TrimSuffix(repoURL, "/infra.git") + "/oom.git"
 		w := workspace("hungry", oomURL, "none")
-		mustCreate(t, ctx, spoke.c, variables(w.Name, map[string]string{"region": "none"}, nil))
-		mustCreate(t, ctx, spoke.c, w)
+		mustCreate(t, ctx, spoke.Client, variables(w.Name, map[string]string{"region": "none"}, nil))
+		mustCreate(t, ctx, spoke.Client, w)
 		failed := waitFailed(t, ctx, spoke, w.Name)
 		if !strings.Contains(failed.Status.Message, "OOM") {
 			t.Fatalf("the Failed message does not say the runner was OOM-killed: %q", failed.Status.Message)
@@ -292,12 +270,12 @@ output "big" {
 	t.Run("a runner Pod deleted mid-apply: Failed, never applied twice, state intact, retried as a new run", func(t *testing.T) {
 		// The slow module keeps the apply busy for seconds: long enough to delete its Pod.
 		w := workspace("victim", strings.TrimSuffix(repoURL, "/infra.git")+"/slow.git", "none")
-		mustCreate(t, ctx, spoke.c, variables(w.Name, map[string]string{"region": "none"}, nil))
-		mustCreate(t, ctx, spoke.c, w)
+		mustCreate(t, ctx, spoke.Client, variables(w.Name, map[string]string{"region": "none"}, nil))
+		mustCreate(t, ctx, spoke.Client, w)
 		var victim corev1.Pod
 		err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
 			pods := &corev1.PodList{}
-			if err := spoke.c.List(ctx, pods, client.InNamespace("default"), client.MatchingLabels{"magosproject.io/workspace": w.Name, "magosproject.io/job-type": "apply"}); err != nil {
+			if err := spoke.Client.List(ctx, pods, client.InNamespace("default"), client.MatchingLabels{"magosproject.io/workspace": w.Name, "magosproject.io/job-type": "apply"}); err != nil {
 				return false, nil
 			}
 			for _, p := range pods.Items {
@@ -316,7 +294,7 @@ output "big" {
 		}
 		runID := victim.Labels["magosproject.io/run-id"]
 		t.Logf("deleting the apply Pod %s of run %s while it runs", victim.Name, runID)
-		if err := spoke.c.Delete(ctx, &victim); err != nil {
+		if err := spoke.Client.Delete(ctx, &victim); err != nil {
 			t.Fatal(err)
 		}
 		failed := waitFailed(t, ctx, spoke, w.Name)
@@ -326,13 +304,13 @@ output "big" {
 		// Kubernetes did not start a second Pod for that apply, and Magos no second apply Job.
 		applyPods := func() int {
 			pods := &corev1.PodList{}
-			if err := spoke.c.List(ctx, pods, client.InNamespace("default"), client.MatchingLabels{"magosproject.io/run-id": runID, "magosproject.io/job-type": "apply"}); err != nil {
+			if err := spoke.Client.List(ctx, pods, client.InNamespace("default"), client.MatchingLabels{"magosproject.io/run-id": runID, "magosproject.io/job-type": "apply"}); err != nil {
 				t.Fatal(err)
 			}
 			return len(pods.Items)
 		}
 		jobs := &batchv1.JobList{}
-		if err := spoke.c.List(ctx, jobs, client.InNamespace("default"), client.MatchingLabels{"magosproject.io/run-id": runID, "magosproject.io/job-type": "apply"}); err != nil {
+		if err := spoke.Client.List(ctx, jobs, client.InNamespace("default"), client.MatchingLabels{"magosproject.io/run-id": runID, "magosproject.io/job-type": "apply"}); err != nil {
 			t.Fatal(err)
 		}
 		if len(jobs.Items) != 1 || jobs.Items[0].Status.Succeeded != 0 || jobs.Items[0].Status.Active != 0 || applyPods() > 1 {
@@ -340,7 +318,7 @@ output "big" {
 		}
 		// Retried as users do (magosctl retry against the spoke): a new run, planned afresh,
 		// applies, and the state the interrupted apply left still reads.
-		if out, err := exec.CommandContext(ctx, env.magosctl, "--kubeconfig", spoke.kubeconfig, "-n", "default", "retry", w.Name).CombinedOutput(); err != nil {
+		if out, err := exec.CommandContext(ctx, env.Magosctl, "--kubeconfig", spoke.Kubeconfig, "-n", "default", "retry", w.Name).CombinedOutput(); err != nil {
 			t.Fatalf("magosctl retry: %v\n%s", err, out)
 		}
 		next := waitApplied(t, ctx, spoke, w.Name, runID)
@@ -358,14 +336,14 @@ output "big" {
 		names := make([]string, n)
 		for i := range n {
 			names[i] = fmt.Sprintf("burst-%d", i)
-			mustCreate(t, ctx, spoke.c, variables(names[i], map[string]string{"region": "none"}, nil))
-			mustCreate(t, ctx, spoke.c, workspace(names[i], repoURL, "none"))
+			mustCreate(t, ctx, spoke.Client, variables(names[i], map[string]string{"region": "none"}, nil))
+			mustCreate(t, ctx, spoke.Client, workspace(names[i], repoURL, "none"))
 		}
 		for _, name := range names {
 			waitApplied(t, ctx, spoke, name, "")
 		}
 		jobs := &batchv1.JobList{}
-		if err := spoke.c.List(ctx, jobs, client.InNamespace("default")); err != nil {
+		if err := spoke.Client.List(ctx, jobs, client.InNamespace("default")); err != nil {
 			t.Fatal(err)
 		}
 		var first, last time.Time
@@ -391,7 +369,7 @@ output "big" {
 		cl   *cluster
 		proc string
 	}{{hub, "magos-hub"}, {spoke, "magos-agent"}} {
-		rss, err := c.cl.node.RSS(ctx, c.proc)
+		rss, err := c.cl.Node.RSS(ctx, c.proc)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -403,14 +381,14 @@ output "big" {
 		// A new commit starts rolling out; both releases are upgraded while it does (the hub to
 		// two replicas, leader election choosing one); the Rollout still ends Applied on it.
 		before := &magosv1.Workspace{}
-		if err := spoke.c.Get(ctx, client.ObjectKeyFromObject(ws), before); err != nil {
+		if err := spoke.Client.Get(ctx, client.ObjectKeyFromObject(ws), before); err != nil {
 			t.Fatal(err)
 		}
 		commit(map[string]string{"main.tf": strings.Replace(module, `default = "v1"`, `default = "v3"`, 1)})
 		hubValues["replicaCount"] = 2
-		helmInstall(t, ctx, hub, filepath.Join(env.repoRoot, "charts/magos-hub"), "magos-hub", system, hubValues, true)
+		helmInstall(t, ctx, hub, filepath.Join(env.RepoRoot, "charts/magos-hub"), "magos-hub", system, hubValues, true)
 		agentValues["log"] = map[string]any{"level": "debug"}
-		helmInstall(t, ctx, spoke, filepath.Join(env.repoRoot, "charts/magos-agent"), "magos-agent", system, agentValues, true)
+		helmInstall(t, ctx, spoke, filepath.Join(env.RepoRoot, "charts/magos-agent"), "magos-agent", system, agentValues, true)
 		stats.releases += 2
 		stats.pods += 3 // two hub replicas and the new agent
 		next := waitApplied(t, ctx, spoke, ws.Name, before.Status.CurrentRunID)
@@ -422,7 +400,7 @@ output "big" {
 		}
 		poll(t, ctx, 3*time.Minute, "the Rollout completes on the new commit", func(ctx context.Context) (bool, string) {
 			r := &magosv1.Rollout{}
-			if err := hub.c.Get(ctx, client.ObjectKey{Namespace: "default", Name: "infra"}, r); err != nil {
+			if err := hub.Client.Get(ctx, client.ObjectKey{Namespace: "default", Name: "infra"}, r); err != nil {
 				return false, err.Error()
 			}
 			onCommit := len(r.Status.Revisions) > 0 && r.Status.Revisions[0].Commit == next.Status.ObservedRevision
@@ -438,7 +416,7 @@ func waitFailed(t *testing.T, ctx context.Context, cl *cluster, name string) *ma
 	t.Helper()
 	ws := &magosv1.Workspace{}
 	poll(t, ctx, 5*time.Minute, "Workspace "+name+" Failed", func(ctx context.Context) (bool, string) {
-		if err := cl.c.Get(ctx, client.ObjectKey{Namespace: "default", Name: name}, ws); err != nil {
+		if err := cl.Client.Get(ctx, client.ObjectKey{Namespace: "default", Name: name}, ws); err != nil {
 			return false, err.Error()
 		}
 		return ws.Status.Phase == magosv1.PhaseFailed, fmt.Sprintf("phase %s: %s", ws.Status.Phase, ws.Status.Message)
@@ -490,7 +468,7 @@ func waitApplied(t *testing.T, ctx context.Context, cl *cluster, name, notRun st
 	t.Helper()
 	ws := &magosv1.Workspace{}
 	poll(t, ctx, 5*time.Minute, "Workspace "+name+" Applied", func(ctx context.Context) (bool, string) {
-		if err := cl.c.Get(ctx, client.ObjectKey{Namespace: "default", Name: name}, ws); err != nil {
+		if err := cl.Client.Get(ctx, client.ObjectKey{Namespace: "default", Name: name}, ws); err != nil {
 			return false, err.Error()
 		}
 		if ws.Status.Phase == magosv1.PhaseFailed && ws.Status.CurrentRunID != notRun {
@@ -507,7 +485,7 @@ func waitApplied(t *testing.T, ctx context.Context, cl *cluster, name, notRun st
 func tfState(t *testing.T, ctx context.Context, cl *cluster, workspace string) string {
 	t.Helper()
 	s := &corev1.Secret{}
-	if err := cl.c.Get(ctx, client.ObjectKey{Namespace: "default", Name: "tfstate-default-" + workspace}, s); err != nil {
+	if err := cl.Client.Get(ctx, client.ObjectKey{Namespace: "default", Name: "tfstate-default-" + workspace}, s); err != nil {
 		t.Fatalf("the state Secret of %s: %v", workspace, err)
 	}
 	return gunzip(t, s.Data["tfstate"])
@@ -520,7 +498,7 @@ func tfState(t *testing.T, ctx context.Context, cl *cluster, workspace string) s
 func checkRunJobs(t *testing.T, ctx context.Context, cl *cluster, workspace, runID string, stats *summary) {
 	t.Helper()
 	jobs := &batchv1.JobList{}
-	if err := cl.c.List(ctx, jobs, client.InNamespace("default")); err != nil {
+	if err := cl.Client.List(ctx, jobs, client.InNamespace("default")); err != nil {
 		t.Fatal(err)
 	}
 	var ops []string
@@ -533,7 +511,7 @@ func checkRunJobs(t *testing.T, ctx context.Context, cl *cluster, workspace, run
 			t.Errorf("Job %s: succeeded=%d failed=%d", j.Name, j.Status.Succeeded, j.Status.Failed)
 		}
 		pods := &corev1.PodList{}
-		if err := cl.c.List(ctx, pods, client.InNamespace("default"), client.MatchingLabels{"job-name": j.Name}); err != nil {
+		if err := cl.Client.List(ctx, pods, client.InNamespace("default"), client.MatchingLabels{"job-name": j.Name}); err != nil {
 			t.Fatal(err)
 		}
 		if len(pods.Items) != 1 {
@@ -603,7 +581,7 @@ func percentile(d []time.Duration, p int) time.Duration {
 
 func gunzip(t *testing.T, b []byte) string {
 	t.Helper()
-	s, err := gunzipBytes(b)
+	s, err := Gunzip(b)
 	if err != nil {
 		t.Fatalf("the state is not gzip: %v (%s)", err, base64.StdEncoding.EncodeToString(b[:min(len(b), 32)]))
 	}

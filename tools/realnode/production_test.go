@@ -15,11 +15,14 @@ import (
 	"testing"
 	"time"
 
+	authnv1 "k8s.io/api/authentication/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
@@ -376,6 +379,90 @@ output "big" {
 		t.Logf("real-node: %s Pod RSS %.1f MiB", c.proc, float64(rss[c.proc])/(1<<20))
 	}
 	stats.pods += 2 // the hub's and the agent's
+
+	t.Run("the agent renews its hub token and restarts on it once its bootstrap token is gone", func(t *testing.T) {
+		// The agent Pod keeps its renewed token in the spoke; the hub itself says whose it is.
+		kept := &corev1.Secret{}
+		poll(t, ctx, 2*time.Minute, "the agent's kept hub token", func(ctx context.Context) (bool, string) {
+			if err := spoke.Client.Get(ctx, client.ObjectKey{Namespace: system, Name: "magos-agent-hub-token"}, kept); err != nil {
+				return false, err.Error()
+			}
+			return len(kept.Data["token"]) > 0, "the Secret has no token yet"
+		})
+		boot, err := clientcmd.Load(bootstrap)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, ai := range boot.AuthInfos {
+			if ai.Token == string(kept.Data["token"]) {
+				t.Fatal("the kept token is the bootstrap token: the agent did not renew it")
+			}
+		}
+		cfg, err := clientcmd.NewDefaultClientConfig(*boot, nil).ClientConfig()
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.BearerToken = string(kept.Data["token"])
+		cs, err := kubernetes.NewForConfig(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		who, err := cs.AuthenticationV1().SelfSubjectReviews().Create(ctx, &authnv1.SelfSubjectReview{}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatalf("the hub refuses the agent's renewed token: %v", err)
+		}
+		if want := "system:serviceaccount:magos-cluster-" + clusterName + ":magos-agent"; who.Status.UserInfo.Username != want {
+			t.Fatalf("the renewed token is %q's, want %q's", who.Status.UserInfo.Username, want)
+		}
+		// The bootstrap token gone (its Secret now holds a token the hub refuses), the agent
+		// Pod restarted: the new Pod must reach the hub with the kept token alone.
+		for _, ai := range boot.AuthInfos {
+			ai.Token = "revoked"
+		}
+		broken, err := clientcmd.Write(*boot)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sec := &corev1.Secret{}
+		if err := spoke.Client.Get(ctx, client.ObjectKey{Namespace: system, Name: "magos-hub-kubeconfig"}, sec); err != nil {
+			t.Fatal(err)
+		}
+		sec.Data["kubeconfig"] = broken
+		if err := spoke.Client.Update(ctx, sec); err != nil {
+			t.Fatal(err)
+		}
+		restarted := time.Now()
+		if err := spoke.Client.DeleteAllOf(ctx, &corev1.Pod{}, client.InNamespace(system), client.MatchingLabels{"app.kubernetes.io/name": "magos-agent"}); err != nil {
+			t.Fatal(err)
+		}
+		stats.pods++
+		poll(t, ctx, 3*time.Minute, "the old agent Pod gone and a new one running", func(ctx context.Context) (bool, string) {
+			pods := &corev1.PodList{}
+			if err := spoke.Client.List(ctx, pods, client.InNamespace(system), client.MatchingLabels{"app.kubernetes.io/name": "magos-agent"}); err != nil {
+				return false, err.Error()
+			}
+			running := 0
+			for _, p := range pods.Items {
+				if p.DeletionTimestamp != nil || p.CreationTimestamp.Time.Before(restarted.Add(-time.Second)) && p.Status.Phase == corev1.PodRunning {
+					return false, "the old agent Pod is still there"
+				}
+				if p.Status.Phase == corev1.PodRunning {
+					running++
+				}
+			}
+			return running > 0, DescribePods(ctx, spoke, system)
+		})
+		restarted = time.Now()
+		poll(t, ctx, 3*time.Minute, "a heartbeat from the restarted agent", func(ctx context.Context) (bool, string) {
+			c := &magosv1.Cluster{}
+			if err := hub.Client.Get(ctx, client.ObjectKey{Name: clusterName}, c); err != nil {
+				return false, err.Error()
+			}
+			hb := c.Status.LastHeartbeatTime
+			return hb != nil && hb.After(restarted) && meta.IsStatusConditionTrue(c.Status.Conditions, magosv1.ConditionReady),
+				fmt.Sprintf("heartbeat %v, conditions %+v\n%s", hb, c.Status.Conditions, DescribePods(ctx, spoke, system))
+		})
+	})
 
 	t.Run("helm upgrade of both charts keeps a running Rollout going", func(t *testing.T) {
 		// A new commit starts rolling out; both releases are upgraded while it does (the hub to

@@ -375,7 +375,9 @@ func Poll(ctx context.Context, timeout time.Duration, what string, cond func(ctx
 	var last string
 	err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
 		ok, why := cond(ctx)
-		last = why
+		if ctx.Err() == nil || last == "" { // keep the reason seen before the deadline cut a call short
+			last = why
+		}
 		return ok, nil
 	})
 	if err != nil {

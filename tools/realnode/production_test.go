@@ -464,6 +464,69 @@ output "big" {
 		})
 	})
 
+	t.Run("cut off from the hub, the spoke applies no new commit; healed, the Rollout completes it", func(t *testing.T) {
+		// A real partition: the spoke node drops every packet to the hub's address (its own
+		// firewall, not Magos), while git and its own API server stay reachable.
+		block := func(op string) {
+			t.Helper()
+			for _, chain := range []string{"OUTPUT", "FORWARD"} {
+				if out, err := spoke.Node.Exec(ctx, "iptables", op, chain, "-d", hubAddr, "-j", "DROP"); err != nil {
+					t.Fatalf("iptables %s %s: %v %s", op, chain, err, out)
+				}
+			}
+		}
+		before := &magosv1.Workspace{}
+		if err := spoke.Client.Get(ctx, client.ObjectKeyFromObject(ws), before); err != nil {
+			t.Fatal(err)
+		}
+		block("-I")
+		healed := false
+		defer func() {
+			if !healed {
+				block("-D")
+			}
+		}()
+		poll(t, ctx, 2*time.Minute, "the hub sees the spoke unavailable", func(ctx context.Context) (bool, string) {
+			c := &magosv1.Cluster{}
+			if err := hub.Client.Get(ctx, client.ObjectKey{Name: clusterName}, c); err != nil {
+				return false, err.Error()
+			}
+			return !meta.IsStatusConditionTrue(c.Status.Conditions, magosv1.ConditionAvailable), fmt.Sprintf("%+v", c.Status.Conditions)
+		})
+		cut := time.Now()
+		commit(map[string]string{"main.tf": strings.Replace(module, `default = "v1"`, `default = "v4"`, 1)})
+		// The agent detects the commit on its own (git is reachable): give it a few polls,
+		// then check from the spoke that no apply Job started while it was cut off.
+		err := wait.PollUntilContextTimeout(ctx, time.Second, 40*time.Second, true, func(ctx context.Context) (bool, error) {
+			jobs := &batchv1.JobList{}
+			if err := spoke.Client.List(ctx, jobs, client.InNamespace("default"), client.MatchingLabels{"magosproject.io/workspace": ws.Name, "magosproject.io/job-type": "apply"}); err != nil {
+				return false, nil
+			}
+			for _, j := range jobs.Items {
+				if j.CreationTimestamp.Time.After(cut) {
+					return false, fmt.Errorf("apply Job %s started while the spoke was cut off from the hub", j.Name)
+				}
+			}
+			return false, nil
+		})
+		if err != nil && !wait.Interrupted(err) {
+			t.Fatal(err)
+		}
+		if cur := tfState(t, ctx, spoke, ws.Name); strings.Contains(cur, `"v4"`) {
+			t.Fatal("release v4 was applied while the spoke was cut off from the hub")
+		}
+		block("-D")
+		healed = true
+		after := waitApplied(t, ctx, spoke, ws.Name, before.Status.CurrentRunID)
+		for after.Status.ObservedRevision == before.Status.ObservedRevision {
+			after = waitApplied(t, ctx, spoke, ws.Name, after.Status.CurrentRunID)
+		}
+		if cur := tfState(t, ctx, spoke, ws.Name); !strings.Contains(cur, `"v4"`) {
+			t.Fatalf("the state does not record release v4 after the partition healed:\n%s", cur)
+		}
+		stats.jobs += 2
+	})
+
 	t.Run("helm upgrade of both charts keeps a running Rollout going", func(t *testing.T) {
 		// A new commit starts rolling out; both releases are upgraded while it does (the hub to
 		// two replicas, leader election choosing one); the Rollout still ends Applied on it.

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/cluster"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -283,6 +284,13 @@ func (v *View) read(ctx context.Context, c *magosv1.Cluster, namespace string) c
 func (v *View) syncedAt(ctx context.Context, c *magosv1.Cluster) time.Time {
 	if c.Spec.Transport == magosv1.TransportDirect {
 		return time.Now()
+	}
+	// A namespace being deleted (the cluster deregistered, perhaps registered again since) holds
+	// the Lease of the earlier registration while its mirrors go: its watermark vouches for
+	// nothing the hub reads now.
+	ns := &corev1.Namespace{}
+	if err := v.hub.Get(ctx, client.ObjectKey{Name: mirror.Namespace(c.Name)}, ns); err != nil || ns.DeletionTimestamp != nil {
+		return time.Time{}
 	}
 	lease := &coordinationv1.Lease{}
 	if err := v.hub.Get(ctx, client.ObjectKey{Namespace: mirror.Namespace(c.Name), Name: keys.AgentLease}, lease); err != nil {

@@ -20,30 +20,19 @@ ASSETS=${MAGOS_ASSETS_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/magos/assets}
 export CGO_ENABLED=0 GOFLAGS=-mod=mod GOWORK=off GOTOOLCHAIN=local
 mkdir -p "$ASSETS"
 
-log() { printf '[assets] %s\n' "$*" >&2; }
+LOG_PREFIX=assets
+source "$(dirname "$0")/assets-lib.sh"
 
 # Only one build at a time (tests, make and the dev environment may all ask at once).
 exec 9>"$ASSETS/.lock"
 if command -v flock >/dev/null 2>&1; then flock 9; fi
-
-# new_module DIR: an empty throwaway module to build a tool from.
-new_module() {
-  rm -rf "$1" && mkdir -p "$1"
-  printf 'module magos.local/assets\n\ngo 1.26\n' >"$1/go.mod"
-}
-
-# finish NAME DIR START: mark DIR complete and report the time it took.
-finish() {
-  date -u +%FT%TZ >"$2/.complete"
-  log "$1 ready in $(($(date +%s) - $3))s: $2"
-}
 
 build_etcd() {
   local out="$ASSETS/etcd-$ETCD_VERSION" mod="$ASSETS/build/etcd-$ETCD_VERSION" t0
   [[ -f "$out/.complete" ]] && return
   t0=$(date +%s)
   log "building etcd $ETCD_VERSION (about 75s cold)"
-  new_module "$mod"
+  new_module "$mod" magos.local/assets
   (cd "$mod" && go get -tool "go.etcd.io/etcd/server/v3@$ETCD_VERSION" >&2 &&
     rm -rf "$out" && mkdir -p "$out" &&
     go build -trimpath -ldflags='-s -w' -o "$out/etcd" go.etcd.io/etcd/server/v3 >&2)
@@ -56,7 +45,7 @@ build_kube() {
   [[ -f "$out/.complete" && -x "$out/kubelet" ]] && return
   t0=$(date +%s)
   log "building kube-apiserver, kube-controller-manager, kube-scheduler, kube-proxy, kubelet, kubectl $KUBE_VERSION (about 9 min cold)"
-  new_module "$mod"
+  new_module "$mod" magos.local/assets
   # k8s.io/kubernetes pins its staging modules at v0.0.0 with replace => ./staging/...; point
   # every one of them at its published twin (v1.X.Y -> v0.X.Y).
   gomod=$(cd "$mod" && go mod download -json "k8s.io/kubernetes@$KUBE_VERSION" |
@@ -98,7 +87,7 @@ build_tofu() {
   [[ -f "$out/.complete" ]] && return
   t0=$(date +%s)
   log "building OpenTofu $TOFU_VERSION (about 3.5 min cold)"
-  new_module "$mod"
+  new_module "$mod" magos.local/assets
   # OpenTofu replaces hcl with its own fork; replace directives of a dependency are ignored, so
   # carry them over into the throwaway module.
   local gomod

@@ -34,27 +34,18 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 export GOFLAGS=-mod=mod GOWORK=off GOTOOLCHAIN=local
 mkdir -p "$ASSETS"
 
-log() { printf '[node] %s\n' "$*" >&2; }
+LOG_PREFIX=node
+source "$(dirname "$0")/assets-lib.sh"
 
 exec 8>"$ASSETS/.node-lock"
 if command -v flock >/dev/null 2>&1; then flock 8; fi
-
-new_module() {
-  rm -rf "$1" && mkdir -p "$1"
-  printf 'module magos.local/node\n\ngo 1.26\n' >"$1/go.mod"
-}
-
-finish() {
-  date -u +%FT%TZ >"$2/.complete"
-  log "$1 ready in $(($(date +%s) - $3))s: $2"
-}
 
 build_containerd() {
   local out="$ASSETS/containerd-$CONTAINERD_VERSION" mod="$ASSETS/build-node/containerd-$CONTAINERD_VERSION" t0
   [[ -f "$out/.complete" ]] && return
   t0=$(date +%s)
   log "building containerd $CONTAINERD_VERSION (about 3 min cold)"
-  new_module "$mod"
+  new_module "$mod" magos.local/node
   local m=github.com/containerd/containerd/v2 tags='urfave_cli_no_docs osusergo netgo static_build'
   (cd "$mod" && go get -tool "$m/cmd/containerd@$CONTAINERD_VERSION" "$m/cmd/ctr@$CONTAINERD_VERSION" \
       "$m/cmd/containerd-shim-runc-v2@$CONTAINERD_VERSION" >&2 &&
@@ -73,7 +64,7 @@ build_runc() {
     log "runc needs libseccomp's headers: apt-get install libseccomp-dev"
     exit 1
   fi
-  new_module "$mod"
+  new_module "$mod" magos.local/node
   # Without runc's default libpathrs tag: that one needs a Rust library.
   (cd "$mod" && go get -tool "github.com/opencontainers/runc@$RUNC_VERSION" >&2 &&
     rm -rf "$out" && mkdir -p "$out" &&
@@ -86,7 +77,7 @@ build_cni() {
   [[ -f "$out/.complete" ]] && return
   t0=$(date +%s)
   log "building CNI plugins $CNI_PLUGINS_VERSION"
-  new_module "$mod"
+  new_module "$mod" magos.local/node
   local m=github.com/containernetworking/plugins/plugins
   (cd "$mod" && go get -tool "$m/main/bridge@$CNI_PLUGINS_VERSION" "$m/main/loopback@$CNI_PLUGINS_VERSION" \
       "$m/ipam/host-local@$CNI_PLUGINS_VERSION" "$m/meta/portmap@$CNI_PLUGINS_VERSION" >&2 &&

@@ -7,12 +7,14 @@ package registry
 import (
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/spf13/pflag"
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
 	"github.com/magosfleet/magos/hub/fleet"
+	"github.com/magosfleet/magos/hub/fleetview"
 	"github.com/magosfleet/magos/pkg/config"
 )
 
@@ -37,6 +39,9 @@ type Config struct {
 	HealthProbeBindAddress string `mapstructure:"healthProbeBindAddress"`
 	// Log configures logging.
 	Log LogConfig `mapstructure:"log"`
+	// ProjectParallelGracePeriod is how long a new Project without a Rollout waits for one
+	// before it runs its Workspaces in parallel.
+	ProjectParallelGracePeriod time.Duration `mapstructure:"projectParallelGracePeriod"`
 }
 
 // LogConfig configures the hub's logger.
@@ -81,7 +86,8 @@ type SecretRefConfig struct {
 
 // DefaultConfig returns a Config holding the defaults.
 func DefaultConfig() Config {
-	return Config{MetricsBindAddress: ":8080", HealthProbeBindAddress: ":8081", Log: LogConfig{Level: "info"}}
+	return Config{MetricsBindAddress: ":8080", HealthProbeBindAddress: ":8081", Log: LogConfig{Level: "info"},
+		ProjectParallelGracePeriod: fleetview.DefaultParallelGracePeriod}
 }
 
 // LoadConfig reads the configuration file (and MAGOS_* variables and set flags) over the
@@ -97,6 +103,9 @@ func LoadConfig(file string, flags *pflag.FlagSet) (Config, error) {
 // Validate checks the configuration and fills in defaults (the Secret key).
 func (c *Config) Validate() error {
 	var errs config.Errors
+	if c.ProjectParallelGracePeriod <= 0 {
+		errs.Add("projectParallelGracePeriod", "must be a positive duration (e.g. 30s), got %s", c.ProjectParallelGracePeriod)
+	}
 	seen := map[string]int{}
 	for i := range c.Clusters {
 		cl := &c.Clusters[i]

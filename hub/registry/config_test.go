@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/spf13/pflag"
 
@@ -67,11 +68,13 @@ func TestLoadConfigErrorsNameTheKey(t *testing.T) {
 		"no transport":    {"clusters:\n  - name: a\n", "clusters[0]: set exactly one of agent: {}"},
 		"kubeconfig both": {"clusters:\n  - name: a\n    kubeconfig: {path: /x, secretRef: {namespace: n, name: s}}\n",
 			"clusters[0].kubeconfig: set exactly one of path and secretRef"},
-		"kubeconfig empty":  {"clusters:\n  - name: a\n    kubeconfig: {}\n", "clusters[0].kubeconfig: set exactly one of path"},
-		"secret no name":    {"clusters:\n  - name: a\n    kubeconfig: {secretRef: {namespace: n}}\n", "clusters[0].kubeconfig.secretRef.name"},
-		"bad label value":   {"clusters:\n  - name: a\n    agent: {}\n    labels: {env: 'not ok!'}\n", "clusters[0].labels[env]: must be a label value"},
-		"bad label key":     {"clusters:\n  - name: a\n    agent: {}\n    labels: {'-x': y}\n", "clusters[0].labels[-x]: must be a label key"},
-		"second entry only": {"clusters:\n  - name: ok\n    agent: {}\n  - name: Bad\n    agent: {}\n", "clusters[1].name"},
+		"kubeconfig empty":     {"clusters:\n  - name: a\n    kubeconfig: {}\n", "clusters[0].kubeconfig: set exactly one of path"},
+		"secret no name":       {"clusters:\n  - name: a\n    kubeconfig: {secretRef: {namespace: n}}\n", "clusters[0].kubeconfig.secretRef.name"},
+		"bad label value":      {"clusters:\n  - name: a\n    agent: {}\n    labels: {env: 'not ok!'}\n", "clusters[0].labels[env]: must be a label value"},
+		"bad label key":        {"clusters:\n  - name: a\n    agent: {}\n    labels: {'-x': y}\n", "clusters[0].labels[-x]: must be a label key"},
+		"second entry only":    {"clusters:\n  - name: ok\n    agent: {}\n  - name: Bad\n    agent: {}\n", "clusters[1].name"},
+		"grace not a duration": {"projectParallelGracePeriod: soon\nclusters: []\n", "projectParallelGracePeriod"},
+		"grace zero":           {"projectParallelGracePeriod: 0s\nclusters: []\n", "projectParallelGracePeriod: must be a positive duration"},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -102,5 +105,8 @@ func TestLoadConfigEnvAndFlagsOverrideTheFile(t *testing.T) {
 	}
 	if cfg.Log.Level != "debug" || cfg.MetricsBindAddress != ":9200" || !cfg.LeaderElect || cfg.HealthProbeBindAddress != ":8081" {
 		t.Fatalf("precedence wrong: %+v", cfg)
+	}
+	if cfg.ProjectParallelGracePeriod != 30*time.Second {
+		t.Fatalf("projectParallelGracePeriod %s, want the default 30s", cfg.ProjectParallelGracePeriod)
 	}
 }

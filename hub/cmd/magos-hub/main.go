@@ -78,6 +78,7 @@ func controller(ctx context.Context, args []string) error {
 	fs.String("health-probe-bind-address", def.HealthProbeBindAddress, "address of /healthz and /readyz (0 turns them off)")
 	fs.String("log-level", def.Log.Level, "debug, info, warn or error")
 	fs.Bool("log-development", def.Log.Development, "human-readable logs")
+	fs.Duration("project-parallel-grace-period", def.ProjectParallelGracePeriod, "how long a new Project without a Rollout waits for one before it runs its Workspaces in parallel")
 	leNamespace := fs.String("leader-election-namespace", os.Getenv("POD_NAMESPACE"), "namespace of the leader election Lease (default: the pod's)")
 	leIdentity := fs.String("leader-election-identity", os.Getenv("POD_NAME"), "this replica's identity in the leader election Lease (default: the pod's name, else the host name and a random UUID)")
 	if err := fs.Parse(args); err != nil {
@@ -117,7 +118,7 @@ func controller(ctx context.Context, args []string) error {
 	if err := rollout.SetupWithManager(hub.Manager, rollout.Options{}); err != nil {
 		return fmt.Errorf("setting up the Rollout controller: %w", err)
 	}
-	if err := project.SetupWithManager(hub.Manager, project.Options{}); err != nil {
+	if err := project.SetupWithManager(hub.Manager, project.Options{ParallelGracePeriod: cfg.ProjectParallelGracePeriod}); err != nil {
 		return fmt.Errorf("setting up the Project controller: %w", err)
 	}
 

@@ -230,6 +230,24 @@ func decideRollout(d *Decision, in Input, ms []member) {
 		return
 	}
 
+	if later := emptyUntilSynced(steps, current, in.Clusters); later >= 0 {
+		// A later step matches no Workspace, and only the clusters' first sync since the Rollout
+		// was created (seconds away) can tell whether it is empty. Upstream fails a Rollout with
+		// an empty step before it grants anything, so that a typo in a later step never lets an
+		// earlier one run: until then nothing new is granted (grants the current step holds for
+		// its runs are kept). Then the Rollout fails with NoWorkspacesFound, or goes on.
+		l := &steps[later]
+		halt(d, steps, current, magosv1.PhaseReconciling, magosv1.ReasonWaitingForClusters,
+			fmt.Sprintf("Waiting for %s (step %s matches no Workspace yet: nothing new runs until the clusters it may select in have synced)",
+				strings.Join(waitingFor(l.blind, in.Clusters), "; "), l.spec.Name))
+		s.phase = magosv1.StepWaiting
+		for _, i := range s.matched {
+			m := &ms[i]
+			m.granted = m.available && m.ws.Grantable() && m.ws.GrantedCurrentRun(m.revision)
+		}
+		return
+	}
+
 	halt(d, steps, current, magosv1.PhaseReconciling, magosv1.ReasonLevelProgressing,
 		fmt.Sprintf("Executing step %s (%d/%d applied)", s.spec.Name, s.applied, len(s.matched)))
 	s.phase = magosv1.StepProgressing
@@ -248,11 +266,41 @@ func decideRollout(d *Decision, in Input, ms []member) {
 		}
 		wait = append(wait, m.ws.Key.Cluster)
 	}
-	slices.Sort(wait)
-	wait = slices.Compact(wait)
-	var waiting []string // "cluster <name>: <reason>", in cluster order
-	for _, name := range wait {
-		c, registered := in.Clusters[name]
+	if waiting := waitingFor(wait, in.Clusters); len(waiting) > 0 {
+		d.Reason = magosv1.ReasonWaitingForClusters
+		d.Message = fmt.Sprintf("Waiting for %s (step %s: %d/%d applied)",
+			strings.Join(waiting, "; "), s.spec.Name, s.applied, len(s.matched))
+		s.phase = magosv1.StepWaiting
+	}
+}
+
+// emptyUntilSynced returns the first step after current that matches no Workspace and may
+// still turn out empty on the next sync: every cluster it may select in is synced and
+// available, and some have not synced since the Rollout was created. It returns -1 when there is
+// none. (A step whose emptiness waits on an unsynced or silent cluster does not hold the steps
+// before it: an outage of one region does not stop the others.)
+func emptyUntilSynced(steps []step, current int, clusters map[string]Cluster) int {
+	for i := current + 1; i < len(steps); i++ {
+		s := &steps[i]
+		if len(s.matched) > 0 || len(s.unknown) > 0 || len(s.blind) == 0 {
+			continue
+		}
+		if !slices.ContainsFunc(s.blind, func(name string) bool { return !clusters[name].Available }) {
+			return i
+		}
+	}
+	return -1
+}
+
+// waitingFor describes the clusters a step waits for: "cluster <name>: <reason>", once each, in
+// cluster order.
+func waitingFor(names []string, clusters map[string]Cluster) []string {
+	names = slices.Clone(names)
+	slices.Sort(names)
+	names = slices.Compact(names)
+	var out []string
+	for _, name := range names {
+		c, registered := clusters[name]
 		reason := c.Reason
 		switch {
 		case !registered:
@@ -265,14 +313,9 @@ func decideRollout(d *Decision, in Input, ms []member) {
 		default:
 			reason = "unavailable"
 		}
-		waiting = append(waiting, "cluster "+name+": "+reason)
+		out = append(out, "cluster "+name+": "+reason)
 	}
-	if len(waiting) > 0 {
-		d.Reason = magosv1.ReasonWaitingForClusters
-		d.Message = fmt.Sprintf("Waiting for %s (step %s: %d/%d applied)",
-			strings.Join(waiting, "; "), s.spec.Name, s.applied, len(s.matched))
-		s.phase = magosv1.StepWaiting
-	}
+	return out
 }
 
 // halt sets the Rollout's status and current step. It grants nothing: callers that progress

@@ -380,8 +380,25 @@ func checkInvariants(t *testing.T, in Input, d Decision) {
 					t.Fatalf("grant %v outside the current step %s", g, cur.Name)
 				}
 			}
+			// A later step that matches no Workspace while every cluster it may select in is
+			// synced and available, and some synced only before the Rollout was created, may
+			// still turn out empty: nothing new is granted, grants held for the current runs stay.
+			holdNew := false
+			for j := d.CurrentStep + 1; j < len(steps) && !holdNew; j++ {
+				if slices.ContainsFunc(members, func(key Key) bool { return inStep(t, in, steps[j], byKey[key]) }) {
+					continue
+				}
+				rel := relevant(steps[j])
+				holdNew = len(rel) > 0 &&
+					!slices.ContainsFunc(rel, func(c Cluster) bool { return !c.Synced || !c.Available }) &&
+					slices.ContainsFunc(rel, func(c Cluster) bool { return c.SyncedAt.Before(in.Rollout.CreationTimestamp.Time) })
+			}
 			shouldHold = func(w Workspace) bool {
-				return grantable(w) && in.Clusters[w.Key.Cluster].Available && inStep(t, in, cur, w)
+				hold := grantable(w) && in.Clusters[w.Key.Cluster].Available && inStep(t, in, cur, w)
+				if holdNew {
+					hold = hold && w.Grant.Allowed && w.Grant.Run == w.RunID && w.Grant.Revision == grantRevision(w)
+				}
+				return hold
 			}
 		} else {
 			shouldHold = func(Workspace) bool { return false }

@@ -235,7 +235,13 @@ func TestDecideIncompleteViews(t *testing.T) {
 		cl["ap-south-1"] = c
 		in := Input{Namespace: testNamespace, Project: testProject, Rollout: ro, Clusters: cl, Workspaces: all()[:2]}
 		d := Decide(in)
-		assertStatus(t, d, magosv1.PhaseReconciling, magosv1.ReasonLevelProgressing, 1)
+		// Nothing new runs before the step is known to hold Workspaces: a typo in it must not
+		// let eu-west-1 run first (upstream fails before it grants anything).
+		assertStatus(t, d, magosv1.PhaseReconciling, magosv1.ReasonWaitingForClusters, 1)
+		want := "Waiting for cluster ap-south-1: no complete sync since the Rollout was created (step ap-south-1 matches no Workspace yet: nothing new runs until the clusters it may select in have synced)"
+		if d.Message != want || len(d.Grants) != 0 {
+			t.Fatalf("message %q grants %v, want %q and none", d.Message, d.Grants, want)
+		}
 		c.SyncedAt = t0.Add(time.Second)
 		cl["ap-south-1"] = c
 		d = Decide(in)

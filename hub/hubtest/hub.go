@@ -1,7 +1,9 @@
-// Package hubtest is the test harness of the hub's Rollout and Project controllers: a hub
-// and spokes on real API servers (pkg/localcluster), registered Cluster objects, hub managers that
-// engage the spokes as direct clusters through multicluster-runtime's clusters provider, and
-// an Agent that plays each spoke's agent by driving Workspace status.
+// Package hubtest is a harness for tests of the hub's own parts on real API servers
+// (pkg/localcluster): a hub and spokes, registered Cluster objects, and hub managers that engage
+// the spokes as direct clusters through multicluster-runtime's clusters provider. No agent runs
+// here: the Rollout benchmark (hub/rollout) writes simulated mirrors, and the grant fence test
+// (hub/fleetview) drives one Workspace's status itself. The cross-cluster tests of the Rollout
+// and Project controllers run the real hub and agents instead (tools/e2e/hubcontrollers).
 package hubtest
 
 import (
@@ -20,7 +22,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/cluster"
@@ -156,10 +157,6 @@ func (h *Hub) Namespace(t testing.TB, name string) {
 type ManagerOptions struct {
 	// Setup registers the controllers under test.
 	Setup func(mcmanager.Manager) error
-	// LeaderElection turns leader election on with the lease LeaseName in the hub's
-	// "default" namespace and short timings (lease 4s).
-	LeaderElection bool
-	LeaseName      string
 	// Clusters are extra clusters to engage besides the spokes, by name.
 	Clusters map[string]cluster.Cluster
 	// Requests, when set, counts every API request the manager and its clusters make.
@@ -185,14 +182,6 @@ func (h *Hub) StartManager(t testing.TB, opts ManagerOptions) *Manager {
 		Scheme:                 magosscheme.New(),
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
-	}
-	if opts.LeaderElection {
-		mopts.LeaderElection = true
-		mopts.LeaderElectionID = opts.LeaseName
-		mopts.LeaderElectionNamespace = "default"
-		mopts.LeaseDuration = ptr.To(4 * time.Second)
-		mopts.RenewDeadline = ptr.To(3 * time.Second)
-		mopts.RetryPeriod = ptr.To(500 * time.Millisecond)
 	}
 	mgr, err := mcmanager.New(cfg, provider, mopts)
 	if err != nil {
@@ -235,17 +224,6 @@ func (h *Hub) StartManager(t testing.TB, opts ManagerOptions) *Manager {
 func (m *Manager) Stop() {
 	m.cancel()
 	<-m.done
-}
-
-// IsLeader reports whether the manager has been elected (always true without leader
-// election, once started).
-func (m *Manager) IsLeader() bool {
-	select {
-	case <-m.GetLocalManager().Elected():
-		return true
-	default:
-		return false
-	}
 }
 
 // NamespacedCluster returns a cluster.Cluster on cfg whose cache sees only namespace: a

@@ -4,14 +4,22 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
+	"github.com/magosfleet/magos/pkg/runner"
 	"github.com/magosfleet/magos/pkg/testenv"
 )
+
+// Revision is the commit the simulated mirrors of the benchmark report applied.
+const Revision = "0123456789abcdef0123456789abcdef01234567"
+
+// RunID mints a run ID as the Workspace controller does.
+func RunID() string { return runner.NewRunID(time.Now()) }
 
 // Workspace returns a Workspace of the given Project with the given labels.
 func Workspace(ns, name, project string, labels map[string]string) *magosv1.Workspace {
@@ -48,11 +56,6 @@ func Rollout(ns, project string, stepNames []string, selectors ...map[string]str
 	return ro
 }
 
-// Project returns a Project.
-func Project(ns, name string) *magosv1.Project {
-	return &magosv1.Project{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
-}
-
 // CreateHub creates an object on the hub.
 func (h *Hub) CreateHub(t testing.TB, obj client.Object) {
 	t.Helper()
@@ -83,6 +86,3 @@ func Phase(phase magosv1.Phase, reason string) func(*magosv1.Rollout) error {
 		return nil
 	}
 }
-
-// Key is cluster/namespace/name, as Grants records it.
-func Key(cluster, ns, name string) string { return cluster + "/" + ns + "/" + name }

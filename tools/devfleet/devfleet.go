@@ -55,6 +55,15 @@ type Options struct {
 	// under its process name as its identity: "hub", "hub-2", "hub-3"... One leads, the others
 	// stand by (HubLeader). With one, the hub runs without leader election.
 	HubReplicas int
+	// ProjectParallelGracePeriod is the hub's projectParallelGracePeriod (the hub's default if
+	// zero).
+	ProjectParallelGracePeriod time.Duration
+	// HubMetricsAddress is where the hub serves its Prometheus metrics (off if empty); with
+	// several replicas, only the first serves them.
+	HubMetricsAddress string
+	// HubLeaseDuration is how long an agent's heartbeat is valid (6s if zero, with a heartbeat
+	// every third of it): after it, the hub marks a stopped agent's cluster unavailable.
+	HubLeaseDuration time.Duration
 }
 
 // Fleet is a running local fleet.
@@ -74,6 +83,7 @@ type Fleet struct {
 	single  bool
 	proxies map[string]*transportProxy // by spoke name, when Options.HubProxy
 	hubs    []string                   // the hub replicas' process names
+	grace   time.Duration              // Options.ProjectParallelGracePeriod
 
 	// mu guards registered and the hub's config file.
 	mu         sync.Mutex
@@ -122,7 +132,8 @@ func Start(ctx context.Context, opts Options) (*Fleet, error) {
 		}
 	}
 	f := &Fleet{Dir: opts.Dir, Order: opts.Spokes, Spokes: map[string]*localcluster.Cluster{}, out: opts.Progress,
-		single: opts.Single, proxies: map[string]*transportProxy{}, registered: map[string]bool{}}
+		single: opts.Single, proxies: map[string]*transportProxy{}, registered: map[string]bool{},
+		grace: opts.ProjectParallelGracePeriod}
 	for _, name := range opts.Spokes {
 		f.registered[name] = true
 	}
@@ -182,9 +193,13 @@ func (f *Fleet) start(ctx context.Context, opts Options) error {
 		if i > 0 {
 			name = fmt.Sprintf("hub-%d", i+1)
 		}
+		metrics := "0"
+		if i == 0 && opts.HubMetricsAddress != "" {
+			metrics = opts.HubMetricsAddress
+		}
 		args := []string{"controller",
 			"--kubeconfig", f.Kubeconfig("hub"), "--config", f.path("hub-config.yaml"),
-			"--metrics-bind-address", "0", "--health-probe-bind-address", "0", "--log-development"}
+			"--metrics-bind-address", metrics, "--health-probe-bind-address", "0", "--log-development"}
 		if replicas > 1 {
 			f.step("starting the hub replica %s (leader election on)", name)
 			args = append(args, "--leader-elect", "--leader-election-namespace", HubLeaseNamespace,
@@ -216,7 +231,12 @@ func (f *Fleet) start(ctx context.Context, opts Options) error {
 				return err
 			}
 			// Short heartbeats: a stopped agent shows as unavailable within seconds.
-			args = append(args, "--hub-kubeconfig", hubCfg, "--hub-heartbeat-interval", "2s", "--hub-lease-duration", "6s")
+			lease := opts.HubLeaseDuration
+			if lease <= 0 {
+				lease = 6 * time.Second
+			}
+			args = append(args, "--hub-kubeconfig", hubCfg,
+				"--hub-heartbeat-interval", (lease / 3).String(), "--hub-lease-duration", lease.String())
 		}
 		if err := f.run(name, "magos-agent", []string{"MAGOS_TOFU=" + tofu}, args...); err != nil {
 			return err
@@ -235,7 +255,8 @@ func (f *Fleet) Kubeconfig(name string) string { return f.path(name + ".kubeconf
 
 // hubConfig is the part of the hub's config file the dev fleet writes.
 type hubConfig struct {
-	Clusters []clusterEntry `json:"clusters"`
+	ProjectParallelGracePeriod string         `json:"projectParallelGracePeriod,omitempty"`
+	Clusters                   []clusterEntry `json:"clusters"`
 }
 
 type clusterEntry struct {
@@ -252,6 +273,9 @@ type kubeconfigSource struct {
 // writeHubConfig writes the hub's config file: every registered spoke (the hub hot-reloads it).
 func (f *Fleet) writeHubConfig() error {
 	var cfg hubConfig
+	if f.grace > 0 {
+		cfg.ProjectParallelGracePeriod = f.grace.String()
+	}
 	for _, name := range f.Order {
 		if !f.registered[name] {
 			continue

@@ -87,6 +87,9 @@ func TestClusterNamespaceBeingDeletedVouchesForNoSync(t *testing.T) {
 		},
 		Clusters: clusters,
 	})
+	for _, tc := range cases {
+		mgr.WaitEngaged(t, tc.cluster)
+	}
 	view := fleetview.NewView(mgr.Manager, fleetview.ViewOptions{})
 
 	for _, tc := range cases {
@@ -131,7 +134,16 @@ func TestClusterNamespaceBeingDeletedVouchesForNoSync(t *testing.T) {
 				}
 				return nil
 			}
-			h.WaitRollout(t, tc.cluster, tc.cluster, waiting)
+			ro := h.WaitRollout(t, tc.cluster, tc.cluster, func(ro *magosv1.Rollout) error {
+				if ro.Status.Reason == magosv1.ReasonNoWorkspacesFound {
+					return nil // never right: fail now, not after the wait's timeout
+				}
+				return waiting(ro)
+			})
+			if ro.Status.Reason == magosv1.ReasonNoWorkspacesFound {
+				t.Fatalf("rollout %s/%s is %s/%s (%s) although namespace %s is being deleted, want it to wait on cluster %s",
+					ro.Namespace, ro.Name, ro.Status.Phase, ro.Status.Reason, ro.Status.Message, mirror.Namespace(tc.cluster), tc.cluster)
+			}
 			// Several decisions later (a waiting Rollout is decided again every 2s), it still
 			// waits, and the namespace is still being deleted.
 			testenv.Consistently(t, 5*time.Second, func() error {

@@ -322,7 +322,7 @@ func (r *Reconciler) startApply(ctx context.Context, ws *magosv1.Workspace, sche
 	}
 	if got != ws.Status.PlannedInputs {
 		return r.abandon(ctx, ws, sched, plan, resetKind{magosv1.ReasonConfigurationChanged, magosv1.TriggerConfiguration, fmt.Sprintf(
-			"The inputs of run %s changed since its plan (inputs %s, planned %s: repository, path, tfvarsPath, binary, version or variables); not applying it, waiting for a grant to plan again",
+			"The inputs of run %s changed since its plan (inputs %s, planned %s: repository, path, tfvarsPath, binary, version or variables, or the key of planned inputs); not applying it, waiting for a grant to plan again",
 			ws.Status.CurrentRunID, got, messageOr(ws.Status.PlannedInputs, "unknown"))})
 	}
 	setPhase(ws, magosv1.PhaseApplying, magosv1.ReasonApplyJobCreated,

@@ -15,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -111,6 +112,10 @@ type Options struct {
 	// HubSync connects the agent to its hub (mirrors up, decisions down, heartbeat); nil runs
 	// the agent without a hub.
 	HubSync *hubsync.Options
+	// InputsKeySecret is the Secret, in the agent's own namespace, that keeps the key of the
+	// Workspaces' status.plannedInputs (workspace.Options.InputsKeySecret); empty: a key in
+	// memory only.
+	InputsKeySecret types.NamespacedName
 }
 
 // CacheOptions are the agent's cache rules: Workspaces without the mirror label only (an
@@ -196,7 +201,8 @@ func NewManager(opts Options) (manager.Manager, error) {
 		MinReconcileInterval:     opts.MinReconcileInterval,
 		MaxConcurrentReconciles:  opts.MaxConcurrentReconciles,
 		// Connected to a hub, the hub is the only authority: no unfenced (manual) grants.
-		HubConnected: opts.HubSync != nil,
+		HubConnected:    opts.HubSync != nil,
+		InputsKeySecret: opts.InputsKeySecret,
 	}
 	ropts := revision.Options{DefaultInterval: opts.GitPollInterval, MinInterval: opts.MinGitPollInterval}
 	if opts.ResolveRevision != nil {

@@ -13,8 +13,9 @@
 //   - a plan starts only when execution-allowed is "true" and granted-run names the current
 //     run (a grant without granted-run is honoured once, then removed, by a standalone agent;
 //     an agent connected to a hub ignores it with a Warning event, UnfencedGrant);
-//   - the apply runs only on the inputs its plan was made from (status.plannedInputs), else
-//     the run is abandoned for a new one; an apply that is gone after an agent restart is
+//   - the apply runs only on the inputs its plan was made from (status.plannedInputs, a digest
+//     keyed with the agent's key so that it reveals nothing of sensitive values), else the run
+//     is abandoned for a new one; an apply that is gone after an agent restart is
 //     never started again (the run fails; a retry plans again in a new run);
 //   - the commit is resolved before the plan, and plan and apply run exactly that SHA: the
 //     granted-revision of a grant fenced to the current run when there is one (a value that is
@@ -50,6 +51,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	"github.com/magosfleet/magos/agent/execution"
+	"github.com/magosfleet/magos/agent/plannedinputs"
 	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
 	"github.com/magosfleet/magos/pkg/gitrepo"
 	"github.com/magosfleet/magos/pkg/keys"
@@ -77,6 +79,11 @@ type Options struct {
 	// without magosproject.io/granted-run is then ignored with a Warning event (UnfencedGrant)
 	// and never run. A standalone agent honours such a grant once, as upstream does.
 	HubConnected bool
+	// InputsKeySecret is the Secret that keeps the key of status.plannedInputs, the keyed digest
+	// of a plan's inputs (see package plannedinputs): the agent writes a random key there when it
+	// has none. Empty: a random key in memory, lost with the process (a run planned before an
+	// agent restart is then planned again instead of applied).
+	InputsKeySecret types.NamespacedName
 }
 
 // Reconciler reconciles Workspaces.
@@ -85,6 +92,8 @@ type Reconciler struct {
 	reader   client.Reader
 	recorder events.EventRecorder
 	opts     Options
+	// inputsKeys provides the key of status.plannedInputs.
+	inputsKeys *plannedinputs.Keys
 
 	active         activeSet
 	staleGrants    sync.Map // types.NamespacedName -> string (last reported stale grant)
@@ -111,11 +120,19 @@ func SetupWithManager(mgr ctrl.Manager, opts Options) error {
 		opts.Now = time.Now
 	}
 	registerMetrics()
+	inputsKeys, err := plannedinputs.NewKeys(opts.InputsKeySecret, mgr.GetAPIReader(), mgr.GetClient())
+	if err != nil {
+		return fmt.Errorf("workspace controller: %w", err)
+	}
+	if !inputsKeys.Kept() {
+		mgr.GetLogger().WithName("workspace").Info("the key of planned inputs is not kept (no Secret configured): a run planned before an agent restart is planned again")
+	}
 	r := &Reconciler{
-		client:   mgr.GetClient(),
-		reader:   mgr.GetAPIReader(),
-		recorder: mgr.GetEventRecorder(ControllerName),
-		opts:     opts,
+		client:     mgr.GetClient(),
+		reader:     mgr.GetAPIReader(),
+		recorder:   mgr.GetEventRecorder(ControllerName),
+		opts:       opts,
+		inputsKeys: inputsKeys,
 	}
 	b := ctrl.NewControllerManagedBy(mgr).
 		Named("workspace").

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -13,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/magosfleet/magos/agent/execution"
+	"github.com/magosfleet/magos/agent/plannedinputs"
 	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
 	"github.com/magosfleet/magos/pkg/gitrepo"
 	"github.com/magosfleet/magos/pkg/keys"
@@ -57,25 +57,14 @@ func changedSinceMint(ws *magosv1.Workspace) (resetKind, bool) {
 	return resetKind{}, false
 }
 
-// inputsDigest is a short digest of what a plan or apply runs: repository, commit, path,
-// tfvarsPath, binary, version, and the variables and environment (Secret and ConfigMap values
-// by reference; git credentials left out). The apply runs only on the digest its plan had.
-func inputsDigest(run *execution.Run) string {
-	env := make([]corev1.EnvVar, 0, len(run.Env))
-	for _, e := range run.Env {
-		switch e.Name {
-		case runner.EnvGitUsername, runner.EnvGitPassword, runner.EnvGitSSHPrivateKey, runner.EnvGitSSHKnownHosts:
-			continue
-		}
-		env = append(env, e)
+// inputsDigest is the digest of what a plan or apply of run runs (status.plannedInputs), under
+// the agent's key (plannedinputs.Digest). The apply runs only on the digest its plan had.
+func (r *Reconciler) inputsDigest(ctx context.Context, run *execution.Run) (string, error) {
+	key, err := r.inputsKeys.Key(ctx)
+	if err != nil {
+		return "", transient(ReasonAPIError, err)
 	}
-	s := run.Spec
-	raw, _ := json.Marshal(struct {
-		RepoURL, Revision, Path, TfvarsPath, Binary, Version string
-		Env                                                  []corev1.EnvVar
-	}{s.RepoURL, strings.ToLower(s.Revision), s.Path, s.TfvarsPath, s.Binary, strings.TrimPrefix(s.Version, "v"), env})
-	sum := sha256.Sum256(raw)
-	return hex.EncodeToString(sum[:])[:12]
+	return plannedinputs.Digest(key, run), nil
 }
 
 // resetKind is why a new run becomes due.
@@ -247,9 +236,13 @@ func (r *Reconciler) startPlan(ctx context.Context, ws *magosv1.Workspace, sched
 		}
 		return step{}, err
 	}
+	digest, err := r.inputsDigest(ctx, run)
+	if err != nil {
+		return step{}, err
+	}
 	ws.Status.CurrentRevision = run.Spec.Revision
 	ws.Status.ObservedGeneration = ws.Generation
-	ws.Status.PlannedInputs = inputsDigest(run)
+	ws.Status.PlannedInputs = digest
 	ws.Status.PolicyViolations = nil
 	ws.Status.ResourceChanges = nil
 	setPhase(ws, magosv1.PhasePlanning, magosv1.ReasonPlanJobCreated,
@@ -323,9 +316,13 @@ func (r *Reconciler) startApply(ctx context.Context, ws *magosv1.Workspace, sche
 		}
 		return step{}, err
 	}
-	if got := inputsDigest(run); got != ws.Status.PlannedInputs {
+	got, err := r.inputsDigest(ctx, run)
+	if err != nil {
+		return step{}, err
+	}
+	if got != ws.Status.PlannedInputs {
 		return r.abandon(ctx, ws, sched, plan, resetKind{magosv1.ReasonConfigurationChanged, magosv1.TriggerConfiguration, fmt.Sprintf(
-			"The inputs of run %s changed since its plan (inputs %s, planned %s: repository, path, tfvarsPath, binary, version or variables); not applying it, waiting for a grant to plan again",
+			"The inputs of run %s changed since its plan (inputs %s, planned %s: repository, path, tfvarsPath, binary, version or variables, or the key of planned inputs); not applying it, waiting for a grant to plan again",
 			ws.Status.CurrentRunID, got, messageOr(ws.Status.PlannedInputs, "unknown"))})
 	}
 	setPhase(ws, magosv1.PhaseApplying, magosv1.ReasonApplyJobCreated,
@@ -441,9 +438,15 @@ func (r *Reconciler) observe(ctx context.Context, ws *magosv1.Workspace, sched S
 			}
 			return step{}, err
 		}
-		if got := inputsDigest(run); ws.Status.PlannedInputs != "" && got != ws.Status.PlannedInputs {
-			return r.reset(ctx, ws, sched, resetKind{magosv1.ReasonConfigurationChanged, magosv1.TriggerConfiguration, fmt.Sprintf(
-				"The inputs of run %s changed since its plan was granted; waiting for a grant to plan again", ref.RunID)})
+		if ws.Status.PlannedInputs != "" {
+			got, err := r.inputsDigest(ctx, run)
+			if err != nil {
+				return step{}, err
+			}
+			if got != ws.Status.PlannedInputs {
+				return r.reset(ctx, ws, sched, resetKind{magosv1.ReasonConfigurationChanged, magosv1.TriggerConfiguration, fmt.Sprintf(
+					"The inputs of run %s changed since its plan was granted; waiting for a grant to plan again", ref.RunID)})
+			}
 		}
 		return r.launch(ctx, ws, sched, run)
 	case execution.StateRunning:

@@ -94,6 +94,11 @@ func runMain(m *testing.M) int {
 	defer fleet.Stop()
 	spoke = fleet.Spokes["spoke"]
 
+	// The agent's own namespace, where it keeps the key of planned inputs.
+	if err := createWithRetry(context.Background(), spoke.Client, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: agentNamespace}}); err != nil {
+		fmt.Fprintln(os.Stderr, "creating the agent's namespace:", err)
+		return 1
+	}
 	cfg := rest.CopyConfig(spoke.Config)
 	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return countingTransport{rt} })
 	mgr, err := newAgent(cfg, filepath.Join(testDir, "data"), nil)
@@ -140,6 +145,9 @@ func (c countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	return c.next.RoundTrip(r)
 }
 
+// agentNamespace is the shared agent's own namespace.
+const agentNamespace = "magos-system"
+
 // newAgent builds an agent running local runs for the cluster cfg reaches.
 func newAgent(cfg *rest.Config, dataDir string, mutate func(*app.Options)) (manager.Manager, error) {
 	opts := app.Options{
@@ -154,6 +162,7 @@ func newAgent(cfg *rest.Config, dataDir string, mutate func(*app.Options)) (mana
 		MinGitPollInterval: time.Second,
 		SkipNameValidation: true,
 		Logger:             ctrl.Log.WithName("agent"),
+		InputsKeySecret:    types.NamespacedName{Namespace: agentNamespace, Name: "magos-agent-inputs-key"},
 	}
 	if mutate != nil {
 		mutate(&opts)

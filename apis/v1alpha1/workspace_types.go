@@ -265,9 +265,12 @@ type WorkspaceStatus struct {
 	CurrentRunFor string `json:"currentRunFor,omitempty"`
 	// PlannedInputs is a short digest of what the current run's plan was made from: repository,
 	// commit, path, tfvarsPath, binary, version, and the variables and environment of its
-	// VariableSets (Secret and ConfigMap values by reference). The apply runs only if its own
-	// inputs have the same digest; otherwise the run is abandoned for a new one
-	// (ConfigurationChanged), which plans again under a new grant.
+	// VariableSets (literal values, sensitive ones included; Secret and ConfigMap values by
+	// reference). The apply runs only if its own inputs have the same digest; otherwise the run
+	// is abandoned for a new one (ConfigurationChanged), which plans again under a new grant. The
+	// digest is keyed (12 hex characters of an HMAC-SHA256 under a key the agent keeps in a
+	// Secret of its own namespace): without the key it reveals nothing of the values, and the
+	// digests of different runs are unrelated.
 	// +optional
 	PlannedInputs string `json:"plannedInputs,omitempty"`
 

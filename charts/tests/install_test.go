@@ -1,6 +1,7 @@
 package tests
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"strings"
@@ -85,6 +86,27 @@ func TestInstallIntoAPIServer(t *testing.T) {
 
 	t.Run("the hub and the agent work under the charts' RBAC, and helm test passes", func(t *testing.T) {
 		runInstalled(ctx, t, c.Kubeconfig, kube, releaseObjects(t, hubRelease), releaseObjects(t, agentRelease))
+	})
+
+	t.Run("helm upgrade keeps the key of planned inputs the agent wrote", func(t *testing.T) {
+		key := client.ObjectKey{Namespace: namespace, Name: "magos-agent-inputs-key"}
+		before := &corev1.Secret{}
+		if err := kube.Get(ctx, key, before); err != nil {
+			t.Fatal(err)
+		}
+		if len(before.Data["key"]) != 32 {
+			t.Fatalf("the agent's run left a key of %d bytes in %s, want 32", len(before.Data["key"]), key)
+		}
+		if _, err := helm.upgrade(ctx, "magos-agent", agentChart, agentValues(false)); err != nil {
+			t.Fatalf("helm upgrade magos-agent: %v", err)
+		}
+		after := &corev1.Secret{}
+		if err := kube.Get(ctx, key, after); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(after.Data["key"], before.Data["key"]) {
+			t.Error("helm upgrade changed the key: every plan waiting for its apply would be planned again")
+		}
 	})
 
 	t.Run("helm upgrade updates the CRDs", func(t *testing.T) {
@@ -204,6 +226,11 @@ func checkAccess(ctx context.Context, t *testing.T, cs kubernetes.Interface) {
 		{"magos-agent", "unrelated", "get", "", "secrets", "", "database-password", false},
 		{"magos-agent", "unrelated", "list", "", "secrets", "", "", false},
 		{"magos-agent", namespace, "get", "", "secrets", "", "local-kubeconfig", false},
+		// Its own namespace: the Secret of the key of planned inputs, by name, get and update only.
+		{"magos-agent", namespace, "get", "", "secrets", "", "magos-agent-inputs-key", true},
+		{"magos-agent", namespace, "update", "", "secrets", "", "magos-agent-inputs-key", true},
+		{"magos-agent", namespace, "delete", "", "secrets", "", "magos-agent-inputs-key", false},
+		{"magos-agent", namespace, "create", "", "secrets", "", "", false},
 		{"magos-agent", "", "list", "", "secrets", "", "", false},
 		{"magos-hub", "magos-cluster-x", "create", "rbac.authorization.k8s.io", "roles", "", "", true},
 		{"magos-hub", "magos-cluster-x", "create", "", "serviceaccounts", "token", "", true},

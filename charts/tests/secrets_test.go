@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/magosfleet/magos/pkg/localcluster"
@@ -124,6 +125,50 @@ func TestAgentHubTokenSecretAccess(t *testing.T) {
 		}
 	}
 
+	checkOwnSecretAccess(t, objs, secret)
+
+	for key := range render(t, "magos-agent", map[string]any{"clusterName": "local"}) {
+		if strings.Contains(key, "hub-token") {
+			t.Errorf("%s rendered without a hub Secret", key)
+		}
+	}
+}
+
+// TestAgentInputsKeySecretAccess checks the Secret the agent keeps the key of planned inputs
+// in (the key of status.plannedInputs): whatever the values, the chart creates it empty and lets
+// the agent get and update exactly it, by name (an access review against a real API server: not
+// another Secret of the namespace, not create, list or delete), and starts the agent with it.
+func TestAgentInputsKeySecretAccess(t *testing.T) {
+	objs := render(t, "magos-agent", map[string]any{"clusterName": "eu-west-1"})
+	const secret = "magos-agent-inputs-key"
+	s := as[corev1.Secret](t, objs["Secret/"+secret])
+	if s.Namespace != namespace || len(s.Data) != 0 || len(s.StringData) != 0 {
+		t.Errorf("Secret %s/%s with data %v %v, want an empty Secret in the release namespace", s.Namespace, s.Name, s.Data, s.StringData)
+	}
+	role := as[rbacv1.Role](t, objs["Role/"+secret])
+	if len(role.Rules) != 1 || !slices.Equal(role.Rules[0].Resources, []string{"secrets"}) ||
+		!slices.Equal(role.Rules[0].ResourceNames, []string{secret}) || !slices.Equal(role.Rules[0].Verbs, []string{"get", "update"}) {
+		t.Errorf("Role %s rules %+v, want get and update on the Secret %s only", secret, role.Rules, secret)
+	}
+	binding := as[rbacv1.RoleBinding](t, objs["RoleBinding/"+secret])
+	if binding.RoleRef.Name != secret || len(binding.Subjects) != 1 || binding.Subjects[0].Name != "magos-agent" || binding.Subjects[0].Namespace != namespace {
+		t.Errorf("RoleBinding %s: %+v to %+v", secret, binding.RoleRef, binding.Subjects)
+	}
+	args := as[appsv1.Deployment](t, objs["Deployment/magos-agent"]).Spec.Template.Spec.Containers[0].Args
+	for _, want := range []string{"--inputs-key-secret=" + secret, "--inputs-key-secret-namespace=" + namespace} {
+		if !slices.Contains(args, want) {
+			t.Errorf("agent args %v lack %s", args, want)
+		}
+	}
+	checkOwnSecretAccess(t, objs, secret)
+}
+
+// checkOwnSecretAccess creates the Secret secret of the release namespace, its Role and
+// RoleBinding as rendered in objs, and checks with access reviews that the agent may get and
+// update that Secret and nothing else: not patch or delete it, not read or write another Secret
+// there, not create, list or watch Secrets.
+func checkOwnSecretAccess(t *testing.T, objs map[string]*unstructured.Unstructured, secret string) {
+	t.Helper()
 	fleet := testenv.Start(t, localcluster.Options{NoHub: true, Spokes: []string{"cluster"}, Bare: true})
 	c := fleet.Spokes["cluster"]
 	ctx := context.Background()
@@ -147,6 +192,8 @@ func TestAgentHubTokenSecretAccess(t *testing.T) {
 		{"patch", secret, false},
 		{"delete", secret, false},
 		{"get", "magos-hub-kubeconfig", false},
+		{"get", "magos-agent-hub-token", secret == "magos-agent-hub-token"},
+		{"get", "magos-agent-inputs-key", secret == "magos-agent-inputs-key"},
 		{"update", "other", false},
 		{"create", "", false},
 		{"list", "", false},
@@ -165,12 +212,6 @@ func TestAgentHubTokenSecretAccess(t *testing.T) {
 		}
 		if got.Status.Allowed != tc.allowed {
 			t.Errorf("%s secrets %q: allowed %v, want %v", tc.verb, tc.name, got.Status.Allowed, tc.allowed)
-		}
-	}
-
-	for key := range render(t, "magos-agent", map[string]any{"clusterName": "local"}) {
-		if strings.Contains(key, "hub-token") {
-			t.Errorf("%s rendered without a hub Secret", key)
 		}
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"syscall"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
@@ -217,6 +218,9 @@ func (f *Fleet) start(ctx context.Context, opts Options) error {
 		args := []string{"controller", "--kubeconfig", f.Kubeconfig(name), "--cluster-name", name,
 			"--runner-mode", "local", "--runner-data-dir", f.path("data", name),
 			"--runner-kubeconfig", f.Kubeconfig(name),
+			// No Pod namespace here: the agent keeps the key of planned inputs in default, so that
+			// a plan made before an agent restart (Kill, Restart) is still applied after it.
+			"--inputs-key-secret-namespace", corev1.NamespaceDefault,
 			"--metrics-bind-address", "0", "--health-probe-bind-address", "0", "--log-development"}
 		if !opts.Single {
 			if opts.HubProxy {

@@ -71,6 +71,14 @@ type Config struct {
 	// HubTokenSecretNamespace is the namespace of HubTokenSecret (default $POD_NAMESPACE; when
 	// both are empty the token is not kept).
 	HubTokenSecretNamespace string `mapstructure:"hubTokenSecretNamespace"`
+	// InputsKeySecret is the Secret, in InputsKeySecretNamespace in this cluster, that keeps the
+	// key of the Workspaces' status.plannedInputs (the keyed digest of a plan's inputs); the
+	// agent writes a random key there when it has none. Empty: a key in memory only (a run
+	// planned before an agent restart is then planned again instead of applied).
+	InputsKeySecret string `mapstructure:"inputsKeySecret"`
+	// InputsKeySecretNamespace is the namespace of InputsKeySecret (default $POD_NAMESPACE; when
+	// both are empty the key is kept in memory only).
+	InputsKeySecretNamespace string `mapstructure:"inputsKeySecretNamespace"`
 	// MetricsBindAddress serves /metrics ("0" turns it off).
 	MetricsBindAddress string `mapstructure:"metricsBindAddress"`
 	// HealthProbeBindAddress serves /healthz and /readyz ("0" turns it off).
@@ -128,6 +136,7 @@ func Defaults() *Config {
 		HubLeaseDuration:       40 * time.Second,
 		HubTokenExpiry:         hubtoken.DefaultExpiry,
 		HubTokenSecret:         "magos-agent-hub-token",
+		InputsKeySecret:        "magos-agent-inputs-key",
 		MetricsBindAddress:     ":8080",
 		HealthProbeBindAddress: ":8081",
 		ReconcileInterval:      3 * time.Minute,
@@ -191,6 +200,16 @@ func (c *Config) Validate() error {
 			}
 		}
 	}
+	if c.InputsKeySecret != "" {
+		if msgs := validation.IsDNS1123Subdomain(c.InputsKeySecret); len(msgs) > 0 {
+			errs.Add("inputsKeySecret", "%q is not a Secret name: %s", c.InputsKeySecret, strings.Join(msgs, "; "))
+		}
+	}
+	if ns := c.inputsKeySecret().Namespace; ns != "" {
+		if msgs := validation.IsDNS1123Label(ns); len(msgs) > 0 {
+			errs.Add("inputsKeySecretNamespace", "%q is not a namespace name: %s", ns, strings.Join(msgs, "; "))
+		}
+	}
 	if c.ReconcileInterval <= 0 {
 		errs.Add("reconcileInterval", "must be positive, got %s", c.ReconcileInterval)
 	}
@@ -252,6 +271,19 @@ func (c *Config) hubTokenSecret() types.NamespacedName {
 		return types.NamespacedName{}
 	}
 	return types.NamespacedName{Namespace: ns, Name: c.HubTokenSecret}
+}
+
+// inputsKeySecret is the Secret that keeps the key of planned inputs: InputsKeySecret in
+// InputsKeySecretNamespace, else in $POD_NAMESPACE. An empty name or namespace: not kept.
+func (c *Config) inputsKeySecret() types.NamespacedName {
+	ns := c.InputsKeySecretNamespace
+	if ns == "" {
+		ns = os.Getenv("POD_NAMESPACE")
+	}
+	if c.InputsKeySecret == "" || ns == "" {
+		return types.NamespacedName{}
+	}
+	return types.NamespacedName{Namespace: ns, Name: c.InputsKeySecret}
 }
 
 // runnerOptions are the agent's run options: what execution.JobOptions (job mode) and
@@ -334,6 +366,8 @@ func controllerFlags(def *Config) (*pflag.FlagSet, *string) {
 	flags.Duration("hub-token-expiry", def.HubTokenExpiry, "lifetime of the hub tokens the agent renews itself at about 80% of it (at least 10m; 0: use the bootstrap token without renewal)")
 	flags.String("hub-token-secret", def.HubTokenSecret, `Secret in this cluster the agent keeps its renewed hub token in, for its next start ("": not kept)`)
 	flags.String("hub-token-secret-namespace", "", "namespace of --hub-token-secret (default $POD_NAMESPACE)")
+	flags.String("inputs-key-secret", def.InputsKeySecret, `Secret in this cluster that keeps the key of the Workspaces' plannedInputs digest ("": a key in memory only)`)
+	flags.String("inputs-key-secret-namespace", "", "namespace of --inputs-key-secret (default $POD_NAMESPACE)")
 	flags.String("metrics-bind-address", def.MetricsBindAddress, `address of /metrics ("0": off)`)
 	flags.String("health-probe-bind-address", def.HealthProbeBindAddress, `address of /healthz and /readyz ("0": off)`)
 	flags.Bool("leader-elect", false, "keep one active agent per cluster")
@@ -404,13 +438,15 @@ func controller(ctx context.Context, args []string) error {
 		DefaultReconcileInterval: cfg.ReconcileInterval,
 		GitPollInterval:          cfg.GitPollInterval,
 		SecretNamespaces:         cfg.secretNamespaces(),
+		InputsKeySecret:          cfg.inputsKeySecret(),
 		Logger:                   logger,
 		Runner:                   cfg.runnerOptions(),
 	})
 	if err != nil {
 		return err
 	}
-	logger.Info("starting magos-agent", "runnerMode", cfg.Runner.Mode, "secretNamespaces", cfg.secretNamespaces())
+	logger.Info("starting magos-agent", "runnerMode", cfg.Runner.Mode, "secretNamespaces", cfg.secretNamespaces(),
+		"inputsKeySecret", cfg.inputsKeySecret().String())
 	return mgr.Start(ctx)
 }
 

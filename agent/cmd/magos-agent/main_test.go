@@ -179,6 +179,44 @@ func TestConfig(t *testing.T) {
 			},
 		},
 		{
+			name: "inputs key Secret default: in the Pod's namespace",
+			env:  map[string]string{"POD_NAMESPACE": "magos-system"},
+			args: []string{"--runner-image=x"},
+			check: func(c *Config) string {
+				if got := c.inputsKeySecret().String(); got != "magos-system/magos-agent-inputs-key" {
+					return "inputs key Secret " + got
+				}
+				return ""
+			},
+		},
+		{
+			name: "inputs key Secret flags",
+			env:  map[string]string{"POD_NAMESPACE": ""},
+			args: []string{"--runner-image=x", "--inputs-key-secret=digest-key", "--inputs-key-secret-namespace=agents"},
+			check: func(c *Config) string {
+				if got := c.inputsKeySecret().String(); got != "agents/digest-key" {
+					return "inputs key Secret " + got
+				}
+				return ""
+			},
+		},
+		{
+			name: "no namespace for the inputs key Secret: not kept",
+			env:  map[string]string{"POD_NAMESPACE": ""},
+			args: []string{"--runner-image=x"},
+			check: func(c *Config) string {
+				if c.inputsKeySecret().Name != "" {
+					return "inputs key Secret " + c.inputsKeySecret().String()
+				}
+				return ""
+			},
+		},
+		{
+			name:    "bad inputs key Secret name",
+			args:    []string{"--runner-image=x", "--inputs-key-secret=Key_Secret"},
+			wantErr: `inputsKeySecret: "Key_Secret" is not a Secret name`,
+		},
+		{
 			name:    "hub token expiry below the API server's minimum",
 			args:    []string{"--runner-image=x", "--hub-kubeconfig=/k", "--cluster-name=eu-west-1", "--hub-token-expiry=5m"},
 			wantErr: "hubTokenExpiry: 5m0s: must be 0 (no renewal) or at least 10m0s",

@@ -34,6 +34,11 @@ app.kubernetes.io/component: agent
 {{- printf "%s-hub-token" (include "magos-agent.fullname" .) | trunc 63 | trimSuffix "-" }}
 {{- end }}
 
+{{- /* The Secret the agent keeps the key of the Workspaces' plannedInputs digest in (templates/inputs-key.yaml). */}}
+{{- define "magos-agent.inputsKeySecret" -}}
+{{- printf "%s-inputs-key" (include "magos-agent.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
 {{- define "magos-agent.serviceAccountName" -}}
 {{- if .Values.serviceAccount.create }}
 {{- default (include "magos-agent.fullname" .) .Values.serviceAccount.name }}

@@ -155,7 +155,7 @@ type Renewer struct {
 }
 
 var (
-	_ oauth2.TokenSource               = (*Renewer)(nil)
+	_ oauth2.TokenSource              = (*Renewer)(nil)
 	_ transport.ResettableTokenSource = (*Renewer)(nil)
 )
 

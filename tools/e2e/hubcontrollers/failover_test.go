@@ -20,17 +20,25 @@ func (w *world) waitApplying(t *testing.T, ns, name string, step int) {
 	})
 }
 
+// heldAtEuWest starts the region Rollout cdn-platform in namespace ns with eu-west-1's apply held,
+// and returns once eu-west-1 applies (step 1 running). It returns the Workspaces' keys.
+func (w *world) heldAtEuWest(t *testing.T, ns string) []string {
+	t.Helper()
+	w.Namespace(t, ns)
+	w.Hold(t, euWest, ns, "cdn")
+	ks := w.regionWorkspaces(t, ns, "cdn", "cdn-platform")
+	w.WaitMirrored(t, ks...)
+	w.CreateHub(t, regionRollout(ns, "cdn-platform"))
+	w.waitApplying(t, ns, "cdn-platform", 1)
+	return ks
+}
+
 func TestFailover(t *testing.T) {
 	w := start(t, devfleet.Options{HubReplicas: 2})
 
 	t.Run("when the leading hub dies mid-rollout the standby takes over: no step skipped, nothing run twice", func(t *testing.T) {
 		ns := "leader"
-		w.Namespace(t, ns)
-		w.Hold(t, euWest, ns, "cdn")
-		ks := w.regionWorkspaces(t, ns, "cdn", "cdn-platform")
-		w.WaitMirrored(t, ks...)
-		w.CreateHub(t, regionRollout(ns, "cdn-platform"))
-		w.waitApplying(t, ns, "cdn-platform", 1)
+		ks := w.heldAtEuWest(t, ns)
 
 		killed, successor, err := w.f.KillHubLeader(w.ctx, time.Minute)
 		if err != nil {
@@ -47,12 +55,7 @@ func TestFailover(t *testing.T) {
 
 	t.Run("a step that ends while no hub runs: the restarted hubs go on at the next step", func(t *testing.T) {
 		ns := "restart"
-		w.Namespace(t, ns)
-		w.Hold(t, euWest, ns, "cdn")
-		ks := w.regionWorkspaces(t, ns, "cdn", "cdn-platform")
-		w.WaitMirrored(t, ks...)
-		w.CreateHub(t, regionRollout(ns, "cdn-platform"))
-		w.waitApplying(t, ns, "cdn-platform", 1)
+		ks := w.heldAtEuWest(t, ns)
 		hubs := w.f.HubReplicas()
 		for _, h := range hubs {
 			if err := w.f.Kill(h); err != nil {

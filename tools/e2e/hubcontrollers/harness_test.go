@@ -37,6 +37,7 @@ import (
 
 	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
 	"github.com/magosfleet/magos/hub/cli"
+	"github.com/magosfleet/magos/hub/hubtest"
 	"github.com/magosfleet/magos/pkg/gitrepo/gitrepotest"
 	"github.com/magosfleet/magos/pkg/keys"
 	"github.com/magosfleet/magos/pkg/mirror"
@@ -567,21 +568,6 @@ func (w *world) assertStepOrder(t *testing.T, ns string, steps ...[]string) {
 	assertOrder(t, "apply", w.Applies(t, ns), steps...)
 }
 
-// rolloutOf returns a Rollout of the Project whose steps select the given labels, in order (one
-// step per map, named by stepNames).
-func rolloutOf(ns, project string, stepNames []string, selectors ...map[string]string) *magosv1.Rollout {
-	ro := &magosv1.Rollout{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: project},
-		Spec:       magosv1.RolloutSpec{ProjectRef: project},
-	}
-	for i, sel := range selectors {
-		ro.Spec.Strategy.Steps = append(ro.Spec.Strategy.Steps, magosv1.RolloutStep{
-			Name: stepNames[i], Selector: magosv1.MatchLabels(sel),
-		})
-	}
-	return ro
-}
-
 // projectOf returns a Project with the given annotations.
 func projectOf(ns, name string, annotations map[string]string) *magosv1.Project {
 	return &magosv1.Project{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Annotations: annotations}}
@@ -605,5 +591,26 @@ func regionRollout(ns, project string) *magosv1.Rollout {
 	for _, r := range regions {
 		sels = append(sels, map[string]string{"env": "prod", "region": r})
 	}
-	return rolloutOf(ns, project, regions, sels...)
+	return hubtest.Rollout(ns, project, regions, sels...)
+}
+
+// devProd creates the Workspaces web-dev (env=dev, in us-east-1) and web-prod (env=prod, in
+// eu-west-1) of the Project web in namespace ns, web-dev's applies held when holdDev is set, and
+// waits until the hub mirrors both. It returns their keys.
+func (w *world) devProd(t *testing.T, ns string, holdDev bool) (dev, prod string) {
+	t.Helper()
+	w.Namespace(t, ns)
+	dev, prod = key(usEast, ns, "web-dev"), key(euWest, ns, "web-prod")
+	if holdDev {
+		w.Hold(t, usEast, ns, "web-dev")
+	}
+	w.Workspace(t, usEast, ns, "web-dev", "web", map[string]string{"env": "dev"})
+	w.Workspace(t, euWest, ns, "web-prod", "web", map[string]string{"env": "prod"})
+	w.WaitMirrored(t, dev, prod)
+	return dev, prod
+}
+
+// devProdRollout is the Rollout dev -> prod of the Project web.
+func devProdRollout(ns string) *magosv1.Rollout {
+	return hubtest.Rollout(ns, "web", []string{"dev", "prod"}, map[string]string{"env": "dev"}, map[string]string{"env": "prod"})
 }

@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
+	"github.com/magosfleet/magos/hub/hubtest"
 	"github.com/magosfleet/magos/pkg/keys"
 	"github.com/magosfleet/magos/pkg/testenv"
 	"github.com/magosfleet/magos/tools/devfleet"
@@ -63,6 +64,16 @@ func (w *world) granted(t *testing.T, by string, ks ...string) {
 		}
 		return nil
 	})
+}
+
+// prodAfterDev releases the held web-dev and checks that the Rollout then grants web-prod, which
+// applies after web-dev.
+func (w *world) prodAfterDev(t *testing.T, ns, dev, prod string) {
+	t.Helper()
+	w.Release(t, usEast, ns, "web-dev")
+	w.granted(t, keys.GrantedByRollout, prod)
+	w.waitApplied(t, euWest, ns, "web-prod")
+	assertOrder(t, "apply", w.Applies(t, ns), []string{dev}, []string{prod})
 }
 
 // waitApplied waits until a spoke Workspace is Applied.
@@ -168,31 +179,18 @@ func TestProject(t *testing.T) {
 
 	t.Run("a Project applied right after its Rollout never runs its Workspaces in parallel", func(t *testing.T) {
 		ns := "together"
-		w.Namespace(t, ns)
-		dev, prod := key(usEast, ns, "web-dev"), key(euWest, ns, "web-prod")
-		w.Hold(t, usEast, ns, "web-dev")
-		w.Workspace(t, usEast, ns, "web-dev", "web", map[string]string{"env": "dev"})
-		w.Workspace(t, euWest, ns, "web-prod", "web", map[string]string{"env": "prod"})
-		w.WaitMirrored(t, dev, prod)
-		w.CreateHub(t, rolloutOf(ns, "web", []string{"dev", "prod"}, map[string]string{"env": "dev"}, map[string]string{"env": "prod"}))
+		dev, prod := w.devProd(t, ns, true)
+		w.CreateHub(t, devProdRollout(ns))
 		w.CreateHub(t, projectOf(ns, "web", nil))
 		w.granted(t, keys.GrantedByRollout, dev)
 		w.waitProject(t, ns, "web", reason(magosv1.ReasonManagedByRollout))
 		testenv.Consistently(t, 2*time.Second, noGrants(w.grants, prod))
-		w.Release(t, usEast, ns, "web-dev")
-		w.granted(t, keys.GrantedByRollout, prod)
-		w.waitApplied(t, euWest, ns, "web-prod")
-		assertOrder(t, "apply", w.Applies(t, ns), []string{dev}, []string{prod})
+		w.prodAfterDev(t, ns, dev, prod)
 	})
 
 	t.Run("a Project applied before its Rollout never runs its Workspaces in parallel", func(t *testing.T) {
 		ns := "project-first"
-		w.Namespace(t, ns)
-		dev, prod := key(usEast, ns, "web-dev"), key(euWest, ns, "web-prod")
-		w.Hold(t, usEast, ns, "web-dev")
-		w.Workspace(t, usEast, ns, "web-dev", "web", map[string]string{"env": "dev"})
-		w.Workspace(t, euWest, ns, "web-prod", "web", map[string]string{"env": "prod"})
-		w.WaitMirrored(t, dev, prod)
+		dev, prod := w.devProd(t, ns, true)
 		w.CreateHub(t, projectOf(ns, "web", nil))
 		w.waitProject(t, ns, "web", func(p *magosv1.Project) error {
 			if p.Status.Phase != magosv1.PhasePending || p.Status.Reason != magosv1.ReasonAwaitingRollout || p.Status.Workspaces != 2 {
@@ -203,21 +201,18 @@ func TestProject(t *testing.T) {
 		if got := w.grants.For(dev, prod); len(got) > 0 {
 			t.Fatalf("granted before the Rollout came: %v", keysOf(got))
 		}
-		w.CreateHub(t, rolloutOf(ns, "web", []string{"dev", "prod"}, map[string]string{"env": "dev"}, map[string]string{"env": "prod"}))
+		w.CreateHub(t, devProdRollout(ns))
 		w.granted(t, keys.GrantedByRollout, dev)
 		w.waitProject(t, ns, "web", reason(magosv1.ReasonManagedByRollout))
 		testenv.Consistently(t, parallelGrace, noGrants(w.grants, prod))
-		w.Release(t, usEast, ns, "web-dev")
-		w.granted(t, keys.GrantedByRollout, prod)
-		w.waitApplied(t, euWest, ns, "web-prod")
-		assertOrder(t, "apply", w.Applies(t, ns), []string{dev}, []string{prod})
+		w.prodAfterDev(t, ns, dev, prod)
 	})
 
 	t.Run("a Rollout takes the Project over; once deleted, nothing runs until parallel is asked for", func(t *testing.T) {
 		ns := "managed"
 		w.Namespace(t, ns)
 		dev, extra := key(usEast, ns, "web-dev"), key(euWest, ns, "web-extra")
-		w.CreateHub(t, rolloutOf(ns, "web", []string{"dev"}, map[string]string{"env": "dev"}))
+		w.CreateHub(t, hubtest.Rollout(ns, "web", []string{"dev"}, map[string]string{"env": "dev"}))
 		w.CreateHub(t, projectOf(ns, "web", nil))
 		w.waitProject(t, ns, "web", reason(magosv1.ReasonManagedByRollout))
 		w.Workspace(t, usEast, ns, "web-dev", "web", map[string]string{"env": "dev"})

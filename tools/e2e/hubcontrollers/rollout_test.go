@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
+	"github.com/magosfleet/magos/hub/hubtest"
 	"github.com/magosfleet/magos/pkg/keys"
 	"github.com/magosfleet/magos/pkg/testenv"
 	"github.com/magosfleet/magos/tools/devfleet"
@@ -20,7 +21,7 @@ import (
 
 // envRollout is the dev -> staging -> prod Rollout of the Project.
 func envRollout(ns, project string) *magosv1.Rollout {
-	return rolloutOf(ns, project, []string{"dev", "staging", "prod"},
+	return hubtest.Rollout(ns, project, []string{"dev", "staging", "prod"},
 		map[string]string{"env": "dev"}, map[string]string{"env": "staging"}, map[string]string{"env": "prod"})
 }
 
@@ -233,7 +234,7 @@ func TestRollout(t *testing.T) {
 		w.Workspace(t, euWest, ns, "app-prod", "shop", map[string]string{"env": "prod"})
 		dev, prod := key(usEast, ns, "app-dev"), key(euWest, ns, "app-prod")
 		w.WaitMirrored(t, dev, prod)
-		ro := rolloutOf(ns, "shop", []string{"dev", "prod"}, map[string]string{"env": "dev"}, map[string]string{"env": "prdo"})
+		ro := hubtest.Rollout(ns, "shop", []string{"dev", "prod"}, map[string]string{"env": "dev"}, map[string]string{"env": "prdo"})
 		w.CreateHub(t, ro)
 		got := w.WaitRollout(t, ns, "shop", phase(magosv1.PhaseFailed, magosv1.ReasonNoWorkspacesFound))
 		if got.Status.CurrentStep != 1 || got.Status.CurrentStepName != "prod" {
@@ -263,7 +264,7 @@ func TestRollout(t *testing.T) {
 		w.Workspace(t, euWest, ns, "billing-cache", "billing", prod)
 		w.Workspace(t, euWest, other, "payments-db", "payments", prod)
 		w.WaitMirrored(t, key(usEast, ns, "payments-db"), key(usEast, ns, "billing-db"), key(euWest, ns, "billing-cache"), key(euWest, other, "payments-db"))
-		w.CreateHub(t, rolloutOf(ns, "payments", []string{"prod"}, prod))
+		w.CreateHub(t, hubtest.Rollout(ns, "payments", []string{"prod"}, prod))
 
 		ro := w.WaitRollout(t, ns, "payments", Completed)
 		if ro.Status.TotalWorkspaces != 1 {
@@ -279,12 +280,7 @@ func TestRollout(t *testing.T) {
 
 	t.Run("a Rollout created over a Project in parallel mode revokes the grants its order does not allow", func(t *testing.T) {
 		ns := "takeover"
-		w.Namespace(t, ns)
-		dev, prod := key(usEast, ns, "web-dev"), key(euWest, ns, "web-prod")
-		w.Hold(t, usEast, ns, "web-dev")
-		w.Workspace(t, usEast, ns, "web-dev", "web", map[string]string{"env": "dev"})
-		w.Workspace(t, euWest, ns, "web-prod", "web", map[string]string{"env": "prod"})
-		w.WaitMirrored(t, dev, prod)
+		dev, prod := w.devProd(t, ns, true)
 
 		// The eu-west-1 agent is stopped: the Project's grant of web-prod is decided on the hub
 		// but not carried down before the Rollout takes over.
@@ -300,7 +296,7 @@ func TestRollout(t *testing.T) {
 			}
 			return nil
 		})
-		w.CreateHub(t, rolloutOf(ns, "web", []string{"dev", "prod"}, map[string]string{"env": "dev"}, map[string]string{"env": "prod"}))
+		w.CreateHub(t, devProdRollout(ns))
 		testenv.Eventually(t, wait, func() error {
 			a, err := w.mirrorGrant(euWest, ns, "web-prod")
 			if err != nil {
@@ -394,7 +390,7 @@ func TestRollout(t *testing.T) {
 		// The hub grants the run while the agent is stopped; meanwhile the Workspace's labels
 		// change, so the agent, back, replaces the run and must not run the old grant.
 		resume := w.Stop(t, usEast)
-		w.CreateHub(t, rolloutOf(ns, "queue", []string{"prod"}, map[string]string{"env": "prod"}))
+		w.CreateHub(t, hubtest.Rollout(ns, "queue", []string{"prod"}, map[string]string{"env": "prod"}))
 		testenv.Eventually(t, wait, func() error {
 			a, err := w.mirrorGrant(usEast, ns, "queue")
 			if err != nil {

@@ -100,11 +100,15 @@ resource "terraform_data" "destroyed" {
 //     the Rollout halts with StepFailed naming it;
 //   - `magosctl retry` after the fix mints a new destroy run that the hub grants, the destroy
 //     runs once (one line in the destroy ledger), the finalizer goes, the Workspace and its
-//     mirror are gone, and the Rollout completes without it, every other Workspace untouched.
+//     mirror are gone, and the Rollout completes without it, every other Workspace untouched;
+//   - the last step's other Workspace, deleted without destroyOnDelete, goes at once, its state
+//     kept and nothing destroyed; its step selecting nothing, the Rollout halts with
+//     NoWorkspacesFound, and completes once the step is removed from its spec.
 //
 // Every check that the Workspace waits first pokes its agent (poke), so that a wait is the
-// agent's decision and not the mere absence of a reconcile. The first step's agent going down
-// and the destroy's failure are simulated; everything else is the real thing.
+// agent's decision and not the mere absence of a reconcile. Simulated: the first step's outage
+// (its agent is killed) and the destroy's failure (the provisioner refuses); everything else is
+// the real thing.
 func TestDestroyUnderARollout(t *testing.T) {
 	began := time.Now()
 	f, ctx := start(t)
@@ -337,6 +341,49 @@ func TestDestroyUnderARollout(t *testing.T) {
 		}
 	}
 	t.Logf("[+%s] the rollout completed without %s; the destroy ledger holds one line", since(began), retired)
+
+	// The last Workspace of the last step goes too, without destroyOnDelete: its finalizer goes
+	// at once and nothing is destroyed. Its step now selects nothing, so the Rollout halts
+	// (NoWorkspacesFound: a step that selects nothing is never skipped) until the step is
+	// removed from it.
+	if err := spoke.Delete(ctx, &magosv1.Workspace{ObjectMeta: metav1.ObjectMeta{Namespace: corev1.NamespaceDefault, Name: demo.Workspace}}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, time.Minute, func() error {
+		ws, err := getWorkspace(ctx, spoke, client.ObjectKey{Namespace: corev1.NamespaceDefault, Name: demo.Workspace})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		return fmt.Errorf("%s's %s still there: %s/%s", last, demo.Workspace, ws.Status.Phase, ws.Status.Reason)
+	})
+	waitRollout(t, ctx, f, func(r *magosv1.Rollout) error {
+		if r.Status.Reason != magosv1.ReasonNoWorkspacesFound || r.Status.CurrentStepName != last {
+			return fmt.Errorf("rollout at step %q, %s: %s; want NoWorkspacesFound at %s", r.Status.CurrentStepName, r.Status.Reason, r.Status.Message, last)
+		}
+		return nil
+	})
+	if n := stateResources(t, ctx, spoke, demo.Workspace); n != 3 {
+		t.Errorf("the state of %s's %s holds %d resources after its deletion without destroyOnDelete, want all 3 kept", last, demo.Workspace, n)
+	}
+	if lines := readLines(t, destroyed); len(lines) != 1 {
+		t.Errorf("destroy ledger %q after a deletion without destroyOnDelete, want only the earlier destroy", lines)
+	}
+	r := rolloutOf(t, ctx, f)
+	r.Spec.Strategy.Steps = slices.DeleteFunc(r.Spec.Strategy.Steps, func(s magosv1.RolloutStep) bool { return s.Name == last })
+	if err := f.Client("hub").Update(ctx, r); err != nil {
+		t.Fatal(err)
+	}
+	waitRollout(t, ctx, f, func(r *magosv1.Rollout) error {
+		if r.Status.Reason != magosv1.ReasonRolloutCompleted || r.Status.TotalWorkspaces != int32(len(f.Order)-1) {
+			return fmt.Errorf("rollout %s with %d Workspaces: %s; want RolloutCompleted with %d", r.Status.Reason, r.Status.TotalWorkspaces, r.Status.Message, len(f.Order)-1)
+		}
+		return nil
+	})
+	t.Logf("[+%s] %s's last Workspace deleted without destroyOnDelete: its state kept, the rollout halted at its empty step and completed once the step was removed",
+		since(began), last)
 }
 
 // createRetired creates the Workspace TestDestroyUnderARollout deletes, in cluster: a copy of

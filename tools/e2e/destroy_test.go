@@ -98,9 +98,10 @@ resource "terraform_data" "destroyed" {
 //     (simulated: the module's destroy provisioner refuses), the Workspace stays in
 //     Deleting/DestroyFailed with its finalizer and its state, is not retried by itself, and
 //     the Rollout halts with StepFailed naming it;
-//   - `magosctl retry` after the fix mints a new destroy run that the hub grants, the destroy
-//     runs once (one line in the destroy ledger), the finalizer goes, the Workspace and its
-//     mirror are gone, and the Rollout completes without it, every other Workspace untouched;
+//   - `magosctl retry` after the fix, with the Rollout paused again, mints a new destroy run
+//     that waits too; resumed, the hub grants it, the destroy runs once (one line in the
+//     destroy ledger), the finalizer goes, the Workspace and its mirror are gone, and the
+//     Rollout completes without it, every other Workspace untouched;
 //   - the last step's other Workspace, deleted without destroyOnDelete, goes at once, its state
 //     kept and nothing destroyed; its step selecting nothing, the Rollout halts with
 //     NoWorkspacesFound, and completes once the step is removed from its spec.
@@ -185,7 +186,7 @@ func TestDestroyUnderARollout(t *testing.T) {
 	// decision and not merely the absence of a reconcile: a waiting destroy is reconciled only
 	// on a change to the Workspace.
 	pokes := 0
-	stillWaiting := func(why string) {
+	stillWaiting := func(why string, resources int) {
 		t.Helper()
 		pokes++
 		poke(t, ctx, f, last, key, pokes)
@@ -195,11 +196,11 @@ func TestDestroyUnderARollout(t *testing.T) {
 			}
 			return nil
 		})
-		if n := stateResources(t, ctx, spoke, retired); n != 3 {
-			t.Fatalf("%s: the state of %s holds %d resources, want all 3", why, retired, n)
+		if n := stateResources(t, ctx, spoke, retired); n != resources {
+			t.Fatalf("%s: the state of %s holds %d resources, want %d", why, retired, n, resources)
 		}
 	}
-	stillWaiting("while the rollout is paused")
+	stillWaiting("while the rollout is paused", 3)
 	// A restarted agent reconciles every Workspace afresh: it still waits.
 	if err := f.Kill(last); err != nil {
 		t.Fatal(err)
@@ -207,7 +208,7 @@ func TestDestroyUnderARollout(t *testing.T) {
 	if err := f.Restart(last); err != nil {
 		t.Fatal(err)
 	}
-	stillWaiting("after the agent of " + last + " restarted")
+	stillWaiting("after the agent of "+last+" restarted", 3)
 	if r := rolloutOf(t, ctx, f); r.Status.TotalWorkspaces != int32(len(f.Order)+1) {
 		t.Errorf("the paused rollout counts %d Workspaces, want %d: one waiting for its destroy grant is still a member",
 			r.Status.TotalWorkspaces, len(f.Order)+1)
@@ -236,7 +237,7 @@ func TestDestroyUnderARollout(t *testing.T) {
 		return nil
 	})
 	t.Logf("[+%s] resumed with the %s agent down: the rollout waits at step %s", since(began), first, first)
-	stillWaiting("while an earlier step is held")
+	stillWaiting("while an earlier step is held", 3)
 
 	// The earlier step is done again: the hub grants the destroy, which fails (simulated).
 	if err := f.Restart(first); err != nil {
@@ -269,6 +270,9 @@ func TestDestroyUnderARollout(t *testing.T) {
 		}
 		return nil
 	})
+	// Not retried by itself, even when its agent looks at it again.
+	pokes++
+	poke(t, ctx, f, last, key, pokes)
 	testenv.Consistently(t, 4*time.Second, func() error {
 		ws, err := getWorkspace(ctx, spoke, key)
 		if err != nil {
@@ -283,15 +287,40 @@ func TestDestroyUnderARollout(t *testing.T) {
 		}
 		return nil
 	})
-	if n := stateResources(t, ctx, spoke, retired); n == 0 {
+	kept := stateResources(t, ctx, spoke, retired)
+	if kept == 0 {
 		t.Fatalf("the state of %s is empty after the failed destroy, want the refusing resource kept", retired)
 	}
 
-	// Fixed, retried: a new destroy run, granted by the hub, runs once and the Workspace goes.
+	// Fixed and retried while the Rollout is paused: the retry is a new destroy run, which waits
+	// for its grant like the first.
 	if err := os.Remove(refuse); err != nil {
 		t.Fatal(err)
 	}
+	magosctl(t, ctx, f, "hub", "rollout", "pause", demo.Project)
+	waitRollout(t, ctx, f, func(r *magosv1.Rollout) error {
+		if r.Status.Reason != magosv1.ReasonPaused {
+			return fmt.Errorf("rollout %s, want Paused", r.Status.Reason)
+		}
+		return nil
+	})
 	magosctl(t, ctx, f, last, "retry", retired)
+	testenv.Eventually(t, time.Minute, func() error {
+		ws, err := getWorkspace(ctx, spoke, key)
+		if err != nil {
+			return err
+		}
+		if ws.Status.Reason != magosv1.ReasonDestroyPending || ws.Status.CurrentRunID == failed.Status.CurrentRunID {
+			return fmt.Errorf("%s is %s/%s run %s, want DestroyPending in a new run", retired, ws.Status.Phase, ws.Status.Reason, ws.Status.CurrentRunID)
+		}
+		destroyRun = ws.Status.CurrentRunID
+		return nil
+	})
+	t.Logf("[+%s] fixed and retried while paused: destroy run %s waits", since(began), destroyRun)
+	stillWaiting("after the retry, while the rollout is paused", kept)
+
+	// Resumed: the hub grants the new run, it runs once and the Workspace goes.
+	magosctl(t, ctx, f, "hub", "rollout", "resume", demo.Project)
 	testenv.Eventually(t, 2*time.Minute, func() error {
 		ws, err := getWorkspace(ctx, spoke, key)
 		if apierrors.IsNotFound(err) {
@@ -302,7 +331,7 @@ func TestDestroyUnderARollout(t *testing.T) {
 		}
 		return fmt.Errorf("%s still there: %s/%s %s", retired, ws.Status.Phase, ws.Status.Reason, ws.Status.Message)
 	})
-	t.Logf("[+%s] retried: %s destroyed and gone", since(began), retired)
+	t.Logf("[+%s] resumed: %s destroyed and gone", since(began), retired)
 	if n := stateResources(t, ctx, spoke, retired); n != 0 {
 		t.Errorf("the state of %s holds %d resources after the destroy, want none", retired, n)
 	}

@@ -93,11 +93,13 @@ resource "terraform_data" "destroyed" {
 //     its destroy run, its finalizer kept, its state whole, nothing destroyed, also after its
 //     agent restarted;
 //   - resumed while an earlier step is held (the first step's agent is down: the Rollout waits
-//     for that cluster), it still waits: destroys go in step order;
+//     for that cluster), it still waits, also after an impatient `magosctl retry`: destroys go
+//     in step order;
 //   - once the earlier step is done again, the hub grants the destroy; the destroy fails
 //     (simulated: the module's destroy provisioner refuses), the Workspace stays in
-//     Deleting/DestroyFailed with its finalizer and its state, is not retried by itself, and
-//     the Rollout halts with StepFailed naming it;
+//     Deleting/DestroyFailed with its finalizer and its state, is not retried by itself (the
+//     earlier retry was satisfied by the destroy that failed), and the Rollout halts with
+//     StepFailed naming it;
 //   - `magosctl retry` after the fix, with the Rollout paused again, mints a new destroy run
 //     that waits too; resumed, the hub grants it, the destroy runs once (one line in the
 //     destroy ledger), the finalizer goes, the Workspace and its mirror are gone, and the
@@ -238,6 +240,16 @@ func TestDestroyUnderARollout(t *testing.T) {
 	})
 	t.Logf("[+%s] resumed with the %s agent down: the rollout waits at step %s", since(began), first, first)
 	stillWaiting("while an earlier step is held", 3)
+	// An impatient operator asks for a retry of the waiting destroy: it still waits, and the
+	// destroy that runs once granted satisfies the request (a failure is not retried on it).
+	magosctl(t, ctx, f, last, "retry", retired)
+	testenv.Eventually(t, time.Minute, func() error {
+		if m, err := mirrorOf(ctx, f, last, retired); err != nil || m.Annotations[keys.ReconcileRequest] == "" {
+			return fmt.Errorf("the hub's mirror of %s carries no reconcile-request yet (%v)", retired, err)
+		}
+		return nil
+	})
+	stillWaiting("after a retry while an earlier step is held", 3)
 
 	// The earlier step is done again: the hub grants the destroy, which fails (simulated).
 	if err := f.Restart(first); err != nil {

@@ -10,6 +10,7 @@ import (
 	"github.com/go-logr/logr"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
@@ -508,5 +509,85 @@ func endJobAs(t *testing.T, c client.Client, job *batchv1.Job, end jobEnd) {
 			}
 		}
 		return c.Status().Update(ctx, cur)
+	})
+}
+
+// TestWorkspaceDeletionCollectsItsRunObjects: what a run leaves in the Workspace's namespace,
+// its Job, the Job's Pod, the Secret of its sensitive values and the Workspace's data volume,
+// goes with the Workspace once the Workspace is deleted, by Kubernetes garbage collection (the
+// real garbage collector, Job controller and PVC protection controller of kube-controller-manager;
+// no kubelet, so the Pod is never scheduled). The Workspace here carries no finalizer: in a
+// real cluster the agent removes its own when it lets go (agent/workspace's delete tests).
+func TestWorkspaceDeletionCollectsItsRunObjects(t *testing.T) {
+	t.Parallel()
+	const ns = "collect"
+	c, launcher, ws := startLauncher(t, localcluster.Options{NoHub: true, Spokes: []string{ns}, ControllerManager: true,
+		Controllers: []string{"job-controller", "persistentvolumeclaim-protection-controller"}}, ns)
+	ctx := context.Background()
+	run := &execution.Run{
+		Workspace: ws,
+		Spec:      runner.Spec{Operation: runner.OperationApply, RunID: "20260101T000000-0000abcd", Namespace: ns, Name: ws.Name, Revision: strings.Repeat("a", 40)},
+		Env:       []corev1.EnvVar{{Name: "TF_VAR_password", Value: "literal"}},
+		Sensitive: []string{"TF_VAR_password"},
+		Timeout:   time.Hour,
+	}
+	if err := launcher.Start(ctx, run); err != nil {
+		t.Fatal(err)
+	}
+	job, err := launcher.Job(run)
+	if err != nil {
+		t.Fatal(err)
+	}
+	secret, err := launcher.Secret(run)
+	if err != nil || secret == nil {
+		t.Fatalf("Secret: %v, %v", secret, err)
+	}
+	claim := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: execution.DataClaimName(ws.Name)}}
+	pods := func() ([]corev1.Pod, error) {
+		list := &corev1.PodList{}
+		err := c.List(ctx, list, client.InNamespace(ns), client.MatchingLabels{execution.JobNameLabel: job.Name})
+		return list.Items, err
+	}
+	testenv.Eventually(t, 60*time.Second, func() error {
+		for _, o := range []client.Object{job.DeepCopy(), secret.DeepCopy(), claim.DeepCopy()} {
+			if err := c.Get(ctx, client.ObjectKeyFromObject(o), o); err != nil {
+				return fmt.Errorf("%T %s: %w", o, o.GetName(), err)
+			}
+		}
+		items, err := pods()
+		if err != nil {
+			return err
+		}
+		if len(items) != 1 {
+			return fmt.Errorf("%d Pods, want the Job controller's one", len(items))
+		}
+		return nil
+	})
+
+	if err := c.Delete(ctx, ws); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 90*time.Second, func() error {
+		var left []string
+		for _, o := range []client.Object{job.DeepCopy(), secret.DeepCopy(), claim.DeepCopy()} {
+			err := c.Get(ctx, client.ObjectKeyFromObject(o), o)
+			switch {
+			case err == nil:
+				left = append(left, fmt.Sprintf("%T %s (finalizers %v)", o, o.GetName(), o.GetFinalizers()))
+			case !apierrors.IsNotFound(err):
+				return err
+			}
+		}
+		items, err := pods()
+		if err != nil {
+			return err
+		}
+		for _, p := range items {
+			left = append(left, fmt.Sprintf("Pod %s (finalizers %v)", p.Name, p.Finalizers))
+		}
+		if len(left) > 0 {
+			return fmt.Errorf("still there after the Workspace was deleted: %s", strings.Join(left, ", "))
+		}
+		return nil
 	})
 }

@@ -90,20 +90,33 @@ func (r *Reconciler) grantedDestroy(ctx context.Context, ws *magosv1.Workspace, 
 }
 
 // runDestroy starts the destroy of the current run (status.currentRunID) at
-// status.currentRevision, writing Deleting/Destroying first; from is the phase before.
+// status.currentRevision, writing Deleting/Destroying first; from is the phase before. A
+// reconcile-request made before the destroy started (say, while it waited for the hub's grant)
+// is satisfied by it and consumed, as a plan consumes the request it satisfies: if this destroy
+// fails, the Workspace stays in Deleting/DestroyFailed until a new request.
 func (r *Reconciler) runDestroy(ctx context.Context, ws *magosv1.Workspace, sched Schedule, from magosv1.Phase) (step, error) {
 	revision := ws.Status.CurrentRevision
+	satisfied := map[string]string{}
+	if v := ws.Annotations[keys.ReconcileRequest]; v != "" {
+		satisfied[keys.ReconcileRequest] = v
+	}
 	run, err := r.prepare(ctx, ws, runner.OperationDestroy, revision)
 	if err != nil {
 		if fail, ok := asRunFailure(err); ok {
 			setPhase(ws, magosv1.PhaseDeleting, magosv1.ReasonDestroyFailed, destroyFailedMessage(ws, fail.message))
-			return step{}, r.commit(ctx, ws, sched, from)
+			if err := r.commit(ctx, ws, sched, from); err != nil {
+				return step{}, err
+			}
+			return step{}, r.removeAnnotations(ctx, ws, satisfied)
 		}
 		return step{}, err
 	}
 	setPhase(ws, magosv1.PhaseDeleting, magosv1.ReasonDestroying,
 		fmt.Sprintf("Destroying the resources of commit %s before deletion (run %s)", short(revision), ws.Status.CurrentRunID))
 	if err := r.commit(ctx, ws, sched, from); err != nil {
+		return step{}, err
+	}
+	if err := r.removeAnnotations(ctx, ws, satisfied); err != nil {
 		return step{}, err
 	}
 	run.Workspace = ws

@@ -201,3 +201,71 @@ func TestDestroyWaitsForTheHubsGrant(t *testing.T) {
 		t.Errorf("state %v after destroy, want no resources", out)
 	}
 }
+
+// TestDestroyConsumesTheRetryItSatisfies: on an agent connected to a hub, a reconcile-request
+// made while the destroy waits for its grant (an operator's `magosctl retry`) is satisfied by the
+// destroy the grant starts. That destroy fails here (its VariableSet is gone): the Workspace
+// stays in Deleting/DestroyFailed in the same run, with the request consumed, rather than mint
+// a second destroy run on the old request; a new request retries it.
+func TestDestroyConsumesTheRetryItSatisfies(t *testing.T) {
+	t.Parallel()
+	const clusterName = "hubretry"
+	c := startHubbedAgent(t, clusterName)
+	ctx := context.Background()
+	vars := &magosv1.VariableSet{ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: "vars"}, Spec: magosv1.VariableSetSpec{
+		Variables: []magosv1.Variable{{Name: "greeting", Value: ptr.To("hi")}},
+	}}
+	if err := createWithRetry(ctx, c, vars.DeepCopy()); err != nil {
+		t.Fatal(err)
+	}
+	repo, _ := newRepo(t, map[string]string{"main.tf": moduleOK})
+	key := newWorkspace(t, c, "apps", "retried", repo.URL(), func(ws *magosv1.Workspace) {
+		ws.Spec.DestroyOnDelete = true
+		ws.Spec.VariableSetRefs = []magosv1.LocalObjectReference{{Name: "vars"}}
+	})
+	mkey := mirrorKey(clusterName, key)
+	ws := pendingRun(t, c, key, magosv1.ReasonAwaitingRollout, "")
+	waitMirrorRun(t, c, mkey, ws.Status.CurrentRunID)
+	grant(t, c, mkey, ws.Status.CurrentRunID)
+	waitFor(t, c, key, 180*time.Second, inPhase(magosv1.PhaseApplied, magosv1.ReasonApplySucceeded))
+
+	if err := c.Delete(ctx, vars.DeepCopy()); err != nil {
+		t.Fatal(err)
+	}
+	deleteWorkspace(t, c, key)
+	ws = waitFor(t, c, key, 30*time.Second, inPhase(magosv1.PhaseDeleting, magosv1.ReasonDestroyPending))
+	destroyRun := ws.Status.CurrentRunID
+	annotate(t, c, key, map[string]any{keys.ReconcileRequest: "impatient"})
+	stillDestroyPending(t, c, key, destroyRun)
+
+	grant(t, c, mkey, destroyRun)
+	waitFor(t, c, key, 60*time.Second, inPhase(magosv1.PhaseDeleting, magosv1.ReasonDestroyFailed))
+	testenv.Consistently(t, 3*time.Second, func() error {
+		ws, err := getWorkspace(c, key)
+		if err != nil {
+			return err
+		}
+		if ws.Status.Reason != magosv1.ReasonDestroyFailed || ws.Status.CurrentRunID != destroyRun {
+			return fmt.Errorf("%s/%s run %s, want DestroyFailed in the granted run %s: the earlier request must not retry it",
+				ws.Status.Phase, ws.Status.Reason, ws.Status.CurrentRunID, destroyRun)
+		}
+		if v := ws.Annotations[keys.ReconcileRequest]; v != "" {
+			return fmt.Errorf("reconcile-request %q left after the destroy it asked for", v)
+		}
+		return nil
+	})
+
+	// A new request after the fix retries: a new destroy run, which waits for its grant.
+	if err := createWithRetry(ctx, c, vars.DeepCopy()); err != nil {
+		t.Fatal(err)
+	}
+	annotate(t, c, key, map[string]any{keys.ReconcileRequest: "after-the-fix"})
+	ws = waitFor(t, c, key, 30*time.Second, func(ws *magosv1.Workspace) error {
+		if ws.Status.Reason != magosv1.ReasonDestroyPending || ws.Status.CurrentRunID == destroyRun {
+			return fmt.Errorf("want DestroyPending in a new run")
+		}
+		return nil
+	})
+	grant(t, c, mkey, ws.Status.CurrentRunID)
+	waitGone(t, c, key, 120*time.Second)
+}

@@ -3,7 +3,9 @@
 // of the magos-node image with a real kubelet, the hub and agent charts installed with Helm's
 // SDK, and every plan and apply a runner Job. It prints the Rollout as `magosctl rollout
 // status` shows it whenever it changes, ends with a summary line, and exits 0 only when every
-// region applied. Its nodes and network are removed on exit and on Ctrl-C, and the kernel
+// region applied. With --fail-region REGION that region's plan fails on purpose (its VariableSet
+// marks it unhealthy): the demo then shows the Rollout halting there, and exits 0 only when it
+// halted at that region with no later region granted. Its nodes and network are removed on exit and on Ctrl-C, and the kernel
 // settings the kubelets change are put back.
 //
 // `make demo-real` builds the images and runs it; it reads the same environment as `make
@@ -19,6 +21,8 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -31,6 +35,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
+	"github.com/magosfleet/magos/pkg/keys"
 	"github.com/magosfleet/magos/pkg/mirror"
 
 	"github.com/magosfleet/magos/tools/realnode"
@@ -48,8 +53,11 @@ const (
 	tofuVersion = "1.10.6"
 )
 
+// region is a spoke and its node's address.
+type region struct{ name, addr string }
+
 // regions are the spokes, in the Rollout's order, with their nodes' addresses.
-var regions = []struct{ name, addr string }{
+var regions = []region{
 	{"us-east-1", "10.214.0.11"},
 	{"eu-west-1", "10.214.0.12"},
 	{"ap-south-1", "10.214.0.13"},
@@ -58,15 +66,28 @@ var regions = []struct{ name, addr string }{
 const hubAddr = "10.214.0.10"
 
 // module is the root module every region applies: no provider to download (the runner Pods
-// reach no registry); it records its inputs in the state.
+// reach no registry); it records its inputs in the state, and refuses to deploy to a region
+// marked unhealthy (a precondition, so the plan fails).
 const module = `variable "region" {
   type = string
+}
+
+variable "healthy" {
+  type    = bool
+  default = true
 }
 
 resource "terraform_data" "edge" {
   input = {
     region  = var.region
     release = "v1"
+  }
+
+  lifecycle {
+    precondition {
+      condition     = var.healthy
+      error_message = "region ${var.region} is marked unhealthy: refusing to deploy"
+    }
   }
 }
 
@@ -78,15 +99,28 @@ output "endpoint" {
 func main() {
 	repo := flag.String("repo", "../..", "the checkout (charts)")
 	timeout := flag.Duration("timeout", 10*time.Minute, "give up on the Rollout after this long")
+	failRegion := flag.String("fail-region", "", "make this region's plan fail, to show the Rollout halting there")
 	flag.Parse()
-	os.Exit(run(*repo, *timeout))
+	if *failRegion != "" && !slices.ContainsFunc(regions, func(r region) bool { return r.name == *failRegion }) {
+		logf("--fail-region %s: no such region (have %s)", *failRegion, strings.Join(regionNames(), ", "))
+		os.Exit(2)
+	}
+	os.Exit(run(*repo, *timeout, *failRegion))
+}
+
+func regionNames() []string {
+	var out []string
+	for _, r := range regions {
+		out = append(out, r.name)
+	}
+	return out
 }
 
 func logf(format string, v ...any) {
 	fmt.Fprintf(os.Stderr, "demo-real: "+format+"\n", v...)
 }
 
-func run(repo string, timeout time.Duration) int {
+func run(repo string, timeout time.Duration, failRegion string) int {
 	env, err := realnode.EnvFromEnviron(repo)
 	if err != nil {
 		logf("%v", err)
@@ -123,7 +157,7 @@ func run(repo string, timeout time.Duration) int {
 		}
 	}()
 
-	ok, err := demo(ctx, env, dir, timeout, &cleanups)
+	ok, err := demo(ctx, env, dir, timeout, failRegion, &cleanups)
 	switch {
 	case ctx.Err() != nil:
 		return 130 // interrupted: the deferred cleanup says so
@@ -138,7 +172,7 @@ func run(repo string, timeout time.Duration) int {
 
 // demo sets the fleet up, rolls the module out and follows the Rollout. It registers what it
 // must undo in cleanups, last first.
-func demo(ctx context.Context, env realnode.Env, dir string, timeout time.Duration, cleanups *[]func() error) (bool, error) {
+func demo(ctx context.Context, env realnode.Env, dir string, timeout time.Duration, failRegion string, cleanups *[]func() error) (bool, error) {
 	push := func(f func() error) { *cleanups = append([]func() error{f}, *cleanups...) }
 	start := time.Now()
 
@@ -227,7 +261,7 @@ func demo(ctx context.Context, env realnode.Env, dir string, timeout time.Durati
 	// A Workspace and its VariableSet in every spoke, then, once the hub mirrors them, the
 	// Project and the Rollout that orders them (see samples/multi-region).
 	for _, r := range regions {
-		if err := applySpoke(ctx, clusters[r.name], r.name, repoURL); err != nil {
+		if err := applySpoke(ctx, clusters[r.name], r.name, repoURL, r.name == failRegion); err != nil {
 			return false, err
 		}
 	}
@@ -248,7 +282,7 @@ func demo(ctx context.Context, env realnode.Env, dir string, timeout time.Durati
 	}
 	logf("Project and Rollout %s applied on the hub: rolling out (%s since start)\n", project, time.Since(start).Round(time.Second))
 
-	return follow(ctx, env, hub, clusters, timeout, start)
+	return follow(ctx, env, hub, clusters, timeout, start, failRegion)
 }
 
 // installAgent installs the agent chart into a spoke as docs/install.md says.
@@ -270,11 +304,17 @@ func installAgent(ctx context.Context, env realnode.Env, hub, spoke *realnode.Cl
 	return err
 }
 
-func applySpoke(ctx context.Context, cl *realnode.Cluster, region, repoURL string) error {
+// applySpoke creates a spoke's VariableSet and Workspace; unhealthy marks the region so that
+// its plan fails.
+func applySpoke(ctx context.Context, cl *realnode.Cluster, region, repoURL string, unhealthy bool) error {
+	healthy := strconv.FormatBool(!unhealthy)
 	objs := []client.Object{
 		&magosv1.VariableSet{
 			ObjectMeta: metav1.ObjectMeta{Name: variableSet, Namespace: corev1.NamespaceDefault},
-			Spec:       magosv1.VariableSetSpec{Variables: []magosv1.Variable{{Name: "region", Value: &region}}},
+			Spec: magosv1.VariableSetSpec{Variables: []magosv1.Variable{
+				{Name: "region", Value: &region},
+				{Name: "healthy", Value: &healthy, HCL: true},
+			}},
 		},
 		&magosv1.Workspace{
 			ObjectMeta: metav1.ObjectMeta{Name: workspace, Namespace: corev1.NamespaceDefault,
@@ -320,8 +360,9 @@ func applyHub(ctx context.Context, hub *realnode.Cluster) error {
 }
 
 // follow prints `magosctl rollout status` against the hub whenever it changes, until the
-// Rollout is Applied or Failed, then the summary line. It returns whether every region applied.
-func follow(ctx context.Context, env realnode.Env, hub *realnode.Cluster, clusters map[string]*realnode.Cluster, timeout time.Duration, start time.Time) (bool, error) {
+// Rollout is Applied or Failed, then the summary line. It returns whether every region applied
+// or, with failRegion, whether the Rollout halted there before granting a later region.
+func follow(ctx context.Context, env realnode.Env, hub *realnode.Cluster, clusters map[string]*realnode.Cluster, timeout time.Duration, start time.Time, failRegion string) (bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	began := time.Now()
@@ -361,7 +402,15 @@ func follow(ctx context.Context, env realnode.Env, hub *realnode.Cluster, cluste
 				case magosv1.PhaseFailed:
 					fmt.Printf("demo-real: Rollout %s Failed at step %s (%s: %s) after %s\n",
 						project, r.Status.CurrentStepName, r.Status.Reason, r.Status.Message, time.Since(began).Round(time.Second))
-					return false, nil
+					if failRegion == "" || r.Status.CurrentStepName != failRegion || r.Status.Reason != magosv1.ReasonStepFailed {
+						return false, nil
+					}
+					granted, err := grantedAfter(ctx, clusters, r.Status.CurrentStep)
+					if err != nil {
+						return false, err
+					}
+					fmt.Printf("demo-real: halted at %s as asked (--fail-region); later regions granted: %d\n", failRegion, len(granted))
+					return len(granted) == 0, nil
 				}
 			}
 		}
@@ -372,6 +421,22 @@ func follow(ctx context.Context, env realnode.Env, hub *realnode.Cluster, cluste
 		case <-tick.C:
 		}
 	}
+}
+
+// grantedAfter lists the regions after step whose Workspace holds a grant or ever ran, read
+// from the spokes themselves.
+func grantedAfter(ctx context.Context, clusters map[string]*realnode.Cluster, step int) ([]string, error) {
+	var out []string
+	for _, r := range regions[step+1:] {
+		ws := &magosv1.Workspace{}
+		if err := clusters[r.name].Client.Get(ctx, client.ObjectKey{Namespace: corev1.NamespaceDefault, Name: workspace}, ws); err != nil {
+			return nil, fmt.Errorf("%s: %w", r.name, err)
+		}
+		if ws.Annotations[keys.ExecutionAllowed] == "true" || ws.Status.Phase != magosv1.PhasePending {
+			out = append(out, r.name)
+		}
+	}
+	return out, nil
 }
 
 // appliedEverywhere counts the spokes whose Workspace is Applied and the runner Jobs that

@@ -141,6 +141,7 @@ func TestRollout(t *testing.T) {
 		ns := "envs"
 		h.Namespace(t, ns)
 		latencyBefore := histogramCount(t, "magos_hub_decision_latency_seconds")
+		grantsBefore := metricValue(t, "magos_hub_grants_total", map[string]string{"by": keys.GrantedByRollout})
 		h.Create(t, usEast, dt.Workspace(ns, "app-dev", "payments", map[string]string{"env": "dev"}))
 		h.Create(t, euWest, dt.Workspace(ns, "app-staging", "payments", map[string]string{"env": "staging"}))
 		h.Create(t, apSouth, dt.Workspace(ns, "app-prod", "payments", map[string]string{"env": "prod"}))
@@ -172,6 +173,7 @@ func TestRollout(t *testing.T) {
 				"Granted: Granted run " + agents[usEast].Run(t, ns, "app-dev") + " to " + dt.Key(usEast, ns, "app-dev"),
 				"Granted: Granted run " + agents[apSouth].Run(t, ns, "app-prod") + " to " + dt.Key(apSouth, ns, "app-prod"),
 				"StepChanged: Step 2/3 staging is current",
+				"RevisionChanged: Rolling out commit " + dt.Revision + " of https://git.example.com/infra.git (main)",
 				"RolloutCompleted: All steps completed successfully",
 			} {
 				if !slices.Contains(notes, want) {
@@ -183,6 +185,22 @@ func TestRollout(t *testing.T) {
 		if got := histogramCount(t, "magos_hub_decision_latency_seconds"); got < latencyBefore+3 {
 			t.Errorf("decision latency observations went from %d to %d, want 3 more (one per grant)", latencyBefore, got)
 		}
+		this := map[string]string{"namespace": ns, "name": "payments"}
+		if got := metricValue(t, "magos_hub_grants_total", map[string]string{"by": keys.GrantedByRollout}); got < grantsBefore+3 {
+			t.Errorf("magos_hub_grants_total{by=rollout} went from %v to %v, want 3 more", grantsBefore, got)
+		}
+		if got := metricValue(t, "rollout_reconcile_total", map[string]string{"namespace": ns, "name": "payments", "result": "success"}); got < 1 {
+			t.Errorf("rollout_reconcile_total{result=success} = %v, want at least 1", got)
+		}
+		if got := metricValue(t, "rollout_level_transitions_total", this); got < 3 {
+			t.Errorf("rollout_level_transitions_total = %v, want at least 3 (dev to staging to prod to done)", got)
+		}
+		testenv.Eventually(t, 0, func() error {
+			if got := metricValue(t, "rollout_current_level", this); got != 3 {
+				return fmt.Errorf("rollout_current_level = %v, want 3 (the number of steps: completed)", got)
+			}
+			return nil
+		})
 	})
 
 	t.Run("multi-region prod, one region per cluster, in order", func(t *testing.T) {
@@ -228,11 +246,21 @@ func TestRollout(t *testing.T) {
 		if got := grants.For(cohort["dev"]...); len(got) != 3 {
 			t.Fatalf("dev grants %v, want 3", keysOf(got))
 		}
+		activeCount := func(want float64) func() error {
+			return func() error {
+				if got := metricValue(t, "rollout_active_count", nil); got != want {
+					return fmt.Errorf("rollout_active_count = %v, want %v", got, want)
+				}
+				return nil
+			}
+		}
+		testenv.Eventually(t, 0, activeCount(1)) // this one; the earlier ones completed
 		testenv.Consistently(t, 2*time.Second, noGrants(grants, append(cohort["staging"], cohort["prod"]...)...))
 		for _, r := range dt.Regions {
 			agents[r].Release(t, ns, "svc-dev")
 		}
 		ro := h.WaitRollout(t, ns, "platform", dt.Phase(magosv1.PhaseApplied, magosv1.ReasonRolloutCompleted))
+		testenv.Eventually(t, 0, activeCount(0))
 		assertOrder(t, grants.InNamespace(ns), cohort["dev"], cohort["staging"], cohort["prod"])
 		if ro.Status.AppliedWorkspaces != 9 || ro.Status.TotalWorkspaces != 9 {
 			t.Errorf("applied %d/%d, want 9/9", ro.Status.AppliedWorkspaces, ro.Status.TotalWorkspaces)
@@ -333,6 +361,7 @@ func TestRollout(t *testing.T) {
 		ns := "takeover"
 		h.Namespace(t, ns)
 		dev, prod := dt.Key(usEast, ns, "web-dev"), dt.Key(euWest, ns, "web-prod")
+		revokesBefore := metricValue(t, "magos_hub_revokes_total", map[string]string{"by": keys.GrantedByRollout})
 		agents[usEast].Pause(ns, "web-dev")
 		agents[euWest].Pause(ns, "web-prod")
 		h.Create(t, usEast, dt.Workspace(ns, "web-dev", "web", map[string]string{"env": "dev"}))
@@ -360,6 +389,15 @@ func TestRollout(t *testing.T) {
 		})
 		if a, err := annotations(h, usEast, ns, "web-dev"); err != nil || a[keys.ExecutionAllowed] != "true" {
 			t.Errorf("web-dev lost its grant (%v, %v); the current step keeps it", a, err)
+		}
+		testenv.Eventually(t, 0, func() error {
+			if want, notes := "Revoked: Revoked the grant of "+prod, eventNotes(t, h, ns, "Rollout", "web"); !slices.Contains(notes, want) {
+				return fmt.Errorf("no Event %q in %q", want, notes)
+			}
+			return nil
+		})
+		if got := metricValue(t, "magos_hub_revokes_total", map[string]string{"by": keys.GrantedByRollout}); got < revokesBefore+1 {
+			t.Errorf("magos_hub_revokes_total{by=rollout} went from %v to %v, want 1 more", revokesBefore, got)
 		}
 		testenv.Eventually(t, 0, func() error {
 			p := &magosv1.Project{}
@@ -393,6 +431,15 @@ func TestRollout(t *testing.T) {
 		if ro.Status.CurrentStepName != euWest || ro.Status.Steps[1].Phase != magosv1.StepWaiting || !strings.Contains(ro.Status.Message, magosv1.ReasonAgentSilent) {
 			t.Errorf("status at %s, step %+v, message %q; want waiting on eu-west-1 (AgentSilent)", ro.Status.CurrentStepName, ro.Status.Steps[1], ro.Status.Message)
 		}
+		testenv.Eventually(t, 0, func() error {
+			notes := eventNotes(t, h, ns, "Rollout", "cdn-platform")
+			for _, n := range notes {
+				if strings.HasPrefix(n, "WaitingForClusters: ") && strings.Contains(n, euWest) {
+					return nil
+				}
+			}
+			return fmt.Errorf("no WaitingForClusters Event naming %s in %q", euWest, notes)
+		})
 		testenv.Consistently(t, 3*time.Second, func() error {
 			if err := noGrants(grants, ks[1:]...)(); err != nil {
 				return err
@@ -445,6 +492,41 @@ func TestRollout(t *testing.T) {
 			t.Errorf("grants %v, want %s then %s", keysOf(got), old, fresh)
 		}
 	})
+
+	// Last: the Rollout stays in progress (the test agent never runs the new commit).
+	t.Run("each new commit the Rollout adopts is a RevisionChanged Event", func(t *testing.T) {
+		ns := "revisions"
+		h.Namespace(t, ns)
+		h.Create(t, usEast, dt.Workspace(ns, "app", "app", map[string]string{"env": "prod"}))
+		h.CreateHub(t, dt.Rollout(ns, "app", []string{"prod"}, map[string]string{"env": "prod"}))
+		h.WaitRollout(t, ns, "app", dt.Phase(magosv1.PhaseApplied, magosv1.ReasonRolloutCompleted))
+		revisionEvent := func(commit string) func() error {
+			return func() error {
+				want := "RevisionChanged: Rolling out commit " + commit + " of https://git.example.com/infra.git (main)"
+				if notes := eventNotes(t, h, ns, "Rollout", "app"); !slices.Contains(notes, want) {
+					return fmt.Errorf("no Event %q in %q", want, notes)
+				}
+				return nil
+			}
+		}
+		testenv.Eventually(t, 0, revisionEvent(dt.Revision))
+
+		// The agent's ref watcher saw the branch move.
+		const next = "fedcba9876543210fedcba9876543210fedcba98"
+		patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q,%q:%q}}}`,
+			keys.DetectedRevision, next, keys.DetectedAt, time.Now().UTC().Format(time.RFC3339))
+		ws := dt.Workspace(ns, "app", "app", nil)
+		if err := h.Fleet.Spokes[usEast].Client.Patch(context.Background(), ws, client.RawPatch(types.MergePatchType, []byte(patch))); err != nil {
+			t.Fatalf("marking the detection: %v", err)
+		}
+		h.WaitRollout(t, ns, "app", func(ro *magosv1.Rollout) error {
+			if len(ro.Status.Revisions) != 1 || ro.Status.Revisions[0].Commit != next {
+				return fmt.Errorf("revisions %+v, want %s", ro.Status.Revisions, next)
+			}
+			return nil
+		})
+		testenv.Eventually(t, 0, revisionEvent(next))
+	})
 }
 
 // eventNotes returns "reason: note" of the Events regarding a hub object.
@@ -481,4 +563,37 @@ func histogramCount(t *testing.T, name string) uint64 {
 		}
 	}
 	return n
+}
+
+// metricValue returns the value of a counter or gauge of the controller-runtime registry whose
+// labels include labels (nil: the unlabelled series), or 0 when it has no such series.
+func metricValue(t *testing.T, name string, labels map[string]string) float64 {
+	t.Helper()
+	families, err := ctrlmetrics.Registry.Gather()
+	if err != nil {
+		t.Fatalf("gathering metrics: %v", err)
+	}
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			have := map[string]string{}
+			for _, l := range m.GetLabel() {
+				have[l.GetName()] = l.GetValue()
+			}
+			match := len(labels) > 0 || len(have) == 0
+			for k, v := range labels {
+				match = match && have[k] == v
+			}
+			if !match {
+				continue
+			}
+			if m.GetCounter() != nil {
+				return m.GetCounter().GetValue()
+			}
+			return m.GetGauge().GetValue()
+		}
+	}
+	return 0
 }

@@ -7,11 +7,13 @@ import (
 	"testing"
 	"time"
 
+	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	mcmanager "sigs.k8s.io/multicluster-runtime/pkg/manager"
 
 	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
@@ -122,6 +124,26 @@ func TestProject(t *testing.T) {
 		if !controllerutil.ContainsFinalizer(p, keys.Finalizer) {
 			t.Errorf("finalizers %v, want %s", p.Finalizers, keys.Finalizer)
 		}
+		testenv.Eventually(t, 0, func() error {
+			notes := eventNotes(t, h, ns, "web")
+			for _, r := range dt.Regions {
+				want := "Granted: Granted run " + agents[r].Run(t, ns, "web") + " to " + dt.Key(r, ns, "web")
+				if !slices.Contains(notes, want) {
+					return fmt.Errorf("no Event %q in %q", want, notes)
+				}
+			}
+			return nil
+		})
+		this := map[string]string{"namespace": ns, "name": "web"}
+		if got := metricValue(t, "project_reconcile_total", map[string]string{"namespace": ns, "name": "web", "result": "success"}); got < 1 {
+			t.Errorf("project_reconcile_total{result=success} = %v, want at least 1", got)
+		}
+		if got := metricValue(t, "project_workspace_count", this); got != 3 {
+			t.Errorf("project_workspace_count = %v, want 3", got)
+		}
+		if got, ok := metricSeries(t, "project_managed_by_rollout", this); !ok || got != 0 {
+			t.Errorf("project_managed_by_rollout = %v (present %v), want 0: parallel", got, ok)
+		}
 	})
 
 	t.Run("Workspaces of another Project or namespace are never granted", func(t *testing.T) {
@@ -211,6 +233,12 @@ func TestProject(t *testing.T) {
 		h.CreateHub(t, dt.Rollout(ns, "web", []string{"dev"}, map[string]string{"env": "dev"}))
 		h.CreateHub(t, dt.Project(ns, "web"))
 		waitProject(t, h, ns, "web", reason(magosv1.ReasonManagedByRollout))
+		testenv.Eventually(t, 0, func() error {
+			if got := metricValue(t, "project_managed_by_rollout", map[string]string{"namespace": ns, "name": "web"}); got != 1 {
+				return fmt.Errorf("project_managed_by_rollout = %v, want 1", got)
+			}
+			return nil
+		})
 		h.Create(t, usEast, dt.Workspace(ns, "web-dev", "web", map[string]string{"env": "dev"}))
 		// Matched by no step of the Rollout: under the Rollout nobody grants it.
 		h.Create(t, euWest, dt.Workspace(ns, "web-extra", "web", map[string]string{"env": "extra"}))
@@ -266,4 +294,61 @@ func TestProject(t *testing.T) {
 			t.Errorf("the Workspace's decision changed: %v", ws.Annotations)
 		}
 	})
+}
+
+// eventNotes returns "reason: note" of the Events regarding the hub Project ns/name.
+func eventNotes(t *testing.T, h *dt.Hub, ns, name string) []string {
+	t.Helper()
+	var list eventsv1.EventList
+	if err := h.Client.List(context.Background(), &list, client.InNamespace(ns)); err != nil {
+		t.Fatalf("listing Events: %v", err)
+	}
+	var out []string
+	for _, e := range list.Items {
+		if e.Regarding.Kind == "Project" && e.Regarding.Name == name {
+			out = append(out, e.Reason+": "+e.Note)
+		}
+	}
+	return out
+}
+
+// metricValue returns the value of a counter or gauge of the controller-runtime registry whose
+// labels include labels, or 0 when it has no such series.
+func metricValue(t *testing.T, name string, labels map[string]string) float64 {
+	t.Helper()
+	v, _ := metricSeries(t, name, labels)
+	return v
+}
+
+// metricSeries returns the value of a counter or gauge of the controller-runtime registry whose
+// labels include labels, and whether there is such a series.
+func metricSeries(t *testing.T, name string, labels map[string]string) (float64, bool) {
+	t.Helper()
+	families, err := ctrlmetrics.Registry.Gather()
+	if err != nil {
+		t.Fatalf("gathering metrics: %v", err)
+	}
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			have := map[string]string{}
+			for _, l := range m.GetLabel() {
+				have[l.GetName()] = l.GetValue()
+			}
+			match := true
+			for k, v := range labels {
+				match = match && have[k] == v
+			}
+			if !match {
+				continue
+			}
+			if m.GetCounter() != nil {
+				return m.GetCounter().GetValue(), true
+			}
+			return m.GetGauge().GetValue(), true
+		}
+	}
+	return 0, false
 }

@@ -15,6 +15,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/magosfleet/magos/agent/app"
@@ -181,6 +182,17 @@ func TestWatcher(t *testing.T) {
 		}
 		return nil
 	})
+	// The polls in the metrics: the first (seeded), those that found main where it was
+	// (unchanged), the one that found the second commit (changed, counted before the marks),
+	// each one timed.
+	for _, result := range []string{revision.ResultSeeded, revision.ResultUnchanged, revision.ResultChanged} {
+		if n := metricSum(t, "refwatcher_poll_total", map[string]string{"result": result}); n < 1 {
+			t.Errorf("refwatcher_poll_total{result=%q} = %v, want at least 1", result, n)
+		}
+	}
+	if n, polls := metricSum(t, "refwatcher_poll_duration_seconds", nil), float64(startPolls); n < polls {
+		t.Errorf("refwatcher_poll_duration_seconds counts %v polls, want at least %v", n, polls)
+	}
 
 	// "a" moves to the dev branch: it is polled there at once, and marked with dev's commit.
 	ws := &magosv1.Workspace{}
@@ -203,6 +215,41 @@ func TestWatcher(t *testing.T) {
 	if ts, err := time.Parse(time.RFC3339Nano, at); err != nil || ts.Before(moved) {
 		t.Errorf("a: detected-at %s (%v), want the time of the new detection (after %s)", at, err, revision.DetectedAt(moved))
 	}
+}
+
+// metricSum adds up, over the series of a counter or histogram of the metrics registry whose
+// labels include labels, the counter values or the histogram observation counts.
+func metricSum(t *testing.T, name string, labels map[string]string) float64 {
+	t.Helper()
+	families, err := metrics.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var total float64
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			have := map[string]string{}
+			for _, l := range m.GetLabel() {
+				have[l.GetName()] = l.GetValue()
+			}
+			match := true
+			for k, v := range labels {
+				match = match && have[k] == v
+			}
+			if !match {
+				continue
+			}
+			if m.GetHistogram() != nil {
+				total += float64(m.GetHistogram().GetSampleCount())
+			} else {
+				total += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return total
 }
 
 func annotation(t *testing.T, c client.Client, ns, name string) string {

@@ -77,6 +77,12 @@ func TestJobLauncher(t *testing.T) {
 				Labels: map[string]string{credentials.SecretTypeLabel: credentials.SecretTypeRepository}},
 			StringData: map[string]string{"repoURL": repo.URL(), "username": "bot", "password": "hunter2"},
 		},
+		// Credentials for the same repository in a Secret later by name: the first by name wins.
+		&corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "jobs", Name: "git-creds-later",
+				Labels: map[string]string{credentials.SecretTypeLabel: credentials.SecretTypeRepository}},
+			StringData: map[string]string{"repoURL": repo.URL(), "username": "other-bot", "password": "hunter3"},
+		},
 		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "jobs", Name: "app-secrets"}, StringData: map[string]string{"token": "s3cr3t"}},
 		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: "jobs", Name: "runner-sa"}},
 		&magosv1.VariableSet{

@@ -2,6 +2,7 @@ package workspace_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"regexp"
 	"strings"
@@ -17,6 +18,7 @@ import (
 
 	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
 	"github.com/magosfleet/magos/pkg/keys"
+	"github.com/magosfleet/magos/pkg/runner"
 	"github.com/magosfleet/magos/pkg/testenv"
 )
 
@@ -34,6 +36,8 @@ func TestRunToAppliedThenNewCommit(t *testing.T) {
 		ws.Annotations = map[string]string{keys.GitPollInterval: "1s"}
 	})
 
+	appliedOK := map[string]string{"operation": string(runner.OperationApply), "outcome": string(runner.OutcomeSucceeded)}
+	runsBefore, durationsBefore := metricSum(t, "workspace_runs_total", appliedOK), metricSum(t, "workspace_run_duration_seconds", appliedOK)
 	ws := pendingRun(t, c, key, magosv1.ReasonAwaitingRollout, "")
 	if !runIDPattern.MatchString(ws.Status.CurrentRunID) || ws.Status.CurrentRunTrigger != magosv1.TriggerInitial {
 		t.Fatalf("first run: ID %q trigger %q, want YYYYMMDDTHHMMSS-<8 hex> and %q", ws.Status.CurrentRunID, ws.Status.CurrentRunTrigger, magosv1.TriggerInitial)
@@ -63,6 +67,29 @@ func TestRunToAppliedThenNewCommit(t *testing.T) {
 	for _, reason := range []string{magosv1.ReasonAwaitingRollout, magosv1.ReasonPlanJobCreated, magosv1.ReasonApplyJobCreated, magosv1.ReasonApplySucceeded} {
 		waitEvent(t, c, key, reason)
 	}
+	// The run in the metrics, recorded just after the status is written (workspace_runs_total
+	// and workspace_run_duration_seconds count every Workspace's runs: other tests run meanwhile).
+	this := func(k, v string) map[string]string { return map[string]string{"namespace": ns, "name": key.Name, k: v} }
+	testenv.Eventually(t, 10*time.Second, func() error {
+		var errs []error
+		for _, m := range []struct {
+			name   string
+			labels map[string]string
+			min    float64
+		}{
+			{"workspace_reconcile_total", this("result", "success"), 1},
+			{"workspace_phase_transitions_total", this("phase", string(magosv1.PhaseApplied)), 1},
+			{"workspace_job_duration_seconds", this("type", string(runner.OperationPlan)), 1},
+			{"workspace_job_duration_seconds", this("type", string(runner.OperationApply)), 1},
+			{"workspace_runs_total", appliedOK, runsBefore + 1},
+			{"workspace_run_duration_seconds", appliedOK, durationsBefore + 1},
+		} {
+			if got := metricSum(t, m.name, m.labels); got < m.min {
+				errs = append(errs, fmt.Errorf("%s %v = %v, want at least %v", m.name, m.labels, got, m.min))
+			}
+		}
+		return errors.Join(errs...)
+	})
 
 	second := repo.Commit(t, "change the greeting", map[string]string{"main.tf": strings.Replace(moduleOK, `"hello"`, `"bonjour"`, 1)})
 	ws = pendingRun(t, c, key, magosv1.ReasonNewRevisionDetected, ws.Status.CurrentRunID)

@@ -2,15 +2,20 @@ package workspace_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
@@ -38,8 +43,10 @@ output "color" { value = var.color }
 
 // TestVariableSets: the Project's VariableSets apply first, then the Workspace's, a later entry
 // winning by name; literal, Secret, ConfigMap and HCL values reach the run; a variable wins
-// over an env entry spelling the same environment variable. Deleting the Project afterwards
-// changes nothing for the Workspace until its next run, which runs without the Project's sets.
+// over an env entry spelling the same environment variable. No value is written into the
+// Workspace's status or Events, and the Secret's value into no log either (the module declares
+// its variable sensitive). Changing a VariableSet, and deleting the Project, change nothing for
+// the Workspace until its next run, which reads the sets again.
 func TestVariableSets(t *testing.T) {
 	t.Parallel()
 	c := spoke.Client
@@ -83,9 +90,36 @@ func TestVariableSets(t *testing.T) {
 			t.Errorf("output %s = %v, want %v", k, out[k], v)
 		}
 	}
-	raw := fmt.Sprintf("%+v", ws.Status)
-	if strings.Contains(raw, "s3cr3t-value") {
-		t.Error("a Secret value reached the status")
+	if found := writtenAnywhere(t, c, key, true, "s3cr3t-value"); len(found) > 0 {
+		t.Errorf("the Secret's value was written: %v", found)
+	}
+	if found := writtenAnywhere(t, c, key, false, "from-workspace", "from-project", "from-env", "[1, 2, 3]", "teal"); len(found) > 0 {
+		t.Errorf("variable values were written: %v", found)
+	}
+
+	// Changing a VariableSet leaves the Workspace as it is; its next run reads the new value.
+	testenv.Eventually(t, 30*time.Second, func() error {
+		set := &magosv1.VariableSet{}
+		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "override"}, set); err != nil {
+			return err
+		}
+		set.Spec.Variables[0].Value = ptr.To("changed")
+		return c.Update(ctx, set)
+	})
+	testenv.Consistently(t, 3*time.Second, func() error {
+		cur, err := getWorkspace(c, key)
+		if err != nil {
+			return err
+		}
+		if cur.Status.Phase != magosv1.PhaseApplied || cur.Status.CurrentRunID != ws.Status.CurrentRunID {
+			return fmt.Errorf("changing a VariableSet changed the Workspace: %s run %s", cur.Status.Phase, cur.Status.CurrentRunID)
+		}
+		return nil
+	})
+	annotate(t, c, key, map[string]any{keys.ReconcileRequest: "after-variableset-change"})
+	ws = runToApplied(t, c, key, magosv1.ReasonManualReconcileRequested, ws.Status.CurrentRunID)
+	if out := stateOutputs(t, c, key); out["greeting"] != "changed" {
+		t.Errorf("output greeting = %v after the VariableSet changed, want changed", out["greeting"])
 	}
 
 	// Deleting the Project leaves the Workspace as it is.
@@ -110,6 +144,50 @@ func TestVariableSets(t *testing.T) {
 	if err := contains(ws.Status.Message, "token"); err != nil {
 		t.Error(err)
 	}
+}
+
+// writtenAnywhere returns where any of values was written: the Workspace's status, the Events
+// of its namespace and, with logs, the agent's log and the logs of the Workspace's runs.
+func writtenAnywhere(t testing.TB, c client.Client, key types.NamespacedName, logs bool, values ...string) []string {
+	t.Helper()
+	ws, err := getWorkspace(c, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	status, err := json.Marshal(ws.Status)
+	if err != nil {
+		t.Fatal(err)
+	}
+	places := map[string]string{"the status": string(status)}
+	list := &eventsv1.EventList{}
+	if err := c.List(context.Background(), list, client.InNamespace(key.Namespace)); err != nil {
+		t.Fatalf("listing events: %v", err)
+	}
+	for _, e := range list.Items {
+		places["Event "+e.Name] = e.Note
+	}
+	if logs {
+		files, err := filepath.Glob(filepath.Join(testDir, "data", key.Namespace, key.Name, "*.log"))
+		if err != nil || len(files) == 0 {
+			t.Fatalf("no run logs (%v)", err)
+		}
+		for _, f := range append(files, logPath) {
+			b, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			places[f] = string(b)
+		}
+	}
+	var found []string
+	for place, text := range places {
+		for _, v := range values {
+			if strings.Contains(text, v) {
+				found = append(found, fmt.Sprintf("%q in %s", v, place))
+			}
+		}
+	}
+	return found
 }
 
 // TestBadReconcileInterval: on a cluster without the admission policy, a reconcile-interval of
@@ -168,21 +246,37 @@ func TestBadReconcileInterval(t *testing.T) {
 // reconciles reads workspace_reconcile_total of one Workspace from the metrics registry.
 func reconciles(t testing.TB, namespace, name string) float64 {
 	t.Helper()
+	return metricSum(t, "workspace_reconcile_total", map[string]string{"namespace": namespace, "name": name})
+}
+
+// metricSum adds up, over the series of a counter or histogram of the metrics registry whose
+// labels include labels, the counter values or the histogram observation counts.
+func metricSum(t testing.TB, name string, labels map[string]string) float64 {
+	t.Helper()
 	families, err := metrics.Registry.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
 	var total float64
 	for _, f := range families {
-		if f.GetName() != "workspace_reconcile_total" {
+		if f.GetName() != name {
 			continue
 		}
 		for _, m := range f.GetMetric() {
-			labels := map[string]string{}
+			have := map[string]string{}
 			for _, l := range m.GetLabel() {
-				labels[l.GetName()] = l.GetValue()
+				have[l.GetName()] = l.GetValue()
 			}
-			if labels["namespace"] == namespace && labels["name"] == name {
+			match := true
+			for k, v := range labels {
+				match = match && have[k] == v
+			}
+			if !match {
+				continue
+			}
+			if m.GetHistogram() != nil {
+				total += float64(m.GetHistogram().GetSampleCount())
+			} else {
 				total += m.GetCounter().GetValue()
 			}
 		}

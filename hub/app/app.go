@@ -56,6 +56,10 @@ type Options struct {
 	HealthInterval time.Duration
 	// ConfigDebounce coalesces bursts of config file events.
 	ConfigDebounce time.Duration
+	// ConfigResync is how often the registry re-applies the configuration, re-creating what
+	// was deleted by hand (an agent cluster's namespace, ServiceAccount, Role, RoleBinding).
+	// Default 10m.
+	ConfigResync time.Duration
 	// SkipNameValidation lets several hubs run in one process (tests). At multicluster-runtime
 	// v0.24.1 multi-cluster controllers ignore the manager-level setting: the hub's own
 	// controllers honour this flag, controllers added by the caller must set it themselves.
@@ -139,6 +143,7 @@ func New(opts Options) (*Hub, error) {
 		Initial:            cfg,
 		Fleet:              fl,
 		Debounce:           opts.ConfigDebounce,
+		Resync:             opts.ConfigResync,
 		HealthInterval:     opts.HealthInterval,
 		SkipNameValidation: opts.SkipNameValidation,
 	})

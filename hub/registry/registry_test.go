@@ -103,15 +103,16 @@ func (c *configDir) write(body string) {
 	}
 }
 
-// startHub runs a hub (app.New) on the test hub with the config file until the test ends.
-func startHub(t *testing.T, file string) *app.Hub {
+// startHub runs a hub (app.New) on the test hub with the config file until the test ends;
+// mutate, if any, changes its options first.
+func startHub(t *testing.T, file string, mutate ...func(*app.Options)) *app.Hub {
 	t.Helper()
 	cfg, err := registry.LoadConfig(file, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	cfg.MetricsBindAddress, cfg.HealthProbeBindAddress = "0", "0"
-	hub, err := app.New(app.Options{
+	opts := app.Options{
 		RestConfig:         env.Hub.Config,
 		Config:             cfg,
 		ConfigFile:         file,
@@ -120,7 +121,11 @@ func startHub(t *testing.T, file string) *app.Hub {
 		ConfigDebounce:     200 * time.Millisecond,
 		SkipNameValidation: true,
 		Fleet:              fleet.Options{MinBackoff: 200 * time.Millisecond, MaxBackoff: 2 * time.Second},
-	})
+	}
+	for _, m := range mutate {
+		m(&opts)
+	}
+	hub, err := app.New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -346,6 +351,91 @@ func TestRegistrationCreatesClustersAndAgentAccess(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// TestResyncRepairsAgentAccess: the hub re-applies its configuration every ConfigResync (10
+// minutes by default, a second here), which re-creates an agent cluster's ServiceAccount, Role
+// and RoleBinding deleted by hand, and its namespace once the namespace's deletion is over. A
+// token of the deleted ServiceAccount is refused even though a ServiceAccount of the same name
+// exists again: tokens name the ServiceAccount's UID.
+func TestResyncRepairsAgentAccess(t *testing.T) {
+	ctx := context.Background()
+	cfg := newConfigDir(t, clusterYAML(agentEntry("rs", "")))
+	startHub(t, cfg.file(), func(o *app.Options) { o.ConfigResync = time.Second })
+	ns := mirror.Namespace("rs")
+	var raw []byte
+	testenv.Eventually(t, 60*time.Second, func() (err error) {
+		raw, err = registry.AgentKubeconfig(ctx, env.Hub.Config, registry.AgentKubeconfigOptions{Cluster: "rs", Duration: time.Hour})
+		return err
+	})
+	agentCfg, err := clientcmd.RESTConfigFromKubeConfig(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	agentClient, err := client.New(agentCfg, client.Options{Scheme: magosscheme.New()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lease := client.ObjectKey{Namespace: ns, Name: keys.AgentLease}
+	if err := agentClient.Get(ctx, lease, &coordinationv1.Lease{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("reading the agent Lease with the agent's token: %v, want NotFound (accepted, no Lease yet)", err)
+	}
+
+	name := client.ObjectKey{Namespace: ns, Name: registry.AgentServiceAccount}
+	sa := &corev1.ServiceAccount{}
+	if err := env.Hub.Client.Get(ctx, name, sa); err != nil {
+		t.Fatal(err)
+	}
+	deleted := sa.UID
+	for _, o := range []client.Object{sa, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name.Name}},
+		&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name.Name}}} {
+		if err := env.Hub.Client.Delete(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testenv.Eventually(t, 30*time.Second, func() error {
+		if err := env.Hub.Client.Get(ctx, name, sa); err != nil {
+			return err
+		}
+		if sa.UID == deleted {
+			return fmt.Errorf("ServiceAccount %s not deleted yet", name)
+		}
+		return agentAccess(name)
+	})
+	testenv.Eventually(t, 30*time.Second, func() error {
+		if err := agentClient.Get(ctx, lease, &coordinationv1.Lease{}); !apierrors.IsUnauthorized(err) {
+			return fmt.Errorf("a token of the deleted ServiceAccount: %v, want Unauthorized", err)
+		}
+		return nil
+	})
+
+	namespace := &corev1.Namespace{}
+	if err := env.Hub.Client.Get(ctx, client.ObjectKey{Name: ns}, namespace); err != nil {
+		t.Fatal(err)
+	}
+	deleted = namespace.UID
+	if err := env.Hub.Client.Delete(ctx, namespace); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 90*time.Second, func() error {
+		if err := env.Hub.Client.Get(ctx, client.ObjectKey{Name: ns}, namespace); err != nil {
+			return err
+		}
+		if namespace.UID == deleted {
+			return fmt.Errorf("namespace %s not deleted yet", ns)
+		}
+		return agentAccess(name)
+	})
+}
+
+// agentAccess checks that the ServiceAccount, Role and RoleBinding name exist on the hub.
+func agentAccess(name client.ObjectKey) error {
+	for _, o := range []client.Object{&corev1.ServiceAccount{}, &rbacv1.Role{}, &rbacv1.RoleBinding{}} {
+		if err := env.Hub.Client.Get(context.Background(), name, o); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func equalRules(a, b []rbacv1.PolicyRule) bool {

@@ -98,3 +98,19 @@ func TestCommands(t *testing.T) {
 		t.Fatal("controller did not stop")
 	}
 }
+
+// TestControllerStopsOnAnInvalidConfig: at start-up there is no good configuration to keep, so
+// `magos-hub controller` with a config file that does not validate ends with the file's error
+// before it reaches the hub's API server.
+func TestControllerStopsOnAnInvalidConfig(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "config.yaml")
+	if err := os.WriteFile(file, []byte("clusters:\n  - name: a\n    agent: {}\n  - name: a\n    agent: {}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err := run(ctx, []string{"controller", "--config", file, "--metrics-bind-address", "0", "--health-probe-bind-address", "0"}, os.Stdout)
+	if want := `clusters[1].name: duplicate cluster name "a"`; err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("controller with an invalid config: %v, want an error containing %q", err, want)
+	}
+}

@@ -581,8 +581,20 @@ output "big" {
 		w := workspace("silent", repoURL, "none")
 		mustCreate(t, ctx, spoke.Client, variables(w.Name, map[string]string{"region": "none"}, nil))
 		mustCreate(t, ctx, spoke.Client, w)
-		failed := waitFailed(t, ctx, spoke, w.Name)
+		// Settled either way: a run counted a success must fail the test at once, not time out.
+		failed := &magosv1.Workspace{}
+		poll(t, ctx, 5*time.Minute, "Workspace "+w.Name+" settled", func(ctx context.Context) (bool, string) {
+			if err := spoke.Client.Get(ctx, client.ObjectKeyFromObject(w), failed); err != nil {
+				return false, err.Error()
+			}
+			return failed.Status.Phase == magosv1.PhaseFailed || failed.Status.Phase == magosv1.PhaseApplied,
+				fmt.Sprintf("phase %s: %s", failed.Status.Phase, failed.Status.Message)
+		})
 		runID := failed.Status.CurrentRunID
+		if failed.Status.Phase != magosv1.PhaseFailed {
+			t.Fatalf("run %s, whose runner exited 0 without a result, is %s, want Failed: %q", runID, failed.Status.Phase, failed.Status.Message)
+		}
+		t.Logf("%s Failed: %s", w.Name, failed.Status.Message)
 		for _, want := range []string{"completed but left no result", "the runner exited with code 0", "without writing a result", "the run is counted Failed"} {
 			if !strings.Contains(failed.Status.Message, want) {
 				t.Errorf("the Failed message of run %s does not say %q: %q", runID, want, failed.Status.Message)

@@ -192,15 +192,23 @@ func (n *Node) Log(ctx context.Context, part string, lines int, skip ...string) 
 }
 
 // LoadImage imports an image tarball into the node's containerd, for images built after the
-// node started.
+// node started. The tarball is streamed in (docker cp cannot write under the node's /tmp, a
+// tmpfs) and kept under /var/tmp only while it is imported.
 func (n *Node) LoadImage(ctx context.Context, tarball string) error {
-	dst := "/tmp/" + filepath.Base(tarball)
-	if _, err := docker(ctx, "cp", tarball, n.Name+":"+dst); err != nil {
+	f, err := os.Open(tarball)
+	if err != nil {
 		return err
 	}
-	_, err := n.Exec(ctx, "ctr", "-n", "k8s.io", "images", "import", "--local", dst)
-	_, _ = n.Exec(ctx, "rm", "-f", dst)
-	return err
+	defer f.Close()
+	dst := "/var/tmp/" + filepath.Base(tarball)
+	var stderr bytes.Buffer
+	cmd := exec.CommandContext(ctx, "docker", "exec", "-i", n.Name, "sh", "-c",
+		`cat >"$1" && ctr -n k8s.io images import --local "$1"; rc=$?; rm -f "$1"; exit $rc`, "sh", dst)
+	cmd.Stdin, cmd.Stderr = f, &stderr
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("loading %s into node %s: %w: %s", tarball, n.Name, err, strings.TrimSpace(stderr.String()))
+	}
+	return nil
 }
 
 // Disconnect cuts the node off its network, and Connect puts it back at its address.

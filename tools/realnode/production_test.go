@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,6 +19,7 @@ import (
 	authnv1 "k8s.io/api/authentication/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -558,6 +560,107 @@ output "big" {
 		})
 	})
 
+	t.Run("a runner that exits 0 without a result: the plan Job completes, the run is Failed, nothing applied", func(t *testing.T) {
+		// The agent upgraded to run its Jobs with a runner that exits 0 and writes nothing, the
+		// kubelet's own account of that Job: Complete, and no termination message. The agent
+		// must count such a run Failed, never go on to apply it. It runs last: while the silent
+		// runner is in place, other Workspaces' drift re-plans fail as well.
+		const silentImage = "magos-silent-runner:1"
+		if err := spoke.Node.LoadImage(ctx, silentRunnerImage(t, ctx, silentImage)); err != nil {
+			t.Fatalf("loading %s into %s: %v", silentImage, spoke.Node.Name, err)
+		}
+		silentValues := maps.Clone(agentValues)
+		runnerValues := maps.Clone(agentValues["runner"].(map[string]any))
+		repo, tag, _ := strings.Cut(silentImage, ":")
+		runnerValues["image"] = map[string]any{"repository": repo, "tag": tag, "pullPolicy": "Never"}
+		silentValues["runner"] = runnerValues
+		helmInstall(t, ctx, spoke, filepath.Join(env.RepoRoot, "charts/magos-agent"), "magos-agent", system, silentValues, true)
+		stats.releases++
+		stats.pods++ // the upgraded agent
+
+		w := workspace("silent", repoURL, "none")
+		mustCreate(t, ctx, spoke.Client, variables(w.Name, map[string]string{"region": "none"}, nil))
+		mustCreate(t, ctx, spoke.Client, w)
+		// Settled either way: a run counted a success must fail the test at once, not time out.
+		failed := &magosv1.Workspace{}
+		poll(t, ctx, 5*time.Minute, "Workspace "+w.Name+" settled", func(ctx context.Context) (bool, string) {
+			if err := spoke.Client.Get(ctx, client.ObjectKeyFromObject(w), failed); err != nil {
+				return false, err.Error()
+			}
+			return failed.Status.Phase == magosv1.PhaseFailed || failed.Status.Phase == magosv1.PhaseApplied,
+				fmt.Sprintf("phase %s: %s", failed.Status.Phase, failed.Status.Message)
+		})
+		runID := failed.Status.CurrentRunID
+		if failed.Status.Phase != magosv1.PhaseFailed {
+			t.Fatalf("run %s, whose runner exited 0 without a result, is %s, want Failed: %q", runID, failed.Status.Phase, failed.Status.Message)
+		}
+		t.Logf("%s Failed: %s", w.Name, failed.Status.Message)
+		for _, want := range []string{"completed but left no result", "the runner exited with code 0", "without writing a result", "the run is counted Failed"} {
+			if !strings.Contains(failed.Status.Message, want) {
+				t.Errorf("the Failed message of run %s does not say %q: %q", runID, want, failed.Status.Message)
+			}
+		}
+		// From the spoke: the run's one plan Job Complete, its Pod the silent runner that
+		// exited 0 and left no termination message; no apply Job of the Workspace; no state.
+		jobs := &batchv1.JobList{}
+		if err := spoke.Client.List(ctx, jobs, client.InNamespace("default"), client.MatchingLabels{"magosproject.io/workspace": w.Name}); err != nil {
+			t.Fatal(err)
+		}
+		var plans int
+		for _, j := range jobs.Items {
+			op := j.Labels["magosproject.io/job-type"]
+			if op == "apply" {
+				t.Errorf("the silent run's Workspace has an apply Job %s (run %s): a run without a result went on to apply", j.Name, j.Labels["magosproject.io/run-id"])
+			}
+			if j.Labels["magosproject.io/run-id"] != runID || op != "plan" {
+				continue
+			}
+			plans++
+			if j.Status.Succeeded != 1 || !jobComplete(&j) {
+				t.Errorf("the plan Job %s of run %s did not complete: succeeded=%d failed=%d %+v", j.Name, runID, j.Status.Succeeded, j.Status.Failed, j.Status.Conditions)
+			}
+			pods := &corev1.PodList{}
+			if err := spoke.Client.List(ctx, pods, client.InNamespace("default"), client.MatchingLabels{"job-name": j.Name}); err != nil {
+				t.Fatal(err)
+			}
+			if len(pods.Items) != 1 {
+				t.Fatalf("the plan Job %s has %d Pods, want 1", j.Name, len(pods.Items))
+			}
+			p := pods.Items[0]
+			if img := p.Spec.Containers[0].Image; img != silentImage {
+				t.Errorf("the plan Job %s ran image %s, want %s", j.Name, img, silentImage)
+			}
+			cs := p.Status.ContainerStatuses
+			if len(cs) != 1 || cs[0].State.Terminated == nil || cs[0].State.Terminated.ExitCode != 0 || cs[0].State.Terminated.Message != "" {
+				t.Errorf("the plan Job %s: want the runner terminated with exit code 0 and no termination message, got %+v", j.Name, cs)
+			}
+			stats.jobs++
+			stats.pods++
+		}
+		if plans != 1 {
+			t.Fatalf("run %s of %s had %d plan Jobs, want 1", runID, w.Name, plans)
+		}
+		if err := spoke.Client.Get(ctx, client.ObjectKey{Namespace: "default", Name: "tfstate-default-" + w.Name}, &corev1.Secret{}); !apierrors.IsNotFound(err) {
+			t.Fatalf("the Workspace %s has a state Secret after a run without a result (want none: nothing applied): %v", w.Name, err)
+		}
+		if t.Failed() {
+			return
+		}
+
+		// The real runner back: the run retried as users do succeeds through plan and apply Jobs.
+		helmInstall(t, ctx, spoke, filepath.Join(env.RepoRoot, "charts/magos-agent"), "magos-agent", system, agentValues, true)
+		stats.releases++
+		stats.pods++ // the agent again
+		if out, err := exec.CommandContext(ctx, env.Magosctl, "--kubeconfig", spoke.Kubeconfig, "-n", "default", "retry", w.Name).CombinedOutput(); err != nil {
+			t.Fatalf("magosctl retry: %v\n%s", err, out)
+		}
+		next := waitApplied(t, ctx, spoke, w.Name, runID)
+		if state := tfState(t, ctx, spoke, w.Name); !strings.Contains(state, "terraform_data") {
+			t.Fatalf("the state after the real runner's run has no terraform_data:\n%s", state)
+		}
+		checkRunJobs(t, ctx, spoke, w.Name, next.Status.CurrentRunID, stats)
+	})
+
 	writeSummary(t, stats)
 }
 
@@ -697,6 +800,58 @@ func checkRunJobs(t *testing.T, ctx context.Context, cl *cluster, workspace, run
 	if !slices.Equal(ops, []string{"apply", "plan"}) {
 		t.Fatalf("run %s of %s had Jobs %v, want one plan and one apply", runID, workspace, ops)
 	}
+}
+
+// jobComplete says whether the Job has the condition Complete.
+func jobComplete(j *batchv1.Job) bool {
+	for _, c := range j.Status.Conditions {
+		if c.Type == batchv1.JobComplete && c.Status == corev1.ConditionTrue {
+			return true
+		}
+	}
+	return false
+}
+
+// silentRunnerImage builds, with the Docker Engine's legacy builder from scratch (nothing
+// pulled), an image named ref whose runner exits 0 and writes nothing: no result file, so
+// no termination message. It sits where the runner image has the real one
+// (/usr/local/bin/magos-agent, which the Job's command [magos-agent, runner] finds on the
+// PATH). It returns the image saved as a tarball, for Node.LoadImage.
+func silentRunnerImage(t *testing.T, ctx context.Context, ref string) string {
+	t.Helper()
+	dir := t.TempDir()
+	src, bctx := filepath.Join(dir, "src"), filepath.Join(dir, "context")
+	for _, d := range []string{src, bctx} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	files := map[string]string{
+		filepath.Join(src, "main.go"):     "// Command magos-agent is a silent runner: it exits 0 and writes nothing.\npackage main\n\nfunc main() {}\n",
+		filepath.Join(bctx, "Dockerfile"): "FROM scratch\nCOPY magos-agent /usr/local/bin/magos-agent\nENV PATH=/usr/local/bin\nUSER 65532:65532\nENTRYPOINT [\"/usr/local/bin/magos-agent\", \"runner\"]\n",
+	}
+	for p, content := range files {
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	build := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags=-s -w", "-o", filepath.Join(bctx, "magos-agent"), "main.go")
+	build.Dir = src
+	build.Env = append(os.Environ(), "CGO_ENABLED=0", "GOWORK=off", "GOFLAGS=")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building the silent runner: %v\n%s", err, out)
+	}
+	img := exec.CommandContext(ctx, "docker", "build", "-q", "-t", ref, bctx)
+	img.Env = append(os.Environ(), "DOCKER_BUILDKIT=0")
+	if out, err := img.CombinedOutput(); err != nil {
+		t.Fatalf("docker build %s: %v\n%s", ref, err, out)
+	}
+	t.Cleanup(func() { _, _ = docker(context.WithoutCancel(ctx), "rmi", ref) })
+	tarball := filepath.Join(dir, "magos-silent-runner.tar")
+	if _, err := docker(ctx, "save", "-o", tarball, ref); err != nil {
+		t.Fatal(err)
+	}
+	return tarball
 }
 
 // summary is what the run measured, for the closing line and the notes.

@@ -24,9 +24,11 @@ import (
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -96,11 +98,14 @@ resource "terraform_data" "run" {
 // world is a running fleet with the module's repository, the control directory of its gates and
 // the grant observer.
 type world struct {
-	f       *devfleet.Fleet
-	ctx     context.Context
-	repo    string
-	control string
-	grants  *Grants
+	f   *devfleet.Fleet
+	ctx context.Context
+	// repo is the URL of the module's repository, commit its commit.
+	repo, commit string
+	control      string
+	grants       *Grants
+	// metrics is the address of the (first) hub's metrics endpoint.
+	metrics string
 }
 
 // start starts a fleet (three spokes, agent clusters) for the test, and its observers.
@@ -110,6 +115,7 @@ func start(t *testing.T, opts devfleet.Options) *world {
 	t.Cleanup(cancel)
 	opts.Dir = t.TempDir()
 	opts.Spokes = regions
+	opts.HubMetricsAddress = freeAddress(t)
 	var progress bytes.Buffer
 	opts.Progress = &progress
 	f, err := devfleet.Start(ctx, opts)
@@ -124,9 +130,9 @@ func start(t *testing.T, opts devfleet.Options) *world {
 			t.Errorf("stopping the fleet: %v", err)
 		}
 	})
-	w := &world{f: f, ctx: ctx, control: t.TempDir(), grants: &Grants{}}
+	w := &world{f: f, ctx: ctx, control: t.TempDir(), grants: &Grants{}, metrics: opts.HubMetricsAddress}
 	repo := gitrepotest.New(t)
-	repo.Commit(t, "the gated module", map[string]string{"main.tf": gatedModule(w.control)})
+	w.commit = repo.Commit(t, "the gated module", map[string]string{"main.tf": gatedModule(w.control)})
 	w.repo = repo.URL()
 	for _, r := range regions {
 		w.observe(t, r)
@@ -161,29 +167,66 @@ func freeAddress(t *testing.T) string {
 	return l.Addr().String()
 }
 
-// histogramCount scrapes a Prometheus endpoint (http://address/metrics) and returns the number of
-// observations of a histogram, summed over its label values.
-func histogramCount(t *testing.T, address, name string) uint64 {
+// scrape returns the metric families the hub's metrics endpoint serves now.
+func (w *world) scrape(t *testing.T) map[string]*dto.MetricFamily {
 	t.Helper()
-	var n uint64
+	var families map[string]*dto.MetricFamily
 	testenv.Eventually(t, wait, func() error {
-		resp, err := http.Get("http://" + address + "/metrics")
+		resp, err := http.Get("http://" + w.metrics + "/metrics")
 		if err != nil {
 			return err
 		}
 		defer resp.Body.Close()
 		parser := expfmt.NewTextParser(model.UTF8Validation)
-		families, err := parser.TextToMetricFamilies(resp.Body)
+		families, err = parser.TextToMetricFamilies(resp.Body)
 		if err != nil {
-			return fmt.Errorf("parsing the metrics of %s: %w", address, err)
-		}
-		n = 0
-		for _, m := range families[name].GetMetric() {
-			n += m.GetHistogram().GetSampleCount()
+			return fmt.Errorf("parsing the metrics of %s: %w", w.metrics, err)
 		}
 		return nil
 	})
+	return families
+}
+
+// histogramCount returns the number of observations of a hub histogram, summed over its
+// series.
+func (w *world) histogramCount(t *testing.T, name string) uint64 {
+	t.Helper()
+	var n uint64
+	for _, m := range w.scrape(t)[name].GetMetric() {
+		n += m.GetHistogram().GetSampleCount()
+	}
 	return n
+}
+
+// metric returns the value of the hub's counter or gauge series whose labels include labels,
+// and whether there is such a series.
+func (w *world) metric(t *testing.T, name string, labels map[string]string) (float64, bool) {
+	t.Helper()
+	for _, m := range w.scrape(t)[name].GetMetric() {
+		have := map[string]string{}
+		for _, l := range m.GetLabel() {
+			have[l.GetName()] = l.GetValue()
+		}
+		match := true
+		for k, v := range labels {
+			match = match && have[k] == v
+		}
+		if !match {
+			continue
+		}
+		if m.GetCounter() != nil {
+			return m.GetCounter().GetValue(), true
+		}
+		return m.GetGauge().GetValue(), true
+	}
+	return 0, false
+}
+
+// metricValue is metric's value, 0 when there is no such series.
+func (w *world) metricValue(t *testing.T, name string, labels map[string]string) float64 {
+	t.Helper()
+	v, _ := w.metric(t, name, labels)
+	return v
 }
 
 // key is how Grants and the ledger name a Workspace: cluster/namespace/name.
@@ -254,6 +297,12 @@ func (w *world) Namespace(t *testing.T, name string) {
 // module, and the VariableSet that gives the module its key.
 func (w *world) Workspace(t *testing.T, cluster, ns, name, project string, labels map[string]string) {
 	t.Helper()
+	w.workspaceWith(t, cluster, ns, name, project, labels, nil)
+}
+
+// workspaceWith is Workspace with mutate applied to the Workspace before it is created.
+func (w *world) workspaceWith(t *testing.T, cluster, ns, name, project string, labels map[string]string, mutate func(*magosv1.Workspace)) {
+	t.Helper()
 	vs := &magosv1.VariableSet{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
 		Spec: magosv1.VariableSetSpec{Variables: []magosv1.Variable{
@@ -268,6 +317,9 @@ func (w *world) Workspace(t *testing.T, cluster, ns, name, project string, label
 			Terraform:       magosv1.TerraformSpec{Version: demo.TofuVersion},
 			VariableSetRefs: []magosv1.LocalObjectReference{{Name: name}},
 		},
+	}
+	if mutate != nil {
+		mutate(ws)
 	}
 	for _, o := range []client.Object{vs, ws} {
 		if err := w.f.Client(cluster).Create(w.ctx, o); err != nil {
@@ -331,6 +383,22 @@ func (w *world) WaitRollout(t *testing.T, ns, name string, check func(*magosv1.R
 		return check(ro)
 	})
 	return ro
+}
+
+// eventNotes returns "reason: note" of the Events regarding a hub object.
+func (w *world) eventNotes(t *testing.T, ns, kind, name string) []string {
+	t.Helper()
+	var list eventsv1.EventList
+	if err := w.f.Client("hub").List(w.ctx, &list, client.InNamespace(ns)); err != nil {
+		t.Fatalf("listing Events: %v", err)
+	}
+	var out []string
+	for _, e := range list.Items {
+		if e.Regarding.Kind == kind && e.Regarding.Name == name {
+			out = append(out, e.Reason+": "+e.Note)
+		}
+	}
+	return out
 }
 
 // Completed checks that a Rollout completed.

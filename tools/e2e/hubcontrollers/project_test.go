@@ -134,6 +134,26 @@ func TestProject(t *testing.T) {
 		if !controllerutil.ContainsFinalizer(p, keys.Finalizer) {
 			t.Errorf("finalizers %v, want %s", p.Finalizers, keys.Finalizer)
 		}
+		testenv.Eventually(t, wait, func() error {
+			notes := w.eventNotes(t, ns, "Project", "web")
+			for _, r := range regions {
+				want := "Granted: Granted run " + w.SpokeWorkspace(t, r, ns, "web").Status.CurrentRunID + " to " + key(r, ns, "web")
+				if !slices.Contains(notes, want) {
+					return fmt.Errorf("no Event %q in %q", want, notes)
+				}
+			}
+			return nil
+		})
+		this := map[string]string{"namespace": ns, "name": "web"}
+		if got := w.metricValue(t, "project_reconcile_total", map[string]string{"namespace": ns, "name": "web", "result": "success"}); got < 1 {
+			t.Errorf("project_reconcile_total{result=success} = %v, want at least 1", got)
+		}
+		if got := w.metricValue(t, "project_workspace_count", this); got != 3 {
+			t.Errorf("project_workspace_count = %v, want 3", got)
+		}
+		if got, ok := w.metric(t, "project_managed_by_rollout", this); !ok || got != 0 {
+			t.Errorf("project_managed_by_rollout = %v (present %v), want 0: parallel", got, ok)
+		}
 	})
 
 	t.Run("Workspaces of another Project or namespace are never granted", func(t *testing.T) {
@@ -215,6 +235,12 @@ func TestProject(t *testing.T) {
 		w.CreateHub(t, hubtest.Rollout(ns, "web", []string{"dev"}, map[string]string{"env": "dev"}))
 		w.CreateHub(t, projectOf(ns, "web", nil))
 		w.waitProject(t, ns, "web", reason(magosv1.ReasonManagedByRollout))
+		testenv.Eventually(t, wait, func() error {
+			if got := w.metricValue(t, "project_managed_by_rollout", map[string]string{"namespace": ns, "name": "web"}); got != 1 {
+				return fmt.Errorf("project_managed_by_rollout = %v, want 1", got)
+			}
+			return nil
+		})
 		w.Workspace(t, usEast, ns, "web-dev", "web", map[string]string{"env": "dev"})
 		// Matched by no step of the Rollout: under the Rollout nobody grants it.
 		w.Workspace(t, euWest, ns, "web-extra", "web", map[string]string{"env": "extra"})

@@ -7,13 +7,13 @@ import (
 	"testing"
 	"time"
 
-	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
 	"github.com/magosfleet/magos/hub/hubtest"
+	"github.com/magosfleet/magos/pkg/gitrepo/gitrepotest"
 	"github.com/magosfleet/magos/pkg/keys"
 	"github.com/magosfleet/magos/pkg/testenv"
 	"github.com/magosfleet/magos/tools/devfleet"
@@ -23,22 +23,6 @@ import (
 func envRollout(ns, project string) *magosv1.Rollout {
 	return hubtest.Rollout(ns, project, []string{"dev", "staging", "prod"},
 		map[string]string{"env": "dev"}, map[string]string{"env": "staging"}, map[string]string{"env": "prod"})
-}
-
-// eventNotes returns "reason: note" of the Events regarding a hub object.
-func (w *world) eventNotes(t *testing.T, ns, kind, name string) []string {
-	t.Helper()
-	var list eventsv1.EventList
-	if err := w.f.Client("hub").List(w.ctx, &list, client.InNamespace(ns)); err != nil {
-		t.Fatalf("listing Events: %v", err)
-	}
-	var out []string
-	for _, e := range list.Items {
-		if e.Regarding.Kind == kind && e.Regarding.Name == name {
-			out = append(out, e.Reason+": "+e.Note)
-		}
-	}
-	return out
 }
 
 // mirrorGrant returns the grant annotations of a Workspace's mirror on the hub: what the hub
@@ -60,13 +44,13 @@ func (w *world) mirrorGrant(cluster, ns, name string) (map[string]string, error)
 func TestRollout(t *testing.T) {
 	// A stopped agent keeps its cluster Available for the lease (15s): long enough for a grant
 	// to be decided on the hub and revoked before the agent could carry it down.
-	metrics := freeAddress(t)
-	w := start(t, devfleet.Options{HubLeaseDuration: 15 * time.Second, HubMetricsAddress: metrics})
+	w := start(t, devfleet.Options{HubLeaseDuration: 15 * time.Second})
 
 	t.Run("dev, staging, prod in order across clusters", func(t *testing.T) {
 		ns := "envs"
 		w.Namespace(t, ns)
-		latencyBefore := histogramCount(t, metrics, "magos_hub_decision_latency_seconds")
+		latencyBefore := w.histogramCount(t, "magos_hub_decision_latency_seconds")
+		grantsBefore := w.metricValue(t, "magos_hub_grants_total", map[string]string{"by": keys.GrantedByRollout})
 		w.Workspace(t, usEast, ns, "app-dev", "payments", map[string]string{"env": "dev"})
 		w.Workspace(t, euWest, ns, "app-staging", "payments", map[string]string{"env": "staging"})
 		w.Workspace(t, apSouth, ns, "app-prod", "payments", map[string]string{"env": "prod"})
@@ -99,6 +83,7 @@ func TestRollout(t *testing.T) {
 				"Granted: Granted run " + devRun + " to " + dev,
 				"Granted: Granted run " + prodRun + " to " + prod,
 				"StepChanged: Step 2/3 staging is current",
+				"RevisionChanged: Rolling out commit " + w.commit + " of " + w.repo + " (main)",
 				"RolloutCompleted: All steps completed successfully",
 			} {
 				if !slices.Contains(notes, want) {
@@ -108,9 +93,25 @@ func TestRollout(t *testing.T) {
 			return nil
 		})
 		// Scraped from the hub's own metrics endpoint.
-		if got := histogramCount(t, metrics, "magos_hub_decision_latency_seconds"); got < latencyBefore+3 {
+		if got := w.histogramCount(t, "magos_hub_decision_latency_seconds"); got < latencyBefore+3 {
 			t.Errorf("decision latency observations went from %d to %d, want 3 more (one per grant)", latencyBefore, got)
 		}
+		this := map[string]string{"namespace": ns, "name": "payments"}
+		if got := w.metricValue(t, "magos_hub_grants_total", map[string]string{"by": keys.GrantedByRollout}); got < grantsBefore+3 {
+			t.Errorf("magos_hub_grants_total{by=rollout} went from %v to %v, want 3 more", grantsBefore, got)
+		}
+		if got := w.metricValue(t, "rollout_reconcile_total", map[string]string{"namespace": ns, "name": "payments", "result": "success"}); got < 1 {
+			t.Errorf("rollout_reconcile_total{result=success} = %v, want at least 1", got)
+		}
+		if got := w.metricValue(t, "rollout_level_transitions_total", this); got < 3 {
+			t.Errorf("rollout_level_transitions_total = %v, want at least 3 (dev to staging to prod to done)", got)
+		}
+		testenv.Eventually(t, wait, func() error {
+			if got := w.metricValue(t, "rollout_current_level", this); got != 3 {
+				return fmt.Errorf("rollout_current_level = %v, want 3 (the number of steps: completed)", got)
+			}
+			return nil
+		})
 	})
 
 	t.Run("multi-region prod, one region per cluster, in order", func(t *testing.T) {
@@ -161,11 +162,21 @@ func TestRollout(t *testing.T) {
 			}
 			return nil
 		})
+		activeCount := func(want float64) func() error {
+			return func() error {
+				if got := w.metricValue(t, "rollout_active_count", nil); got != want {
+					return fmt.Errorf("rollout_active_count = %v, want %v", got, want)
+				}
+				return nil
+			}
+		}
+		testenv.Eventually(t, wait, activeCount(1)) // this one; the earlier ones completed
 		testenv.Consistently(t, 2*time.Second, noGrants(w.grants, slices.Concat(cohort["staging"], cohort["prod"])...))
 		for _, r := range regions {
 			w.Release(t, r, ns, "svc-dev")
 		}
 		ro := w.WaitRollout(t, ns, "platform", Completed)
+		testenv.Eventually(t, wait, activeCount(0))
 		w.assertStepOrder(t, ns, cohort["dev"], cohort["staging"], cohort["prod"])
 		if ro.Status.AppliedWorkspaces != 9 || ro.Status.TotalWorkspaces != 9 {
 			t.Errorf("applied %d/%d, want 9/9", ro.Status.AppliedWorkspaces, ro.Status.TotalWorkspaces)
@@ -281,6 +292,7 @@ func TestRollout(t *testing.T) {
 	t.Run("a Rollout created over a Project in parallel mode revokes the grants its order does not allow", func(t *testing.T) {
 		ns := "takeover"
 		dev, prod := w.devProd(t, ns, true)
+		revokesBefore := w.metricValue(t, "magos_hub_revokes_total", map[string]string{"by": keys.GrantedByRollout})
 
 		// The eu-west-1 agent is stopped: the Project's grant of web-prod is decided on the hub
 		// but not carried down before the Rollout takes over.
@@ -320,6 +332,15 @@ func TestRollout(t *testing.T) {
 		if a := w.SpokeWorkspace(t, usEast, ns, "web-dev").Annotations; a[keys.ExecutionAllowed] != "true" {
 			t.Errorf("web-dev lost its grant (%v); the current step keeps it", a)
 		}
+		testenv.Eventually(t, wait, func() error {
+			if want, notes := "Revoked: Revoked the grant of "+prod, w.eventNotes(t, ns, "Rollout", "web"); !slices.Contains(notes, want) {
+				return fmt.Errorf("no Event %q in %q", want, notes)
+			}
+			return nil
+		})
+		if got := w.metricValue(t, "magos_hub_revokes_total", map[string]string{"by": keys.GrantedByRollout}); got < revokesBefore+1 {
+			t.Errorf("magos_hub_revokes_total{by=rollout} went from %v to %v, want 1 more", revokesBefore, got)
+		}
 
 		// Back, the agent never runs the revoked grant: web-prod waits for dev.
 		resume()
@@ -355,6 +376,15 @@ func TestRollout(t *testing.T) {
 		if ro.Status.CurrentStepName != euWest || ro.Status.Steps[1].Phase != magosv1.StepWaiting || !strings.Contains(ro.Status.Message, magosv1.ReasonAgentSilent) {
 			t.Errorf("status at %s, step %+v, message %q; want waiting on eu-west-1 (AgentSilent)", ro.Status.CurrentStepName, ro.Status.Steps[1], ro.Status.Message)
 		}
+		testenv.Eventually(t, wait, func() error {
+			notes := w.eventNotes(t, ns, "Rollout", "cdn-platform")
+			for _, n := range notes {
+				if strings.HasPrefix(n, "WaitingForClusters: ") && strings.Contains(n, euWest) {
+					return nil
+				}
+			}
+			return fmt.Errorf("no WaitingForClusters Event naming %s in %q", euWest, notes)
+		})
 		testenv.Consistently(t, 3*time.Second, func() error {
 			for _, r := range regions[1:] {
 				if a, err := w.mirrorGrant(r, ns, "cdn"); err != nil || len(a) > 0 {
@@ -418,6 +448,45 @@ func TestRollout(t *testing.T) {
 		}
 		if got := w.Applies(t, ns); !slices.Equal(got, []string{k}) {
 			t.Errorf("applies %v, want exactly one", got)
+		}
+	})
+
+	t.Run("each new commit the Rollout adopts is a RevisionChanged Event, and is applied", func(t *testing.T) {
+		ns := "revisions"
+		w.Namespace(t, ns)
+		// A repository of its own, so that its new commit concerns this Workspace only, polled
+		// every 5s (the shortest interval an agent accepts).
+		repo := gitrepotest.New(t)
+		first := repo.Commit(t, "the gated module", map[string]string{"main.tf": gatedModule(w.control)})
+		w.workspaceWith(t, usEast, ns, "app", "app", map[string]string{"env": "prod"}, func(ws *magosv1.Workspace) {
+			ws.Spec.Source.RepoURL = repo.URL()
+			ws.Annotations = map[string]string{keys.GitPollInterval: "5s"}
+		})
+		w.WaitMirrored(t, key(usEast, ns, "app"))
+		w.CreateHub(t, hubtest.Rollout(ns, "app", []string{"prod"}, map[string]string{"env": "prod"}))
+		w.WaitRollout(t, ns, "app", Completed)
+		revisionEvent := func(commit string) func() error {
+			return func() error {
+				want := "RevisionChanged: Rolling out commit " + commit + " of " + repo.URL() + " (main)"
+				if notes := w.eventNotes(t, ns, "Rollout", "app"); !slices.Contains(notes, want) {
+					return fmt.Errorf("no Event %q in %q", want, notes)
+				}
+				return nil
+			}
+		}
+		testenv.Eventually(t, wait, revisionEvent(first))
+
+		next := repo.Commit(t, "a second commit", map[string]string{"README.md": "v2\n"})
+		testenv.Eventually(t, wait, revisionEvent(next))
+		testenv.Eventually(t, wait, func() error {
+			ws := w.SpokeWorkspace(t, usEast, ns, "app")
+			if ws.Status.Phase != magosv1.PhaseApplied || ws.Status.ObservedRevision != next {
+				return fmt.Errorf("app is %s at %q, want Applied at %s", ws.Status.Phase, ws.Status.ObservedRevision, next)
+			}
+			return nil
+		})
+		if got := w.Applies(t, ns); len(got) != 2 {
+			t.Errorf("applies %v, want two: the first commit, then the next", got)
 		}
 	})
 }

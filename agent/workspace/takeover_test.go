@@ -11,6 +11,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -42,7 +43,10 @@ func TestAgentTakeover(t *testing.T) {
 			Runner:                  app.RunnerOptions{Mode: app.RunnerJob, Image: runnerImage},
 			LeaderElection:          true,
 			LeaderElectionNamespace: "default",
-			SkipNameValidation:      true,
+			// The replicas share the key of status.plannedInputs, as the chart's do: the new
+			// leader must recognise the plan the old one made.
+			InputsKeySecret:    types.NamespacedName{Namespace: "default", Name: "magos-agent-inputs-key"},
+			SkipNameValidation: true,
 		})
 		if err != nil {
 			t.Fatal(err)

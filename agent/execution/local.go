@@ -9,6 +9,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -49,7 +51,8 @@ type LocalOptions struct {
 
 // LocalLauncher runs each operation as a child process of the agent. Results are files, so
 // they survive an agent restart: a result file means the run finished, a running process
-// means it is running, and neither means it was lost (and Status says NotFound).
+// means it is running (a process a killed agent left behind included: its pid file names it),
+// and neither means it was lost (and Status says NotFound).
 type LocalLauncher struct {
 	opts   LocalOptions
 	events chan event.GenericEvent
@@ -60,6 +63,8 @@ type LocalLauncher struct {
 	stopping bool
 	stopCh   chan struct{}
 	wg       sync.WaitGroup
+	// orphans are the runs of an earlier agent process still running, watched until they end.
+	orphans map[Ref]bool
 }
 
 type localProc struct {
@@ -103,6 +108,7 @@ func NewLocalLauncher(opts LocalOptions) (*LocalLauncher, error) {
 		procs:   map[Ref]*localProc{},
 		started: map[Ref]time.Time{},
 		stopCh:  make(chan struct{}),
+		orphans: map[Ref]bool{},
 	}, nil
 }
 
@@ -141,14 +147,29 @@ func (l *LocalLauncher) ResultPath(ref Ref) string {
 	return filepath.Join(l.dir(ref.Namespace, ref.Name), ref.RunID+"-"+string(ref.Operation)+".json")
 }
 
+// pidPath names the process of a run while it runs, so that an agent restarted after a crash
+// knows the run still runs (and never starts it a second time).
+func (l *LocalLauncher) pidPath(ref Ref) string {
+	return l.ResultPath(ref) + ".pid"
+}
+
 // LogPath is where the output of a run is written.
 func (l *LocalLauncher) LogPath(ref Ref) string {
 	return filepath.Join(l.dir(ref.Namespace, ref.Name), ref.RunID+"-"+string(ref.Operation)+".log")
 }
 
-// Start starts the run as a child process, unless it is running or has a result.
+// Start starts the run as a child process, unless it is running (an earlier agent process's run
+// included) or has a result.
 func (l *LocalLauncher) Start(ctx context.Context, run *Run) error {
 	ref := RefOf(run)
+	l.mu.Lock()
+	_, own := l.procs[ref]
+	l.mu.Unlock()
+	if !own {
+		if _, alive := l.orphan(ref); alive {
+			return nil // started by an earlier agent process, and still running
+		}
+	}
 	l.mu.Lock()
 	if l.stopping {
 		l.mu.Unlock()
@@ -183,6 +204,9 @@ func (l *LocalLauncher) Start(ctx context.Context, run *Run) error {
 		l.mu.Unlock()
 		close(p.done)
 		return err
+	}
+	if err := os.WriteFile(l.pidPath(ref), []byte(strconv.Itoa(cmd.Process.Pid)), 0o600); err != nil {
+		l.opts.Logger.Error(err, "writing the pid file of a run", "path", l.pidPath(ref))
 	}
 	l.opts.Logger.V(1).Info("started local run", "workspace", ref.Namespace+"/"+ref.Name, "runID", ref.RunID, "operation", ref.Operation, "pid", cmd.Process.Pid)
 	timeout := run.Timeout
@@ -264,6 +288,7 @@ func (l *LocalLauncher) wait(ref Ref, p *localProc, logFile *os.File, timeout ti
 	waitErr := p.cmd.Wait()
 	timer.Stop()
 	_ = logFile.Close()
+	_ = os.Remove(l.pidPath(ref))
 	close(p.done)
 
 	l.mu.Lock()
@@ -372,10 +397,13 @@ func (l *LocalLauncher) Status(_ context.Context, ref Ref) (Status, error) {
 	path := l.ResultPath(ref)
 	res, err := readResult(path)
 	if err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return Status{State: StateNotFound}, nil
+		if started, alive := l.orphan(ref); alive {
+			// An earlier agent process started it and died: it still runs, and writes its
+			// result itself. Starting it again would run it twice.
+			return Status{State: StateRunning, StartedAt: started}, nil
 		}
-		// Unreadable and no process writes it: the run is lost; start it again.
+		// No result (or an unreadable one) and no process writes it: the run is lost; start it
+		// again.
 		return Status{State: StateNotFound}, nil
 	}
 	st := Status{State: StateFinished, Result: res}
@@ -386,6 +414,72 @@ func (l *LocalLauncher) Status(_ context.Context, ref Ref) (Status, error) {
 		st.StartedAt = startedAt
 	}
 	return st, nil
+}
+
+// orphan reports whether the run's process, started by an earlier agent process, still runs
+// (its pid file names a live process running the runner command), and when it started. It
+// watches such a run until it ends, then wakes the Workspace controller, as the end of a run of
+// its own does.
+func (l *LocalLauncher) orphan(ref Ref) (time.Time, bool) {
+	raw, err := os.ReadFile(l.pidPath(ref))
+	if err != nil {
+		return time.Time{}, false
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(raw)))
+	if err != nil || pid <= 0 || !l.runs(pid) {
+		return time.Time{}, false
+	}
+	var started time.Time
+	if fi, err := os.Stat(l.pidPath(ref)); err == nil {
+		started = fi.ModTime()
+	}
+	l.mu.Lock()
+	watching := l.orphans[ref]
+	l.orphans[ref] = true
+	stopping := l.stopping
+	l.mu.Unlock()
+	if !watching && !stopping {
+		l.wg.Add(1)
+		go l.watchOrphan(ref, pid)
+	}
+	return started, true
+}
+
+// runs reports whether pid is a live process running the runner command (not a process that
+// reused the pid of one that ended).
+func (l *LocalLauncher) runs(pid int) bool {
+	if err := syscall.Kill(pid, 0); err != nil && !errors.Is(err, syscall.EPERM) {
+		return false
+	}
+	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if err != nil {
+		return false
+	}
+	args := strings.Split(strings.TrimRight(string(cmdline), "\x00"), "\x00")
+	return len(args) >= len(l.opts.Command) && slices.Equal(args[:len(l.opts.Command)], l.opts.Command)
+}
+
+// watchOrphan waits for the run's orphaned process to end, then wakes the Workspace controller.
+func (l *LocalLauncher) watchOrphan(ref Ref, pid int) {
+	defer l.wg.Done()
+	tick := time.NewTicker(500 * time.Millisecond)
+	defer tick.Stop()
+	for l.runs(pid) {
+		select {
+		case <-l.stopCh:
+			return
+		case <-tick.C:
+		}
+	}
+	_ = os.Remove(l.pidPath(ref))
+	l.mu.Lock()
+	delete(l.orphans, ref)
+	l.mu.Unlock()
+	ws := &magosv1.Workspace{ObjectMeta: metav1.ObjectMeta{Namespace: ref.Namespace, Name: ref.Name}}
+	select {
+	case l.events <- event.GenericEvent{Object: ws}:
+	case <-l.stopCh:
+	}
 }
 
 // Prune removes the files of the Workspace's other runs.

@@ -104,6 +104,53 @@ func TestLocalResultSurvivesRestart(t *testing.T) {
 	}
 }
 
+// TestLocalRunOutlivingItsAgentIsNotStartedTwice: an agent killed while a run runs leaves the
+// run's process behind (it lives in a process group of its own). The next agent, on the same
+// data folder, reports the run running rather than lost, starts nothing, and is woken when the
+// process ends with its result. (Found by TestChaos: the restarted agent planned the run a second
+// time beside the first, which held the state lock, and the plan failed.)
+func TestLocalRunOutlivingItsAgentIsNotStartedTwice(t *testing.T) {
+	dir := t.TempDir()
+	gate := filepath.Join(dir, "gate")
+	if err := os.WriteFile(gate, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	script := `echo run >> "` + filepath.Join(dir, "count") + `"; while [ -e "` + gate + `" ]; do sleep 0.1; done; ` + writeResult
+	first := newTestLauncher(t, dir, script, nil)
+	run := testRun("r1")
+	if err := first.Start(context.Background(), run); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 0, func() error {
+		if b, _ := os.ReadFile(filepath.Join(dir, "count")); !strings.Contains(string(b), "run") {
+			return errors.New("the run has not started")
+		}
+		return nil
+	})
+
+	// The first agent is gone without stopping its run (as after kill -9): a new launcher.
+	restarted := newTestLauncher(t, dir, script, nil)
+	st, err := restarted.Status(context.Background(), RefOf(run))
+	if err != nil || st.State != StateRunning {
+		t.Fatalf("after restart: status %+v %v, want Running (the run's process still runs)", st, err)
+	}
+	if err := restarted.Start(context.Background(), run); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(gate); err != nil {
+		t.Fatal(err)
+	}
+	waitEvent(t, restarted)
+	st, err = restarted.Status(context.Background(), RefOf(run))
+	if err != nil || st.State != StateFinished || st.Result.Outcome != runner.OutcomeSucceeded {
+		t.Fatalf("status %+v %v, want the finished result the first process wrote", st, err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, "count")); strings.Count(string(b), "run") != 1 {
+		t.Errorf("the run ran %d times, want once", strings.Count(string(b), "run"))
+	}
+	waitEvent(t, first) // the first launcher's own wait ends too (its child in this test)
+}
+
 // TestLocalStartIsIdempotent: starting a running run again starts nothing.
 func TestLocalStartIsIdempotent(t *testing.T) {
 	dir := t.TempDir()

@@ -434,12 +434,13 @@ func (l *LocalLauncher) orphan(ref Ref) (time.Time, bool) {
 		started = fi.ModTime()
 	}
 	l.mu.Lock()
-	watching := l.orphans[ref]
-	l.orphans[ref] = true
-	stopping := l.stopping
+	watch := !l.orphans[ref] && !l.stopping
+	if watch {
+		l.orphans[ref] = true
+		l.wg.Add(1) // under the lock: Run waits only after it set stopping
+	}
 	l.mu.Unlock()
-	if !watching && !stopping {
-		l.wg.Add(1)
+	if watch {
 		go l.watchOrphan(ref, pid)
 	}
 	return started, true

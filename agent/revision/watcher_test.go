@@ -231,15 +231,7 @@ func metricSum(t *testing.T, name string, labels map[string]string) float64 {
 			continue
 		}
 		for _, m := range f.GetMetric() {
-			have := map[string]string{}
-			for _, l := range m.GetLabel() {
-				have[l.GetName()] = l.GetValue()
-			}
-			match := true
-			for k, v := range labels {
-				match = match && have[k] == v
-			}
-			if !match {
+			if !testenv.HasLabels(m, labels) {
 				continue
 			}
 			if m.GetHistogram() != nil {

@@ -203,15 +203,7 @@ func (w *world) histogramCount(t *testing.T, name string) uint64 {
 func (w *world) metric(t *testing.T, name string, labels map[string]string) (float64, bool) {
 	t.Helper()
 	for _, m := range w.scrape(t)[name].GetMetric() {
-		have := map[string]string{}
-		for _, l := range m.GetLabel() {
-			have[l.GetName()] = l.GetValue()
-		}
-		match := true
-		for k, v := range labels {
-			match = match && have[k] == v
-		}
-		if !match {
+		if !testenv.HasLabels(m, labels) {
 			continue
 		}
 		if m.GetCounter() != nil {

@@ -15,7 +15,6 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
-	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/magosfleet/magos/agent/app"
@@ -186,11 +185,11 @@ func TestWatcher(t *testing.T) {
 	// (unchanged), the one that found the second commit (changed, counted before the marks),
 	// each one timed.
 	for _, result := range []string{revision.ResultSeeded, revision.ResultUnchanged, revision.ResultChanged} {
-		if n := metricSum(t, "refwatcher_poll_total", map[string]string{"result": result}); n < 1 {
+		if n := testenv.MetricSum(t, "refwatcher_poll_total", map[string]string{"result": result}); n < 1 {
 			t.Errorf("refwatcher_poll_total{result=%q} = %v, want at least 1", result, n)
 		}
 	}
-	if n, polls := metricSum(t, "refwatcher_poll_duration_seconds", nil), float64(startPolls); n < polls {
+	if n, polls := testenv.MetricSum(t, "refwatcher_poll_duration_seconds", nil), float64(startPolls); n < polls {
 		t.Errorf("refwatcher_poll_duration_seconds counts %v polls, want at least %v", n, polls)
 	}
 
@@ -215,33 +214,6 @@ func TestWatcher(t *testing.T) {
 	if ts, err := time.Parse(time.RFC3339Nano, at); err != nil || ts.Before(moved) {
 		t.Errorf("a: detected-at %s (%v), want the time of the new detection (after %s)", at, err, revision.DetectedAt(moved))
 	}
-}
-
-// metricSum adds up, over the series of a counter or histogram of the metrics registry whose
-// labels include labels, the counter values or the histogram observation counts.
-func metricSum(t *testing.T, name string, labels map[string]string) float64 {
-	t.Helper()
-	families, err := metrics.Registry.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var total float64
-	for _, f := range families {
-		if f.GetName() != name {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			if !testenv.HasLabels(m, labels) {
-				continue
-			}
-			if m.GetHistogram() != nil {
-				total += float64(m.GetHistogram().GetSampleCount())
-			} else {
-				total += m.GetCounter().GetValue()
-			}
-		}
-	}
-	return total
 }
 
 func annotation(t *testing.T, c client.Client, ns, name string) string {

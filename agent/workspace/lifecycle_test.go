@@ -37,7 +37,7 @@ func TestRunToAppliedThenNewCommit(t *testing.T) {
 	})
 
 	appliedOK := map[string]string{"operation": string(runner.OperationApply), "outcome": string(runner.OutcomeSucceeded)}
-	runsBefore, durationsBefore := metricSum(t, "workspace_runs_total", appliedOK), metricSum(t, "workspace_run_duration_seconds", appliedOK)
+	runsBefore, durationsBefore := testenv.MetricSum(t, "workspace_runs_total", appliedOK), testenv.MetricSum(t, "workspace_run_duration_seconds", appliedOK)
 	ws := pendingRun(t, c, key, magosv1.ReasonAwaitingRollout, "")
 	if !runIDPattern.MatchString(ws.Status.CurrentRunID) || ws.Status.CurrentRunTrigger != magosv1.TriggerInitial {
 		t.Fatalf("first run: ID %q trigger %q, want YYYYMMDDTHHMMSS-<8 hex> and %q", ws.Status.CurrentRunID, ws.Status.CurrentRunTrigger, magosv1.TriggerInitial)
@@ -84,7 +84,7 @@ func TestRunToAppliedThenNewCommit(t *testing.T) {
 			{"workspace_runs_total", appliedOK, runsBefore + 1},
 			{"workspace_run_duration_seconds", appliedOK, durationsBefore + 1},
 		} {
-			if got := metricSum(t, m.name, m.labels); got < m.min {
+			if got := testenv.MetricSum(t, m.name, m.labels); got < m.min {
 				errs = append(errs, fmt.Errorf("%s %v = %v, want at least %v", m.name, m.labels, got, m.min))
 			}
 		}

@@ -18,7 +18,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/magosfleet/magos/agent/workspace"
 	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
@@ -246,34 +245,7 @@ func TestBadReconcileInterval(t *testing.T) {
 // reconciles reads workspace_reconcile_total of one Workspace from the metrics registry.
 func reconciles(t testing.TB, namespace, name string) float64 {
 	t.Helper()
-	return metricSum(t, "workspace_reconcile_total", map[string]string{"namespace": namespace, "name": name})
-}
-
-// metricSum adds up, over the series of a counter or histogram of the metrics registry whose
-// labels include labels, the counter values or the histogram observation counts.
-func metricSum(t testing.TB, name string, labels map[string]string) float64 {
-	t.Helper()
-	families, err := metrics.Registry.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var total float64
-	for _, f := range families {
-		if f.GetName() != name {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			if !testenv.HasLabels(m, labels) {
-				continue
-			}
-			if m.GetHistogram() != nil {
-				total += float64(m.GetHistogram().GetSampleCount())
-			} else {
-				total += m.GetCounter().GetValue()
-			}
-		}
-	}
-	return total
+	return testenv.MetricSum(t, "workspace_reconcile_total", map[string]string{"namespace": namespace, "name": name})
 }
 
 // TestGitOutageIsDegraded: a repository that cannot be reached is an outage, not the

@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -104,35 +106,49 @@ func TestLocalResultSurvivesRestart(t *testing.T) {
 	}
 }
 
-// TestLocalRunOutlivingItsAgentIsNotStartedTwice: an agent killed while a run runs leaves the
-// run's process behind (it lives in a process group of its own). The next agent, on the same
-// data folder, reports the run running rather than lost, starts nothing, and is woken when the
-// process ends with its result. (Found by TestChaos: the restarted agent planned the run a second
-// time beside the first, which held the state lock, and the plan failed.)
+// TestLocalRunOutlivingItsAgentIsNotStartedTwice: an agent killed while a run runs (kill -9 of
+// the agent's process group, as devfleet and a crash do) leaves the run's process running to its
+// end, as a Job outlives its agent: it is neither signalled (an interrupted apply would report a
+// failure nobody caused) nor lost. The next agent, on the same data folder, reports the run
+// running rather than lost, starts nothing, and is woken when the process ends with its result.
+// (Both found by TestChaos: the restarted agent planned the run a second time beside the first,
+// which held the state lock; and the kernel's parent-death signal interrupted the apply, which
+// then reported ApplyFailed.) The first agent is this test binary run again as a child process.
 func TestLocalRunOutlivingItsAgentIsNotStartedTwice(t *testing.T) {
+	if dir := os.Getenv(envKilledAgentDir); dir != "" {
+		runAgentUntilKilled(t, dir)
+		return
+	}
 	dir := t.TempDir()
 	gate := filepath.Join(dir, "gate")
 	if err := os.WriteFile(gate, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	script := `echo run >> "` + filepath.Join(dir, "count") + `"; while [ -e "` + gate + `" ]; do sleep 0.1; done; ` + writeResult
-	first := newTestLauncher(t, dir, script, nil)
-	run := testRun("r1")
-	if err := first.Start(context.Background(), run); err != nil {
+	agent := exec.Command(os.Args[0], "-test.run=^TestLocalRunOutlivingItsAgentIsNotStartedTwice$")
+	agent.Env = append(os.Environ(), envKilledAgentDir+"="+dir)
+	agent.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	agent.Stdout, agent.Stderr = os.Stderr, os.Stderr
+	if err := agent.Start(); err != nil {
 		t.Fatal(err)
 	}
-	testenv.Eventually(t, 0, func() error {
+	t.Cleanup(func() { _ = syscall.Kill(-agent.Process.Pid, syscall.SIGKILL); _ = agent.Wait() })
+	testenv.Eventually(t, 30*time.Second, func() error {
 		if b, _ := os.ReadFile(filepath.Join(dir, "count")); !strings.Contains(string(b), "run") {
 			return errors.New("the run has not started")
 		}
 		return nil
 	})
+	if err := syscall.Kill(-agent.Process.Pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = agent.Wait()
 
-	// The first agent is gone without stopping its run (as after kill -9): a new launcher.
+	script := killedAgentScript(dir)
 	restarted := newTestLauncher(t, dir, script, nil)
+	run := testRun("r1")
 	st, err := restarted.Status(context.Background(), RefOf(run))
 	if err != nil || st.State != StateRunning {
-		t.Fatalf("after restart: status %+v %v, want Running (the run's process still runs)", st, err)
+		t.Fatalf("after the agent was killed: status %+v %v, want Running (the run's process still runs)", st, err)
 	}
 	if err := restarted.Start(context.Background(), run); err != nil {
 		t.Fatal(err)
@@ -143,12 +159,31 @@ func TestLocalRunOutlivingItsAgentIsNotStartedTwice(t *testing.T) {
 	waitEvent(t, restarted)
 	st, err = restarted.Status(context.Background(), RefOf(run))
 	if err != nil || st.State != StateFinished || st.Result.Outcome != runner.OutcomeSucceeded {
-		t.Fatalf("status %+v %v, want the finished result the first process wrote", st, err)
+		t.Fatalf("status %+v %v, want the success the first process wrote (not interrupted by its agent's death)", st, err)
 	}
 	if b, _ := os.ReadFile(filepath.Join(dir, "count")); strings.Count(string(b), "run") != 1 {
 		t.Errorf("the run ran %d times, want once", strings.Count(string(b), "run"))
 	}
-	waitEvent(t, first) // the first launcher's own wait ends too (its child in this test)
+}
+
+// envKilledAgentDir makes this test binary the agent that TestLocalRunOutlivingItsAgentIsNotStartedTwice kills.
+const envKilledAgentDir = "MAGOS_TEST_KILLED_AGENT_DIR"
+
+// killedAgentScript runs until the gate file is removed; on SIGTERM it reports a failure, as the
+// runner does when its tool is interrupted.
+func killedAgentScript(dir string) string {
+	gate := filepath.Join(dir, "gate")
+	return `trap 'printf "{\"operation\":\"plan\",\"runID\":\"r1\",\"outcome\":\"Failed\",\"message\":\"interrupted\"}" > "$MAGOS_RESULT_FILE"; exit 1' TERM; ` +
+		`echo run >> "` + filepath.Join(dir, "count") + `"; while [ -e "` + gate + `" ]; do sleep 0.1; done; ` + writeResult
+}
+
+// runAgentUntilKilled is the first agent: it starts the run and waits to be killed.
+func runAgentUntilKilled(t *testing.T, dir string) {
+	l := newTestLauncher(t, dir, killedAgentScript(dir), nil)
+	if err := l.Start(context.Background(), testRun("r1")); err != nil {
+		t.Fatal(err)
+	}
+	select {} // until SIGKILL
 }
 
 // TestLocalStartIsIdempotent: starting a running run again starts nothing.

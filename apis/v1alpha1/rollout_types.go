@@ -2,6 +2,7 @@ package v1alpha1
 
 import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 )
 
 // Reasons written on a Rollout.
@@ -14,6 +15,12 @@ const (
 	ReasonWaitingForClusters = "WaitingForClusters"
 	ReasonPaused             = "Paused"
 	ReasonInvalidSelector    = "InvalidSelector"
+	// ReasonSoaking: the current step is all Applied and soaks for its minSuccessTime before
+	// the next step starts.
+	ReasonSoaking = "Soaking"
+	// ReasonFailureTolerated (an Event): Workspaces of a step failed within its maxFailures,
+	// and the Rollout goes on.
+	ReasonFailureTolerated = "FailureTolerated"
 )
 
 // Step phases in status.steps.
@@ -23,6 +30,9 @@ const (
 	StepCompleted   = "Completed"
 	StepFailed      = "Failed"
 	StepWaiting     = "Waiting"
+	// StepSoaking: every Workspace of the step is Applied (or failed within maxFailures), and
+	// the step waits out its minSuccessTime.
+	StepSoaking = "Soaking"
 )
 
 // RolloutStep selects the Workspaces of one step.
@@ -39,6 +49,36 @@ type RolloutStep struct {
 	// ClusterSelector narrows the step to Workspaces in clusters whose registered labels match.
 	// +optional
 	ClusterSelector *LabelSelector `json:"clusterSelector,omitempty"`
+
+	// MaxConcurrency is how many of the step's Workspaces may plan or apply at once, counted
+	// across all clusters (a granted run that has not started counts): a number (at least 1) or
+	// a percentage of the step's Workspaces ("25%", rounded down, at least 1). Unset: all.
+	// +optional
+	// +kubebuilder:validation:XIntOrString
+	// +kubebuilder:validation:MaxLength=4
+	// +kubebuilder:validation:XValidation:rule="type(self) == int ? self >= 1 : self.matches('^([1-9][0-9]?|100)%$')",message="maxConcurrency must be a number of at least 1 or a percentage from 1% to 100%"
+	MaxConcurrency *intstr.IntOrString `json:"maxConcurrency,omitempty"`
+
+	// MaxFailures is how many of the step's Workspaces may fail while the step still passes: a
+	// number or a percentage of the step's Workspaces ("10%", rounded down). Beyond it the step
+	// fails and the Rollout stops. Tolerated failures stay in status.steps[].failed and are
+	// recorded in FailureTolerated Events. Unset: 0.
+	// +optional
+	// +kubebuilder:validation:XIntOrString
+	// +kubebuilder:validation:MaxLength=4
+	// +kubebuilder:validation:XValidation:rule="type(self) == int ? self >= 0 : self.matches('^([0-9]|[1-9][0-9]|100)%$')",message="maxFailures must be a number of at least 0 or a percentage from 0% to 100%"
+	MaxFailures *intstr.IntOrString `json:"maxFailures,omitempty"`
+
+	// MinSuccessTime is how long the step soaks once all of its Workspaces are Applied for the
+	// change (a Go duration such as "20s" or "1h"): the next step starts only when the soak ends
+	// with every Workspace still Applied. A failure beyond maxFailures during the soak fails
+	// the step; new work (a new commit or spec) ends the soak, which starts again once the
+	// step is all Applied again. Unset: no soak.
+	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:XValidation:rule="duration(self) > duration('0s') && duration(self) <= duration('720h')",message="minSuccessTime must be a duration above 0s and at most 720h"
+	MinSuccessTime *metav1.Duration `json:"minSuccessTime,omitempty"`
 }
 
 // RolloutStrategy is the ordered list of steps.
@@ -69,7 +109,7 @@ type RolloutSpec struct {
 type StepStatus struct {
 	// Name of the step.
 	Name string `json:"name"`
-	// Phase of the step: Pending, Progressing, Waiting, Completed or Failed.
+	// Phase of the step: Pending, Progressing, Waiting, Soaking, Completed or Failed.
 	Phase string `json:"phase"`
 	// Matched is the number of Workspaces the step selects.
 	Matched int32 `json:"matched"`
@@ -79,6 +119,21 @@ type StepStatus struct {
 	Running int32 `json:"running"`
 	// Failed is the number Failed or ValidationFailed.
 	Failed int32 `json:"failed"`
+	// MaxFailures is the step's maxFailures resolved against the number it matched: failures
+	// up to it are tolerated.
+	// +optional
+	MaxFailures int32 `json:"maxFailures,omitempty"`
+	// MaxConcurrency is the step's maxConcurrency resolved against the number it matched
+	// (unset: no limit).
+	// +optional
+	MaxConcurrency int32 `json:"maxConcurrency,omitempty"`
+	// SucceededAt is when every Workspace of the step was last found Applied (or failed within
+	// maxFailures) for the change; the step's soak runs from it. Unset while the step is not.
+	// +optional
+	SucceededAt *metav1.Time `json:"succeededAt,omitempty"`
+	// SoakEndsAt is when the step's soak ends (SucceededAt plus minSuccessTime).
+	// +optional
+	SoakEndsAt *metav1.Time `json:"soakEndsAt,omitempty"`
 	// Clusters the step's Workspaces live in.
 	// +optional
 	// +listType=atomic

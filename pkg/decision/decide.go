@@ -7,7 +7,9 @@ import (
 	"strings"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/intstr"
 
 	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
 )
@@ -55,11 +57,47 @@ type step struct {
 	// that are no longer registered (also in unknown): the step waits for them rather than
 	// shrink.
 	removed []string
+	// maxFailures and maxConcurrency are the step's limits resolved against len(matched)
+	// (maxConcurrency 0: no limit).
+	maxFailures, maxConcurrency int32
+	// succeededAt is when the step was first found done for the change (zero while it is not
+	// done); soakEnds is when its soak ends (zero without minSuccessTime).
+	succeededAt, soakEnds time.Time
 }
 
-// done reports whether every Workspace the step selects is known and Done.
+// done reports whether every Workspace the step selects is known and Done, or failed within
+// the step's maxFailures.
 func (s *step) done() bool {
-	return len(s.matched) > 0 && s.applied == int32(len(s.matched)) && len(s.unknown) == 0
+	return len(s.matched) > 0 && len(s.unknown) == 0 &&
+		s.applied+s.failed == int32(len(s.matched)) && s.failed <= s.maxFailures
+}
+
+// soaking reports whether the step is done and its soak has not ended at now.
+func (s *step) soaking(now time.Time) bool {
+	return s.done() && !s.soakEnds.IsZero() && now.Before(s.soakEnds)
+}
+
+// tooManyFailures reports whether more of the step's Workspaces failed than it tolerates.
+func (s *step) tooManyFailures() bool { return s.failed > s.maxFailures }
+
+// limits resolves the step's maxFailures and maxConcurrency against the number of Workspaces it
+// matched. A percentage rounds down; maxConcurrency is at least 1. A value the API would refuse
+// resolves to the strictest limit (no tolerated failure, one at a time).
+func (s *step) limits() {
+	n := len(s.matched)
+	if v := s.spec.MaxFailures; v != nil {
+		f, err := intstr.GetScaledValueFromIntOrPercent(v, n, false)
+		if err == nil && f > 0 {
+			s.maxFailures = int32(f)
+		}
+	}
+	if v := s.spec.MaxConcurrency; v != nil {
+		c, err := intstr.GetScaledValueFromIntOrPercent(v, n, false)
+		if err != nil {
+			c = 1
+		}
+		s.maxConcurrency = int32(max(c, 1))
+	}
 }
 
 // Decide decides, for one Project, the status of its Rollout (or of the Project in parallel
@@ -171,6 +209,10 @@ func decideRollout(d *Decision, in Input, ms []member) {
 	}
 	match(steps, ms, in.Clusters, in.Rollout.CreationTimestamp.Time)
 	removedClusters(steps, ro, in.Clusters)
+	for i := range steps {
+		steps[i].limits()
+	}
+	soaks(steps, ms, ro, d.Revisions, in.Now)
 	for _, m := range ms {
 		if m.selected {
 			d.Total++
@@ -179,7 +221,10 @@ func decideRollout(d *Decision, in Input, ms []member) {
 			}
 		}
 	}
-	defer func() { d.Steps = stepStatuses(steps, ms) }()
+	defer func() {
+		d.Steps = stepStatuses(steps, ms)
+		d.Tolerated = tolerated(steps, ms, d.CurrentStep)
+	}()
 
 	if invalid >= 0 {
 		halt(d, steps, invalid, magosv1.PhaseFailed, magosv1.ReasonInvalidSelector, invalidMsg)
@@ -198,7 +243,7 @@ func decideRollout(d *Decision, in Input, ms []member) {
 
 	current := len(steps)
 	for i := range steps {
-		if !steps[i].done() {
+		if !steps[i].done() || steps[i].soaking(in.Now) {
 			current = i
 			break
 		}
@@ -212,19 +257,28 @@ func decideRollout(d *Decision, in Input, ms []member) {
 		halt(d, steps, current, magosv1.PhaseReconciling, magosv1.ReasonPaused, msg)
 		if current < len(steps) {
 			steps[current].phase = magosv1.StepWaiting
-			if steps[current].failed > 0 {
+			if steps[current].tooManyFailures() {
 				steps[current].phase = magosv1.StepFailed
 			}
 		}
 		return
 	}
 	if current == len(steps) {
-		halt(d, steps, current, magosv1.PhaseApplied, magosv1.ReasonRolloutCompleted, msgCompleted)
+		halt(d, steps, current, magosv1.PhaseApplied, magosv1.ReasonRolloutCompleted, completedMessage(steps))
 		return
 	}
 
 	s := &steps[current]
-	if s.failed > 0 {
+	if s.soaking(in.Now) {
+		// Done, and soaking: nothing of a later step runs before the soak ends.
+		halt(d, steps, current, magosv1.PhaseReconciling, magosv1.ReasonSoaking,
+			fmt.Sprintf("Step %s is soaking until %s (%s left; %d/%d applied)", s.spec.Name,
+				s.soakEnds.UTC().Format(time.RFC3339), s.soakEnds.Sub(in.Now).Round(time.Second), s.applied, len(s.matched)))
+		s.phase = magosv1.StepSoaking
+		d.RecheckAfter = s.soakEnds.Sub(in.Now)
+		return
+	}
+	if s.tooManyFailures() {
 		halt(d, steps, current, magosv1.PhaseFailed, magosv1.ReasonStepFailed, failedMessage(s, ms))
 		s.phase = magosv1.StepFailed
 		return
@@ -258,20 +312,110 @@ func decideRollout(d *Decision, in Input, ms []member) {
 	if len(s.matched) == 0 {
 		wait = append(wait, s.blind...)
 	}
-	for _, i := range s.matched {
-		m := &ms[i]
-		if m.available {
-			m.granted = m.ws.Grantable()
-			continue
-		}
-		wait = append(wait, m.ws.Key.Cluster)
-	}
+	grantMatched(s, ms, func(cluster string) { wait = append(wait, cluster) })
 	if waiting := waitingFor(wait, in.Clusters); len(waiting) > 0 {
 		d.Reason = magosv1.ReasonWaitingForClusters
 		d.Message = fmt.Sprintf("Waiting for %s (step %s: %d/%d applied)",
 			strings.Join(waiting, "; "), s.spec.Name, s.applied, len(s.matched))
 		s.phase = magosv1.StepWaiting
 	}
+}
+
+// grantMatched marks the grantable members of the current step in available clusters to be
+// granted, at most the step's maxConcurrency planning or applying at once: members in flight and
+// members holding a grant for their current run take their places first, then members are
+// granted in key order while places are free. unavailable is called with the cluster of every
+// member that cannot be granted because its cluster is unavailable.
+func grantMatched(s *step, ms []member, unavailable func(cluster string)) {
+	free := int32(-1) // no limit
+	if s.maxConcurrency > 0 {
+		free = s.maxConcurrency - s.running
+		for _, i := range s.matched {
+			if m := &ms[i]; m.available && m.ws.Grantable() && m.ws.GrantedCurrentRun(m.revision) {
+				m.granted = true // kept: it may start any moment
+				free--
+			}
+		}
+	}
+	for _, i := range s.matched {
+		m := &ms[i]
+		switch {
+		case !m.available:
+			unavailable(m.ws.Key.Cluster)
+		case m.granted || !m.ws.Grantable():
+		case free < 0 && s.maxConcurrency == 0:
+			m.granted = true
+		case free > 0:
+			m.granted = true
+			free--
+		}
+	}
+}
+
+// soaks finds when each step succeeded for the change, and when its soak (minSuccessTime) ends.
+// A step done now keeps the time recorded in the Rollout's status when it was recorded after
+// every commit the step's members roll out started (a later commit is new work: the soak starts
+// again); otherwise it succeeded now.
+func soaks(steps []step, ms []member, ro *magosv1.Rollout, revisions []magosv1.RolloutRevision, now time.Time) {
+	for i := range steps {
+		s := &steps[i]
+		if !s.done() {
+			continue
+		}
+		s.succeededAt = now
+		j := slices.IndexFunc(ro.Status.Steps, func(st magosv1.StepStatus) bool { return st.Name == s.spec.Name })
+		if j >= 0 && ro.Status.Steps[j].SucceededAt != nil {
+			at := ro.Status.Steps[j].SucceededAt.Time
+			valid := !at.After(now)
+			for _, mi := range s.matched {
+				for _, r := range revisions {
+					if r.RepoURL == ms[mi].ws.Source.RepoURL && r.TargetRevision == ms[mi].ws.Source.Ref && at.Before(r.Since.Time) {
+						valid = false
+					}
+				}
+			}
+			if valid {
+				s.succeededAt = at
+			}
+		}
+		if d := s.spec.MinSuccessTime; d != nil && d.Duration > 0 {
+			s.soakEnds = s.succeededAt.Add(d.Duration)
+		}
+	}
+}
+
+// tolerated returns, per step up to the current one, the failed members whose failures the
+// step tolerates (nil when none).
+func tolerated(steps []step, ms []member, current int) map[string][]Key {
+	var out map[string][]Key
+	for i := 0; i < len(steps) && i <= current; i++ {
+		s := &steps[i]
+		if s.failed == 0 || s.tooManyFailures() {
+			continue
+		}
+		if out == nil {
+			out = map[string][]Key{}
+		}
+		for _, mi := range s.matched {
+			if ms[mi].ws.Failed() {
+				out[s.spec.Name] = append(out[s.spec.Name], ms[mi].ws.Key)
+			}
+		}
+	}
+	return out
+}
+
+// completedMessage is the status message of a completed Rollout; it counts the failures the
+// steps tolerated.
+func completedMessage(steps []step) string {
+	var n int32
+	for i := range steps {
+		n += steps[i].failed
+	}
+	if n == 0 {
+		return msgCompleted
+	}
+	return fmt.Sprintf("All steps completed, %d failed Workspace(s) tolerated within maxFailures", n)
 }
 
 // emptyUntilSynced returns the first step after current that matches no Workspace and may
@@ -432,13 +576,21 @@ func stepStatuses(steps []step, ms []member) []magosv1.StepStatus {
 			clusters = slices.Compact(clusters)
 		}
 		out[i] = magosv1.StepStatus{
-			Name:     s.spec.Name,
-			Phase:    phase,
-			Matched:  int32(len(s.matched)),
-			Applied:  s.applied,
-			Running:  s.running,
-			Failed:   s.failed,
-			Clusters: clusters,
+			Name:           s.spec.Name,
+			Phase:          phase,
+			Matched:        int32(len(s.matched)),
+			Applied:        s.applied,
+			Running:        s.running,
+			Failed:         s.failed,
+			MaxFailures:    s.maxFailures,
+			MaxConcurrency: s.maxConcurrency,
+			Clusters:       clusters,
+		}
+		if !s.succeededAt.IsZero() {
+			out[i].SucceededAt = &metav1.Time{Time: s.succeededAt}
+		}
+		if !s.soakEnds.IsZero() {
+			out[i].SoakEndsAt = &metav1.Time{Time: s.soakEnds}
 		}
 	}
 	return out

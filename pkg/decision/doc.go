@@ -71,17 +71,37 @@
 //   - spec.paused: Reconciling/Paused;
 //   - every member matched by a step is Done: Applied/RolloutCompleted, CurrentStep is the number
 //     of steps;
-//   - a member of the current step is Failed or ValidationFailed: Failed/StepFailed (stop on
-//     first failure);
+//   - the current step is done and soaks (below): Reconciling/Soaking, with no grants, and
+//     Decision.RecheckAfter set to when the soak ends;
+//   - more members of the current step are Failed or ValidationFailed than its maxFailures
+//     (default 0): Failed/StepFailed (stop on the first failure beyond the budget);
 //   - otherwise the current step progresses: Reconciling/LevelProgressing, or
 //     Reconciling/WaitingForClusters while members of the step that are not Done live in
 //     unavailable clusters, or clusters it may select in are not Synced or were removed (the
 //     Rollout then waits: it neither advances past them nor fails; the message names them).
 //
-// The current step is the first step, in order, whose matched members are not all Done. It is
+// The current step is the first step, in order, that is not done or still soaks. A step is done
+// when each member it matches is Done or failed, with no more failed than its maxFailures (a
+// number, or a percentage of the members it matches rounded down). It is
 // recomputed from scratch every time, so a new Workspace, a spec change, a new revision or a
 // reconcile-request in an earlier step makes that step current again (the rollout rewinds).
-// Only a progressing current step gets grants: its grantable members in available clusters.
+// Only a progressing current step gets grants: its grantable members in available clusters, at
+// most maxConcurrency of its members in flight or holding a grant for their run at once (a
+// number, or a percentage rounded down and at least 1); members are granted in key order.
+// Grants already held are kept when the limit is lowered.
+//
+// # Soak
+//
+// A step with minSuccessTime soaks once it is done: the next step is granted nothing until the
+// soak ends, that long after the step succeeded (StepStatus.SucceededAt, carried over from the
+// Rollout's status while the step stays done and no commit its members roll out started after
+// it). Any member no longer Done ends the soak (the step is current again, or fails beyond
+// maxFailures); once it is done again, the soak starts over.
+//
+// # Tolerated failures
+//
+// Decision.Tolerated names, per step up to the current one, the failed members the step
+// tolerates. A completed Rollout with tolerated failures says how many in its message.
 // Destroys are grantable members like any other, so they go in step order, halt with the
 // Rollout and wait while it is paused; in parallel mode they are granted at once.
 // A Workspace matched by several steps counts in each of them; since only the single current

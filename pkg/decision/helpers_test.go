@@ -148,6 +148,8 @@ type fleet struct {
 	head string
 	// applies records every apply, in order: which Workspace applied which commit.
 	applies []applied
+	// now is the decisions' clock (Input.Now).
+	now time.Time
 }
 
 // applied is one apply seen by the simulated spokes.
@@ -157,7 +159,7 @@ type applied struct {
 }
 
 func (f *fleet) input() Input {
-	return Input{Namespace: testNamespace, Project: testProject, Rollout: f.rollout, Workspaces: f.ws, Clusters: f.clusters}
+	return Input{Namespace: testNamespace, Project: testProject, Rollout: f.rollout, Workspaces: f.ws, Clusters: f.clusters, Now: f.now}
 }
 
 // poll is the agent of the Workspace's cluster polling the ref and seeing it at commit at
@@ -188,6 +190,7 @@ func (f *fleet) decide() Decision {
 	d := Decide(f.input())
 	if f.rollout != nil {
 		f.rollout.Status.Revisions = d.Revisions
+		f.rollout.Status.Steps = d.Steps
 	}
 	f.ws = applyWrites(f.ws, d, keys.GrantedByRollout)
 	f.grants = append(f.grants, d.Grants...)

@@ -5,11 +5,14 @@ import (
 	"math/rand"
 	"reflect"
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/intstr"
 
 	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
 	"github.com/magosfleet/magos/pkg/keys"
@@ -114,6 +117,9 @@ func randomInput(rng *rand.Rand) Input {
 		if settled && rng.Intn(20) > 0 {
 			w.Phase, w.ObservedGeneration, w.DetectedRevision, w.ReconcileRequested = magosv1.PhaseApplied, w.Generation, "", false
 			w.Source, w.ObservedRevision = randomSources[0], "rev-1"
+			if rng.Intn(8) == 0 { // a failure a step's maxFailures may tolerate
+				w.Phase = magosv1.PhaseFailed
+			}
 		}
 		in.Workspaces = append(in.Workspaces, w)
 	}
@@ -151,9 +157,52 @@ func randomInput(rng *rand.Rand) Input {
 			}
 			s.ClusterSelector = &cs
 		}
+		if rng.Intn(3) == 0 {
+			s.MaxConcurrency = intOrPercent(pick(rng, []string{"1", "2", "3", "30%", "50%", "0%", "x"}))
+		}
+		if rng.Intn(2) == 0 {
+			s.MaxFailures = intOrPercent(pick(rng, []string{"0", "1", "2", "3", "20%", "50%", "100%", "100%"}))
+		}
+		if rng.Intn(3) == 0 {
+			s.MinSuccessTime = &metav1.Duration{Duration: time.Duration(1+rng.Intn(60)) * time.Minute}
+		}
 		in.Rollout.Spec.Strategy.Steps = append(in.Rollout.Spec.Strategy.Steps, s)
+		// A success recorded earlier (the soak runs from it), before or after the commits started.
+		if rng.Intn(2) == 0 {
+			at := metav1.NewTime(randomEpoch.Add(time.Duration(rng.Intn(90)) * time.Minute))
+			in.Rollout.Status.Steps = append(in.Rollout.Status.Steps, magosv1.StepStatus{Name: s.Name, SucceededAt: &at})
+		}
 	}
 	return in
+}
+
+// budget resolves a step's maxFailures against n members, independently of Decide: a percentage
+// rounds down.
+func budget(s magosv1.RolloutStep, n int) int {
+	if s.MaxFailures == nil {
+		return 0
+	}
+	if s.MaxFailures.Type == intstr.Int {
+		return s.MaxFailures.IntValue()
+	}
+	p, _ := strconv.Atoi(strings.TrimSuffix(s.MaxFailures.StrVal, "%"))
+	return p * n / 100
+}
+
+// concurrency resolves a step's maxConcurrency against n members (0: no limit), independently of
+// Decide: a percentage rounds down, to at least 1; a value the API refuses is 1.
+func concurrency(s magosv1.RolloutStep, n int) int {
+	if s.MaxConcurrency == nil {
+		return 0
+	}
+	if s.MaxConcurrency.Type == intstr.Int {
+		return max(1, s.MaxConcurrency.IntValue())
+	}
+	p, err := strconv.Atoi(strings.TrimSuffix(s.MaxConcurrency.StrVal, "%"))
+	if err != nil || !strings.HasSuffix(s.MaxConcurrency.StrVal, "%") {
+		return 1
+	}
+	return max(1, p*n/100)
 }
 
 // inStep reports, independently of Decide, whether a step selects a Workspace.
@@ -194,7 +243,11 @@ func TestDecideInvariants(t *testing.T) {
 				break
 			}
 		}
-		t.Run(fmt.Sprintf("case-%d", c), func(t *testing.T) { checkInvariants(t, in, d) })
+		t.Run(fmt.Sprintf("case-%d", c), func(t *testing.T) {
+			for _, tag := range checkInvariants(t, in, d) {
+				reasons[tag]++
+			}
+		})
 		if t.Failed() {
 			t.Fatalf("case %d failed: input %+v rollout %+v", c, in, in.Rollout)
 		}
@@ -205,13 +258,20 @@ func TestDecideInvariants(t *testing.T) {
 		magosv1.ReasonDefaultParallel, magosv1.ReasonNoSteps, magosv1.ReasonInvalidSelector,
 		magosv1.ReasonNoWorkspacesFound, magosv1.ReasonPaused, magosv1.ReasonRolloutCompleted,
 		magosv1.ReasonStepFailed, magosv1.ReasonLevelProgressing, magosv1.ReasonWaitingForClusters,
-		destroyGranted(false), destroyGranted(true),
+		magosv1.ReasonSoaking, destroyGranted(false), destroyGranted(true), toleratedPassed, concurrencyBound,
 	} {
 		if reasons[r] < 20 {
 			t.Errorf("only %d random cases ended %s: %v", reasons[r], r, reasons)
 		}
 	}
 }
+
+// Tallies of TestDecideInvariants besides the reasons: decisions where a step before the current
+// one passed with tolerated failures, and decisions whose grants stopped at maxConcurrency.
+const (
+	toleratedPassed  = "a step passed with tolerated failures"
+	concurrencyBound = "grants held back by maxConcurrency"
+)
 
 // destroyGranted names, in the tally of TestDecideInvariants, the decisions that grant the
 // destroy of a deleted Workspace.
@@ -222,7 +282,8 @@ func destroyGranted(rollout bool) string {
 	return "destroy granted in parallel mode"
 }
 
-func checkInvariants(t *testing.T, in Input, d Decision) {
+// checkInvariants checks one decision, and returns tags of what it exercised for the tally.
+func checkInvariants(t *testing.T, in Input, d Decision) (tags []string) {
 	// The checker's own notions, independent of the Workspace helpers under test: a deleted
 	// Workspace whose destroy run waits for its grant stays a member and is grantable (its grant
 	// names no commit); other deleted Workspaces leave, unless their destroy failed.
@@ -347,13 +408,17 @@ func checkInvariants(t *testing.T, in Input, d Decision) {
 						t.Fatalf("step %d counted done while cluster %s is not synced", i, c.Name)
 					}
 				}
-				n := 0
+				n, failed := 0, 0
 				for _, key := range members {
 					w := byKey[key]
 					if !inStep(t, in, steps[i], w) {
 						continue
 					}
 					n++
+					if failedRun(w) {
+						failed++
+						continue
+					}
 					rev := revisionOf(d.Revisions, w.Source)
 					if !in.Clusters[key.Cluster].Available || !w.AppliedForCurrent() || (rev != "" && w.ObservedRevision != rev) {
 						t.Fatalf("step %d counted done although %s is %s at %q (rolling out %q, cluster available %v)",
@@ -363,17 +428,45 @@ func checkInvariants(t *testing.T, in Input, d Decision) {
 				if n == 0 {
 					t.Fatalf("step %d counted done with no Workspace", i)
 				}
+				if failed > budget(steps[i], n) {
+					t.Fatalf("step %d passed with %d of %d failed, maxFailures %v", i, failed, n, steps[i].MaxFailures)
+				}
+				if failed > 0 {
+					tags = append(tags, toleratedPassed)
+				}
+				// A soaking step holds the steps after it until its soak has ended.
+				if ms := steps[i].MinSuccessTime; ms != nil && d.Reason != magosv1.ReasonPaused {
+					at := d.Steps[i].SucceededAt
+					if at == nil || at.Time.After(in.Now) || at.Time.Add(ms.Duration).After(in.Now) {
+						t.Fatalf("step %d passed at %v with minSuccessTime %v, now %v", i, at, ms.Duration, in.Now)
+					}
+				}
 			}
 		}
-		if d.Reason == magosv1.ReasonRolloutCompleted && (d.Applied != d.Total || d.CurrentStep != len(steps)) {
-			t.Fatalf("completed with %d/%d applied at step %d", d.Applied, d.Total, d.CurrentStep)
+		if d.Reason == magosv1.ReasonRolloutCompleted {
+			failed := int32(0)
+			for _, key := range members {
+				if w := byKey[key]; failedRun(w) && slices.ContainsFunc(steps, func(s magosv1.RolloutStep) bool { return inStep(t, in, s, w) }) {
+					failed++
+				}
+			}
+			if d.Applied+failed != d.Total || d.CurrentStep != len(steps) {
+				t.Fatalf("completed with %d/%d applied and %d failed at step %d", d.Applied, d.Total, failed, d.CurrentStep)
+			}
 		}
 		if progressing {
 			cur := steps[d.CurrentStep]
+			n, failed := 0, 0
 			for _, key := range members {
-				if w := byKey[key]; inStep(t, in, cur, w) && w.Failed() {
-					t.Fatalf("progressing although %s failed in the current step", key)
+				if w := byKey[key]; inStep(t, in, cur, w) {
+					n++
+					if failedRun(w) {
+						failed++
+					}
 				}
+			}
+			if failed > budget(cur, n) {
+				t.Fatalf("progressing although %d of %d failed in the current step, maxFailures %v", failed, n, cur.MaxFailures)
 			}
 			for _, g := range d.Grants {
 				if !inStep(t, in, cur, byKey[g.Key]) {
@@ -393,12 +486,52 @@ func checkInvariants(t *testing.T, in Input, d Decision) {
 					!slices.ContainsFunc(rel, func(c Cluster) bool { return !c.Synced || !c.Available }) &&
 					slices.ContainsFunc(rel, func(c Cluster) bool { return c.SyncedAt.Before(in.Rollout.CreationTimestamp.Time) })
 			}
-			shouldHold = func(w Workspace) bool {
+			eligible := func(w Workspace) bool {
 				hold := grantable(w) && in.Clusters[w.Key.Cluster].Available && inStep(t, in, cur, w)
 				if holdNew {
 					hold = hold && w.Grant.Allowed && w.Grant.Run == w.RunID && w.Grant.Revision == grantRevision(w)
 				}
 				return hold
+			}
+			shouldHold = eligible
+			if limit := concurrency(cur, n); limit > 0 {
+				// At most limit members of the step in flight or holding a grant for their run
+				// after the writes, unless that many were there before (nothing new then); grants
+				// already held are kept; and no place is left free while an eligible member waits.
+				held := func(w Workspace) bool {
+					return w.Grant.Allowed && w.Grant.Run == w.RunID && w.Grant.Revision == grantRevision(w)
+				}
+				active, waiting := 0, 0
+				for _, key := range members {
+					w := byKey[key]
+					if !inStep(t, in, cur, w) {
+						continue
+					}
+					switch {
+					case w.InFlight():
+						active++
+					case eligible(w) && (held(w) || granted[key]):
+						active++
+					case eligible(w):
+						waiting++
+					}
+				}
+				newGrants := 0
+				for _, g := range d.Grants {
+					if !held(byKey[g.Key]) {
+						newGrants++
+					}
+				}
+				if newGrants > 0 && active > limit {
+					t.Fatalf("%d of step %s in flight or granted after granting %d, maxConcurrency %v (%d)", active, cur.Name, newGrants, cur.MaxConcurrency, limit)
+				}
+				if waiting > 0 && active < limit {
+					t.Fatalf("%d eligible members of step %s wait with %d of %d places taken", waiting, cur.Name, active, limit)
+				}
+				if waiting > 0 {
+					tags = append(tags, concurrencyBound)
+				}
+				shouldHold = func(w Workspace) bool { return eligible(w) && (held(w) || granted[w.Key]) }
 			}
 		} else {
 			shouldHold = func(Workspace) bool { return false }
@@ -437,6 +570,13 @@ func checkInvariants(t *testing.T, in Input, d Decision) {
 	if !reflect.DeepEqual(d, d2) {
 		t.Fatalf("second decision differs:\n%+v\n%+v", d, d2)
 	}
+	return tags
+}
+
+// failedRun is the checker's own notion of a failed member: its run failed, or its destroy did.
+func failedRun(w Workspace) bool {
+	return w.Phase == magosv1.PhaseFailed || w.Phase == magosv1.PhaseValidationFailed ||
+		w.Phase == magosv1.PhaseDeleting && w.Reason == magosv1.ReasonDestroyFailed
 }
 
 // checkRevisions checks the commits a decision rolls out: one per source its members report,

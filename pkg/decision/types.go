@@ -150,4 +150,10 @@ type Decision struct {
 	// Revisions are the commits the Rollout rolls out, one per Source its members track,
 	// sorted by repository and ref (nil in parallel mode and without steps).
 	Revisions []magosv1.RolloutRevision
+	// Tolerated are, by step name, the failed Workspaces of the steps up to the current one
+	// whose failures the step tolerates (within its maxFailures), sorted by key.
+	Tolerated map[string][]Key
+	// RecheckAfter is set when the decision changes with time alone (a soak ends): decide
+	// again after it.
+	RecheckAfter time.Duration
 }

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -67,6 +68,26 @@ func validRollout(name string) *magosv1.Rollout {
 				{Name: "prod", Selector: magosv1.MatchLabels(map[string]string{"env": "prod"})},
 			}},
 		},
+	}
+}
+
+// TestRolloutStepControlsAccepted: the step controls' valid forms are accepted and read back.
+func TestRolloutStepControlsAccepted(t *testing.T) {
+	r := validRollout("r-controls")
+	r.Spec.Strategy.Steps[0].MaxConcurrency = ptr.To(intstr.FromString("25%"))
+	r.Spec.Strategy.Steps[0].MaxFailures = ptr.To(intstr.FromInt32(2))
+	r.Spec.Strategy.Steps[0].MinSuccessTime = &metav1.Duration{Duration: 30 * time.Minute}
+	r.Spec.Strategy.Steps[1].MaxConcurrency = ptr.To(intstr.FromInt32(1))
+	r.Spec.Strategy.Steps[1].MaxFailures = ptr.To(intstr.FromString("100%"))
+	if err := api.Client.Create(ctx(t), r); err != nil {
+		t.Fatal(err)
+	}
+	got := &magosv1.Rollout{}
+	if err := api.Client.Get(ctx(t), client.ObjectKeyFromObject(r), got); err != nil {
+		t.Fatal(err)
+	}
+	if !equality.Semantic.DeepEqual(got.Spec, r.Spec) {
+		t.Fatalf("read back %+v, want %+v", got.Spec.Strategy.Steps, r.Spec.Strategy.Steps)
 	}
 }
 
@@ -169,6 +190,54 @@ func TestAdmissionRejections(t *testing.T) {
 			r.Spec.Strategy.Steps[0].ClusterSelector = &magosv1.LabelSelector{}
 			return r
 		}, "clusterSelector must not be empty"},
+		{"rollout maxConcurrency 0", func() client.Object {
+			r := validRollout("r-conc0")
+			r.Spec.Strategy.Steps[0].MaxConcurrency = ptr.To(intstr.FromInt32(0))
+			return r
+		}, "maxConcurrency must be a number of at least 1 or a percentage from 1% to 100%"},
+		{"rollout maxConcurrency 0%", func() client.Object {
+			r := validRollout("r-conc0p")
+			r.Spec.Strategy.Steps[0].MaxConcurrency = ptr.To(intstr.FromString("0%"))
+			return r
+		}, "maxConcurrency must be a number of at least 1"},
+		{"rollout maxConcurrency not a number", func() client.Object {
+			r := validRollout("r-concx")
+			r.Spec.Strategy.Steps[0].MaxConcurrency = ptr.To(intstr.FromString("two"))
+			return r
+		}, "maxConcurrency must be a number of at least 1"},
+		{"rollout maxFailures negative", func() client.Object {
+			r := validRollout("r-failneg")
+			r.Spec.Strategy.Steps[0].MaxFailures = ptr.To(intstr.FromInt32(-1))
+			return r
+		}, "maxFailures must be a number of at least 0 or a percentage from 0% to 100%"},
+		{"rollout maxFailures above 100%", func() client.Object {
+			r := validRollout("r-fail150")
+			r.Spec.Strategy.Steps[0].MaxFailures = ptr.To(intstr.FromString("150%"))
+			return r
+		}, "maxFailures must be a number of at least 0"},
+		{"rollout minSuccessTime 0s", func() client.Object {
+			r := validRollout("r-soak0")
+			r.Spec.Strategy.Steps[0].MinSuccessTime = &metav1.Duration{}
+			return r
+		}, "minSuccessTime must be a duration above 0s and at most 720h"},
+		{"rollout minSuccessTime above 720h", func() client.Object {
+			r := validRollout("r-soaklong")
+			r.Spec.Strategy.Steps[0].MinSuccessTime = &metav1.Duration{Duration: 721 * time.Hour}
+			return r
+		}, "minSuccessTime must be a duration above 0s and at most 720h"},
+		{"rollout minSuccessTime not a duration", func() client.Object {
+			u := &unstructured.Unstructured{Object: map[string]any{
+				"apiVersion": "magosproject.io/v1alpha1", "kind": "Rollout",
+				"metadata": map[string]any{"name": "r-soak-soon", "namespace": "default"},
+				"spec": map[string]any{
+					"projectRef": "r-soak-soon",
+					"strategy": map[string]any{"steps": []any{map[string]any{
+						"name": "dev", "selector": map[string]any{"matchLabels": map[string]any{"env": "dev"}}, "minSuccessTime": "soon",
+					}}},
+				},
+			}}
+			return u
+		}, "spec.strategy.steps[0].minSuccessTime"},
 		{"workspace empty projectRef", func() client.Object {
 			ws := validWorkspace("w-noproject")
 			ws.Spec.ProjectRef.Name = ""

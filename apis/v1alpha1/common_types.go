@@ -42,6 +42,9 @@ const (
 	// ConditionReady summarises the object's phase: True when it settled well, False when it
 	// failed, Unknown while work is in progress.
 	ConditionReady = "Ready"
+	// ConditionProgressing, on a Rollout with spec.progressDeadline, is False with reason
+	// ProgressDeadlineExceeded while its current step has not progressed for that long.
+	ConditionProgressing = "Progressing"
 
 	// ConditionDegraded is True while a controller keeps failing on something that is not the
 	// object's own fault (an API conflict, a Job that could not be created, a cluster that did not

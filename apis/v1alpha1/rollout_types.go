@@ -18,6 +18,11 @@ const (
 	// ReasonSoaking: the current step is all Applied and soaks for its minSuccessTime before
 	// the next step starts.
 	ReasonSoaking = "Soaking"
+	// ReasonProgressDeadlineExceeded: the current step has not progressed for
+	// spec.progressDeadline (condition Progressing=False, and an Event).
+	ReasonProgressDeadlineExceeded = "ProgressDeadlineExceeded"
+	// ReasonProgressing: condition Progressing=True.
+	ReasonProgressing = "Progressing"
 	// ReasonFailureTolerated (an Event): Workspaces of a step failed within its maxFailures,
 	// and the Rollout goes on.
 	ReasonFailureTolerated = "FailureTolerated"
@@ -103,6 +108,18 @@ type RolloutSpec struct {
 	// Paused stops new grants; runs already granted finish.
 	// +optional
 	Paused bool `json:"paused,omitempty"`
+
+	// ProgressDeadline is how long the current step may go without progress (a Workspace of it
+	// starting, applying or failing, or the step changing) before the Rollout says so: condition
+	// Progressing=False with reason ProgressDeadlineExceeded, a Warning Event and the metric
+	// magos_hub_rollout_progress_deadline_exceeded. It does not stop the Rollout: it goes on when
+	// the step progresses. Not counted while the Rollout is paused, soaking, failed or completed.
+	// A Go duration such as "10m". Unset: no deadline.
+	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:XValidation:rule="duration(self) > duration('0s')",message="progressDeadline must be a duration above 0s"
+	ProgressDeadline *metav1.Duration `json:"progressDeadline,omitempty"`
 }
 
 // StepStatus tells where one step stands.
@@ -178,6 +195,9 @@ type RolloutStatus struct {
 	Message string `json:"message,omitempty"`
 	// +optional
 	LastReconcileTime *metav1.Time `json:"lastReconcileTime,omitempty"`
+	// LastProgressTime is when the current step last progressed (see spec.progressDeadline).
+	// +optional
+	LastProgressTime *metav1.Time `json:"lastProgressTime,omitempty"`
 
 	// AppliedWorkspaces is the number of distinct Workspaces Applied.
 	// +optional

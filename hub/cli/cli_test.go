@@ -85,7 +85,9 @@ func setup(t *testing.T) fixture {
 	r.Status = magosv1.RolloutStatus{Phase: magosv1.PhaseReconciling, Reason: magosv1.ReasonLevelProgressing,
 		Message: "Executing step eu-west-1 (0/1 applied)", CurrentStep: 1, CurrentStepName: "eu-west-1",
 		ObservedGeneration: r.Generation, AppliedWorkspaces: 1, TotalWorkspaces: 2,
-		Steps: []magosv1.StepStatus{{Name: "us-east-1", Phase: magosv1.StepCompleted}, {Name: "eu-west-1", Phase: magosv1.StepProgressing}, {Name: "ap-south-1", Phase: magosv1.StepFailed}}}
+		Steps: []magosv1.StepStatus{{Name: "us-east-1", Phase: magosv1.StepCompleted, Failed: 1, MaxFailures: 1}, {Name: "eu-west-1", Phase: magosv1.StepProgressing}, {Name: "ap-south-1", Phase: magosv1.StepFailed}}}
+	meta.SetStatusCondition(&r.Status.Conditions, metav1.Condition{Type: magosv1.ConditionProgressing, Status: metav1.ConditionFalse,
+		Reason: magosv1.ReasonProgressDeadlineExceeded, Message: "Step eu-west-1 has not progressed since 2026-12-03T12:00:00Z (progressDeadline 10m0s)"})
 	if err := f.hub.Client.Status().Update(ctx, r); err != nil {
 		t.Fatal(err)
 	}
@@ -145,7 +147,8 @@ func TestRolloutStatus(t *testing.T) {
 	for _, want := range []string{
 		"Rollout default/cdn: Reconciling (LevelProgressing), 1/2 Workspaces applied",
 		"Executing step eu-west-1",
-		"STEP", "us-east-1   Completed", "default/edge", "Applied", "aaaaaaaaaaaa",
+		"ProgressDeadlineExceeded: Step eu-west-1 has not progressed since 2026-12-03T12:00:00Z (progressDeadline 10m0s)",
+		"STEP", "us-east-1   Completed, 1/1 failures tolerated", "default/edge", "Applied", "aaaaaaaaaaaa",
 		"eu-west-1   Progressing", "Planning",
 		"ap-south-1  Failed", "(no Workspace matches)",
 	} {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -168,14 +169,14 @@ func RolloutStatus(ctx context.Context, c client.Client, key client.ObjectKey) (
 	if err := c.List(ctx, &mirrors, client.MatchingLabelsSelector{Selector: mirror.OnlyMirrors()}); err != nil {
 		return "", nil, fmt.Errorf("listing workspaces: %w", err)
 	}
-	return renderRollout(&r, clusters.Items, mirrors.Items), &r, nil
+	return renderRollout(&r, clusters.Items, mirrors.Items, time.Now()), &r, nil
 }
 
 type row struct {
 	step, state, cluster, workspace, phase, revision string
 }
 
-func renderRollout(r *magosv1.Rollout, clusters []magosv1.Cluster, mirrors []magosv1.Workspace) string {
+func renderRollout(r *magosv1.Rollout, clusters []magosv1.Cluster, mirrors []magosv1.Workspace, now time.Time) string {
 	clusterLabels := map[string]labels.Set{}
 	for _, cl := range clusters {
 		clusterLabels[cl.Name] = cl.Labels
@@ -214,13 +215,16 @@ func renderRollout(r *magosv1.Rollout, clusters []magosv1.Cluster, mirrors []mag
 		fmt.Fprintf(&b, "  rolling out commit %s of %s (%s) since %s\n",
 			shortSHA(rev.Commit), rev.RepoURL, rev.TargetRevision, rev.Since.UTC().Format(time.RFC3339))
 	}
+	if c := meta.FindStatusCondition(r.Status.Conditions, magosv1.ConditionProgressing); c != nil && c.Status == metav1.ConditionFalse {
+		fmt.Fprintf(&b, "  %s: %s\n", c.Reason, c.Message)
+	}
 	if c := meta.FindStatusCondition(r.Status.Conditions, magosv1.ConditionReady); c != nil && c.ObservedGeneration != r.Generation {
 		b.WriteString("  (status is for an older generation of the Rollout; the hub has not caught up yet)\n")
 	}
 
 	stepState := map[string]string{}
 	for _, s := range r.Status.Steps {
-		stepState[s.Name] = s.Phase
+		stepState[s.Name] = describeStep(s, now)
 	}
 	var rows []row
 	for _, step := range r.Spec.Strategy.Steps {
@@ -263,6 +267,22 @@ func renderRollout(r *magosv1.Rollout, clusters []magosv1.Cluster, mirrors []mag
 	}
 	_ = tw.Flush()
 	return b.String()
+}
+
+// describeStep is a step's STATE column: its phase, with what it waits for (the soak's time
+// left) and the failures it tolerates.
+func describeStep(s magosv1.StepStatus, now time.Time) string {
+	out := s.Phase
+	if s.Phase == magosv1.StepSoaking && s.SoakEndsAt != nil {
+		out += fmt.Sprintf(" (%s left)", max(0, s.SoakEndsAt.Sub(now)).Round(time.Second))
+	}
+	if s.Failed > 0 && s.Phase != magosv1.StepFailed {
+		out += fmt.Sprintf(", %d/%d failures tolerated", s.Failed, s.MaxFailures)
+	}
+	if s.MaxConcurrency > 0 && (s.Phase == magosv1.StepProgressing || s.Phase == magosv1.StepWaiting) {
+		out += fmt.Sprintf(", %d running (max %d)", s.Running, s.MaxConcurrency)
+	}
+	return out
 }
 
 // shortSHA shortens a commit SHA to 12 characters.

@@ -11,7 +11,8 @@ const (
 	resultError   = "error"
 )
 
-// The upstream Rollout metrics, with upstream names and labels.
+// The upstream Rollout metrics, with upstream names and labels, and
+// magos_hub_rollout_progress_deadline_exceeded.
 var (
 	reconcileTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "rollout_reconcile_total",
@@ -28,6 +29,11 @@ var (
 		Help: "Changes of the Rollout's current step.",
 	}, []string{"namespace", "name"})
 
+	deadlineExceeded = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "magos_hub_rollout_progress_deadline_exceeded",
+		Help: "1 while the Rollout's current step has not progressed for its spec.progressDeadline, else 0.",
+	}, []string{"namespace", "name"})
+
 	activeCount = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "rollout_active_count",
 		Help: "Rollouts in phase Reconciling on the hub.",
@@ -35,5 +41,5 @@ var (
 )
 
 func init() {
-	ctrlmetrics.Registry.MustRegister(reconcileTotal, currentLevel, levelTransitions, activeCount)
+	ctrlmetrics.Registry.MustRegister(reconcileTotal, currentLevel, levelTransitions, deadlineExceeded, activeCount)
 }

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -39,8 +40,9 @@ import (
 // ControllerName names the controller, its logger and its Events.
 const ControllerName = "rollout"
 
-// Event reasons besides fleetview.EventGranted and fleetview.EventRevoked. A change of the
-// Rollout's status reason is also recorded, with the reason itself (e.g. StepFailed).
+// Event reasons besides fleetview.EventGranted, fleetview.EventRevoked and
+// magosv1.ReasonFailureTolerated (Workspaces of a step failed within its maxFailures). A change of
+// the Rollout's status reason is also recorded, with the reason itself (e.g. StepFailed, Soaking).
 const (
 	EventStepChanged = "StepChanged"
 	// EventRevisionChanged: the Rollout started rolling out a new commit of a repository and ref.
@@ -158,11 +160,15 @@ func (r *Reconciler) Reconcile(ctx context.Context, req mcreconcile.Request) (ct
 		return ctrl.Result{}, err
 	}
 	reconcileTotal.WithLabelValues(ro.Namespace, ro.Name, resultSuccess).Inc()
+	after := r.opts.ResyncPeriod
 	if d.Reason == magosv1.ReasonWaitingForClusters {
 		// Some of what it waits for (an agent's sync watermark) comes without an event.
-		return ctrl.Result{RequeueAfter: min(r.opts.ResyncPeriod, waitingRecheck)}, nil
+		after = min(after, waitingRecheck)
 	}
-	return ctrl.Result{RequeueAfter: r.opts.ResyncPeriod}, nil
+	if d.RecheckAfter > 0 { // a soak ends
+		after = min(after, d.RecheckAfter)
+	}
+	return ctrl.Result{RequeueAfter: after}, nil
 }
 
 // recordTransitions records Events for a change of step and of status reason (a halt, a wait
@@ -185,6 +191,27 @@ func (r *Reconciler) recordTransitions(ro *magosv1.Rollout, d decide.Decision) {
 				"Rolling out commit %s of %s (%s)", rev.Commit, rev.RepoURL, rev.TargetRevision)
 		}
 	}
+	for i, st := range d.Steps {
+		failed := d.Tolerated[st.Name]
+		if len(failed) == 0 {
+			continue
+		}
+		if j := slices.IndexFunc(old.Steps, func(o magosv1.StepStatus) bool { return o.Name == st.Name }); j >= 0 && old.Steps[j].Failed >= st.Failed {
+			continue // recorded when the count last rose
+		}
+		names := make([]string, len(failed))
+		for k, key := range failed {
+			names[k] = key.String()
+		}
+		r.recorder.Eventf(ro, nil, corev1.EventTypeWarning, magosv1.ReasonFailureTolerated, "Step "+st.Name,
+			"Step %d/%d %s: %d failed Workspace(s) tolerated (maxFailures %d): %s",
+			i+1, steps, st.Name, len(failed), st.MaxFailures, strings.Join(names, ", "))
+	}
+	wasExceeded := meta.IsStatusConditionFalse(old.Conditions, magosv1.ConditionProgressing)
+	if d.DeadlineExceeded && !wasExceeded {
+		r.recorder.Eventf(ro, nil, corev1.EventTypeWarning, magosv1.ReasonProgressDeadlineExceeded, "Step "+d.CurrentStepName,
+			"Step %s has not progressed for %s: %s", d.CurrentStepName, ro.Spec.ProgressDeadline.Duration, d.Message)
+	}
 	if first || old.Reason != d.Reason {
 		kind := corev1.EventTypeNormal
 		if d.Phase == magosv1.PhaseFailed || d.Reason == magosv1.ReasonWaitingForClusters {
@@ -204,6 +231,13 @@ func (r *Reconciler) writeStatus(ctx context.Context, ro *magosv1.Rollout, d dec
 	want.Steps = d.Steps
 	want.Revisions = d.Revisions
 	meta.SetStatusCondition(&want.Conditions, fleetview.ReadyCondition(d.Phase, d.Reason, d.Message, ro.Generation))
+	want.LastProgressTime = nil
+	if ro.Spec.ProgressDeadline == nil {
+		meta.RemoveStatusCondition(&want.Conditions, magosv1.ConditionProgressing)
+	} else {
+		want.LastProgressTime = &metav1.Time{Time: d.LastProgress}
+		meta.SetStatusCondition(&want.Conditions, progressingCondition(ro, d))
+	}
 	if equality.Semantic.DeepEqual(*want, ro.Status) {
 		return nil
 	}
@@ -235,12 +269,29 @@ func (r *Reconciler) writeStatus(ctx context.Context, ro *magosv1.Rollout, d dec
 	return nil
 }
 
+// progressingCondition is the Progressing condition of a Rollout with a progress deadline.
+func progressingCondition(ro *magosv1.Rollout, d decide.Decision) metav1.Condition {
+	c := metav1.Condition{Type: magosv1.ConditionProgressing, Status: metav1.ConditionTrue,
+		Reason: magosv1.ReasonProgressing, ObservedGeneration: ro.Generation, Message: d.Message}
+	if d.DeadlineExceeded {
+		c.Status, c.Reason = metav1.ConditionFalse, magosv1.ReasonProgressDeadlineExceeded
+		c.Message = fmt.Sprintf("Step %s has not progressed since %s (progressDeadline %s): %s",
+			d.CurrentStepName, d.LastProgress.UTC().Format(time.RFC3339), ro.Spec.ProgressDeadline.Duration, d.Message)
+	}
+	return c
+}
+
 // observe updates the level and active-count metrics.
 func (r *Reconciler) observe(ro *magosv1.Rollout, d decide.Decision) {
 	if ro.Status.Phase != "" && ro.Status.CurrentStep != d.CurrentStep {
 		levelTransitions.WithLabelValues(ro.Namespace, ro.Name).Inc()
 	}
 	currentLevel.WithLabelValues(ro.Namespace, ro.Name).Set(float64(d.CurrentStep))
+	exceeded := 0.0
+	if d.DeadlineExceeded {
+		exceeded = 1
+	}
+	deadlineExceeded.WithLabelValues(ro.Namespace, ro.Name).Set(exceeded)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.active[client.ObjectKeyFromObject(ro)] = d.Phase == magosv1.PhaseReconciling
@@ -251,6 +302,7 @@ func (r *Reconciler) observe(ro *magosv1.Rollout, d decide.Decision) {
 func (r *Reconciler) forget(nn types.NamespacedName) {
 	currentLevel.DeleteLabelValues(nn.Namespace, nn.Name)
 	levelTransitions.DeleteLabelValues(nn.Namespace, nn.Name)
+	deadlineExceeded.DeleteLabelValues(nn.Namespace, nn.Name)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	delete(r.active, nn)

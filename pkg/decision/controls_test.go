@@ -328,3 +328,83 @@ func TestDecideSoak(t *testing.T) {
 		}
 	})
 }
+
+// TestDecideProgressDeadline: a current step that has not progressed for spec.progressDeadline
+// is reported (DeadlineExceeded), whether its runs are stuck or its cluster is silent; any change
+// of the step's counts is progress; a paused or soaking Rollout is not held to it; and the
+// decision asks to be made again when the deadline would pass.
+func TestDecideProgressDeadline(t *testing.T) {
+	t0 := time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
+	newFleet := func(deadline time.Duration) *fleet {
+		ro := rolloutOf(stepSpec("dev", "env", "dev"), stepSpec("prod", "env", "prod"))
+		if deadline > 0 {
+			ro.Spec.ProgressDeadline = &metav1.Duration{Duration: deadline}
+		}
+		return &fleet{t: t, now: t0, clusters: clusters("c1", "c2"),
+			ws: []Workspace{newWS("c1", "app", "env", "dev"), newWS("c2", "app", "env", "prod")}, rollout: ro}
+	}
+	at := func(f *fleet, d time.Duration) Decision { f.now = t0.Add(d); return f.decide() }
+
+	t.Run("a granted run that does not start", func(t *testing.T) {
+		f := newFleet(10 * time.Second)
+		if d := at(f, 0); d.DeadlineExceeded || !d.LastProgress.Equal(t0) || d.RecheckAfter != 10*time.Second {
+			t.Fatalf("at 0s: exceeded %v, last progress %v, recheck %v", d.DeadlineExceeded, d.LastProgress, d.RecheckAfter)
+		}
+		if d := at(f, 6*time.Second); d.DeadlineExceeded || !d.LastProgress.Equal(t0) || d.RecheckAfter != 4*time.Second {
+			t.Fatalf("at 6s: exceeded %v, last progress %v, recheck %v", d.DeadlineExceeded, d.LastProgress, d.RecheckAfter)
+		}
+		if d := at(f, 10*time.Second); !d.DeadlineExceeded || d.Phase != magosv1.PhaseReconciling {
+			t.Fatalf("at 10s: exceeded %v, phase %s: want exceeded, the Rollout still going", d.DeadlineExceeded, d.Phase)
+		}
+		f.start() // the run starts: progress
+		if d := at(f, 12*time.Second); d.DeadlineExceeded || !d.LastProgress.Equal(t0.Add(12*time.Second)) {
+			t.Fatalf("after the run started: exceeded %v, last progress %v", d.DeadlineExceeded, d.LastProgress)
+		}
+	})
+
+	t.Run("a silent cluster", func(t *testing.T) {
+		f := newFleet(10 * time.Second)
+		at(f, 0)
+		f.start()
+		f.finish()
+		c := f.clusters["c2"]
+		c.Available, c.Reason = false, "AgentSilent"
+		f.clusters["c2"] = c
+		d := at(f, time.Second)
+		assertStatus(t, d, magosv1.PhaseReconciling, magosv1.ReasonWaitingForClusters, 1)
+		if d.DeadlineExceeded {
+			t.Fatal("exceeded at once")
+		}
+		if d := at(f, 11*time.Second); !d.DeadlineExceeded {
+			t.Fatalf("waiting 10s on a silent cluster: not exceeded (last progress %v)", d.LastProgress)
+		}
+	})
+
+	t.Run("paused and soaking Rollouts are not held to it", func(t *testing.T) {
+		f := newFleet(10 * time.Second)
+		f.rollout.Spec.Paused = true
+		at(f, 0)
+		if d := at(f, time.Hour); d.DeadlineExceeded || !d.LastProgress.Equal(f.now) {
+			t.Fatalf("paused: exceeded %v, last progress %v", d.DeadlineExceeded, d.LastProgress)
+		}
+		f = newFleet(10 * time.Second)
+		f.rollout.Spec.Strategy.Steps[0].MinSuccessTime = &metav1.Duration{Duration: time.Hour}
+		at(f, 0)
+		f.start()
+		f.finish()
+		at(f, time.Second)
+		d := at(f, 30*time.Minute)
+		assertStatus(t, d, magosv1.PhaseReconciling, magosv1.ReasonSoaking, 0)
+		if d.DeadlineExceeded || d.RecheckAfter != 30*time.Minute+time.Second {
+			t.Fatalf("soaking: exceeded %v, recheck %v (want the soak's end)", d.DeadlineExceeded, d.RecheckAfter)
+		}
+	})
+
+	t.Run("without a deadline nothing is tracked", func(t *testing.T) {
+		f := newFleet(0)
+		at(f, 0)
+		if d := at(f, time.Hour); d.DeadlineExceeded || !d.LastProgress.IsZero() || d.RecheckAfter != 0 {
+			t.Fatalf("no deadline: exceeded %v, last progress %v, recheck %v", d.DeadlineExceeded, d.LastProgress, d.RecheckAfter)
+		}
+	})
+}

@@ -133,8 +133,44 @@ func Decide(in Input) Decision {
 		m.done = m.available && m.ws.AppliedForCurrent() && (m.revision == "" || m.ws.ObservedRevision == m.revision)
 	}
 	decideRollout(&d, in, ms)
+	progress(&d, in.Rollout, in.Now)
 	writes(&d, ms, true)
 	return d
+}
+
+// progress decides, for a Rollout with spec.progressDeadline, when its current step last
+// progressed and whether the deadline has passed. The step progressed now when it differs from
+// the Rollout's recorded status: another current step, another count of matched, applied, running
+// or failed Workspaces, or another spec generation. Only a step that progresses or waits (reasons
+// LevelProgressing and WaitingForClusters) is held to the deadline; a paused, soaking, failed or
+// completed Rollout progressed now.
+func progress(d *Decision, ro *magosv1.Rollout, now time.Time) {
+	deadline := ro.Spec.ProgressDeadline
+	if deadline == nil || deadline.Duration <= 0 {
+		return
+	}
+	d.LastProgress = now.Truncate(time.Second) // as the API stores it
+	if d.Reason != magosv1.ReasonLevelProgressing && d.Reason != magosv1.ReasonWaitingForClusters {
+		return
+	}
+	old := ro.Status
+	if old.LastProgressTime != nil && !old.LastProgressTime.After(now) && old.ObservedGeneration == ro.Generation &&
+		old.CurrentStep == d.CurrentStep && d.CurrentStep < len(d.Steps) {
+		if j := slices.IndexFunc(old.Steps, func(st magosv1.StepStatus) bool { return st.Name == d.CurrentStepName }); j >= 0 {
+			was, is := old.Steps[j], d.Steps[d.CurrentStep]
+			if was.Matched == is.Matched && was.Applied == is.Applied && was.Running == is.Running && was.Failed == is.Failed {
+				d.LastProgress = old.LastProgressTime.Time
+			}
+		}
+	}
+	ends := d.LastProgress.Add(deadline.Duration)
+	if !now.Before(ends) {
+		d.DeadlineExceeded = true
+		return
+	}
+	if left := ends.Sub(now); d.RecheckAfter == 0 || left < d.RecheckAfter {
+		d.RecheckAfter = left
+	}
 }
 
 // members returns the Project's Workspaces, sorted by key.
@@ -352,7 +388,8 @@ func grantMatched(s *step, ms []member, unavailable func(cluster string)) {
 	}
 }
 
-// soaks finds when each step succeeded for the change, and when its soak (minSuccessTime) ends.
+// soaks finds when each step succeeded for the change, and when its soak (minSuccessTime) ends
+// (times to the second, as the API stores them).
 // A step done now keeps the time recorded in the Rollout's status when it was recorded after
 // every commit the step's members roll out started (a later commit is new work: the soak starts
 // again); otherwise it succeeded now.
@@ -362,14 +399,14 @@ func soaks(steps []step, ms []member, ro *magosv1.Rollout, revisions []magosv1.R
 		if !s.done() {
 			continue
 		}
-		s.succeededAt = now
+		s.succeededAt = now.Truncate(time.Second) // as the API stores it
 		j := slices.IndexFunc(ro.Status.Steps, func(st magosv1.StepStatus) bool { return st.Name == s.spec.Name })
 		if j >= 0 && ro.Status.Steps[j].SucceededAt != nil {
 			at := ro.Status.Steps[j].SucceededAt.Time
 			valid := !at.After(now)
 			for _, mi := range s.matched {
 				for _, r := range revisions {
-					if r.RepoURL == ms[mi].ws.Source.RepoURL && r.TargetRevision == ms[mi].ws.Source.Ref && at.Before(r.Since.Time) {
+					if r.RepoURL == ms[mi].ws.Source.RepoURL && r.TargetRevision == ms[mi].ws.Source.Ref && at.Before(r.Since.Time.Truncate(time.Second)) {
 						valid = false
 					}
 				}

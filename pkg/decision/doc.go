@@ -98,6 +98,15 @@
 // it). Any member no longer Done ends the soak (the step is current again, or fails beyond
 // maxFailures); once it is done again, the soak starts over.
 //
+// # Progress deadline
+//
+// With spec.progressDeadline, Decision.LastProgress is when the current step last progressed:
+// now, unless the Rollout's status records the same generation, current step and counts of
+// matched, applied, running and failed Workspaces, in which case its lastProgressTime is kept.
+// Decision.DeadlineExceeded is set when a step that progresses or waits for clusters has not
+// progressed for the deadline; it changes no grant. A paused, soaking, failed or completed
+// Rollout progressed now. RecheckAfter is set to when the deadline would pass.
+//
 // # Tolerated failures
 //
 // Decision.Tolerated names, per step up to the current one, the failed members the step

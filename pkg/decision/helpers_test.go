@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
 	"github.com/magosfleet/magos/pkg/keys"
 )
@@ -191,6 +193,11 @@ func (f *fleet) decide() Decision {
 	if f.rollout != nil {
 		f.rollout.Status.Revisions = d.Revisions
 		f.rollout.Status.Steps = d.Steps
+		f.rollout.Status.CurrentStep, f.rollout.Status.CurrentStepName = d.CurrentStep, d.CurrentStepName
+		f.rollout.Status.LastProgressTime = nil
+		if !d.LastProgress.IsZero() {
+			f.rollout.Status.LastProgressTime = &metav1.Time{Time: d.LastProgress}
+		}
 	}
 	f.ws = applyWrites(f.ws, d, keys.GrantedByRollout)
 	f.grants = append(f.grants, d.Grants...)

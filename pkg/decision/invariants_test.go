@@ -141,6 +141,12 @@ func randomInput(rng *rand.Rand) Input {
 		}
 		in.Rollout.Status.Revisions = append(in.Rollout.Status.Revisions, rev)
 	}
+	if rng.Intn(3) == 0 {
+		in.Rollout.Spec.ProgressDeadline = &metav1.Duration{Duration: time.Duration(1+rng.Intn(30)) * time.Minute}
+		at := metav1.NewTime(randomEpoch.Add(time.Duration(rng.Intn(70)) * time.Minute))
+		in.Rollout.Status.LastProgressTime = &at
+		in.Rollout.Status.CurrentStep = rng.Intn(3)
+	}
 	steps := 1 + rng.Intn(4)
 	if rng.Intn(20) == 0 {
 		steps = 0
@@ -232,7 +238,7 @@ func inStep(t *testing.T, in Input, s magosv1.RolloutStep, w Workspace) bool {
 func TestDecideInvariants(t *testing.T) {
 	rng := rand.New(rand.NewSource(20240611))
 	reasons := map[string]int{}
-	for c := 0; c < 5000; c++ {
+	for c := 0; c < 8000; c++ {
 		in := randomInput(rng)
 		d := Decide(in)
 		reasons[d.Reason]++
@@ -258,7 +264,7 @@ func TestDecideInvariants(t *testing.T) {
 		magosv1.ReasonDefaultParallel, magosv1.ReasonNoSteps, magosv1.ReasonInvalidSelector,
 		magosv1.ReasonNoWorkspacesFound, magosv1.ReasonPaused, magosv1.ReasonRolloutCompleted,
 		magosv1.ReasonStepFailed, magosv1.ReasonLevelProgressing, magosv1.ReasonWaitingForClusters,
-		magosv1.ReasonSoaking, destroyGranted(false), destroyGranted(true), toleratedPassed, concurrencyBound,
+		magosv1.ReasonSoaking, magosv1.ReasonProgressDeadlineExceeded, destroyGranted(false), destroyGranted(true), toleratedPassed, concurrencyBound,
 	} {
 		if reasons[r] < 20 {
 			t.Errorf("only %d random cases ended %s: %v", reasons[r], r, reasons)
@@ -557,6 +563,20 @@ func checkInvariants(t *testing.T, in Input, d Decision) (tags []string) {
 				t.Fatalf("%s (%s, run %q, grant %+v): granted %v, want %v", key, w.Phase, w.RunID, w.Grant, granted[key], want)
 			}
 		}
+	}
+
+	// A progress deadline is exceeded only for a Rollout that has one, whose current step
+	// progresses or waits, and has not progressed for that long.
+	if d.DeadlineExceeded {
+		if in.Rollout == nil || in.Rollout.Spec.ProgressDeadline == nil ||
+			(d.Reason != magosv1.ReasonLevelProgressing && d.Reason != magosv1.ReasonWaitingForClusters) ||
+			d.LastProgress.Add(in.Rollout.Spec.ProgressDeadline.Duration).After(in.Now) {
+			t.Fatalf("deadline exceeded with %s, last progress %v, now %v", d.Reason, d.LastProgress, in.Now)
+		}
+		tags = append(tags, magosv1.ReasonProgressDeadlineExceeded)
+	}
+	if d.LastProgress.After(in.Now) {
+		t.Fatalf("last progress %v after now %v", d.LastProgress, in.Now)
 	}
 
 	// Fixed point: once the decision is written, deciding again writes nothing and says the same.

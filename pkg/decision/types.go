@@ -153,7 +153,11 @@ type Decision struct {
 	// Tolerated are, by step name, the failed Workspaces of the steps up to the current one
 	// whose failures the step tolerates (within its maxFailures), sorted by key.
 	Tolerated map[string][]Key
-	// RecheckAfter is set when the decision changes with time alone (a soak ends): decide
-	// again after it.
+	// RecheckAfter is set when the decision changes with time alone (a soak or a progress
+	// deadline ends): decide again after it.
 	RecheckAfter time.Duration
+	// LastProgress is when the current step last progressed, and DeadlineExceeded whether it
+	// has not for the Rollout's spec.progressDeadline (both unset without one).
+	LastProgress     time.Time
+	DeadlineExceeded bool
 }

@@ -19,6 +19,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -256,6 +257,22 @@ func (w *world) FailNext(t *testing.T, cluster, ns, name string) {
 // Applies returns the keys of the applies the module recorded, in order, in namespace ns.
 func (w *world) Applies(t *testing.T, ns string) []string {
 	t.Helper()
+	var out []string
+	for _, a := range w.appliesAt(t, ns) {
+		out = append(out, a.key)
+	}
+	return out
+}
+
+// apply is one line of the module's ledger: which Workspace started an apply, and when.
+type apply struct {
+	key string
+	at  time.Time
+}
+
+// appliesAt returns the applies the module recorded in namespace ns, in order, with their times.
+func (w *world) appliesAt(t *testing.T, ns string) []apply {
+	t.Helper()
 	raw, err := os.ReadFile(filepath.Join(w.control, "ledger"))
 	if os.IsNotExist(err) {
 		return nil
@@ -263,13 +280,18 @@ func (w *world) Applies(t *testing.T, ns string) []string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out []string
+	var out []apply
 	for _, line := range strings.Split(strings.TrimSpace(string(raw)), "\n") {
-		k, _, _ := strings.Cut(line, " ")
+		k, nanos, _ := strings.Cut(line, " ")
 		parts := strings.SplitN(k, ".", 3)
-		if len(parts) == 3 && parts[1] == ns {
-			out = append(out, key(parts[0], parts[1], parts[2]))
+		if len(parts) != 3 || parts[1] != ns {
+			continue
 		}
+		n, err := strconv.ParseInt(strings.TrimSpace(nanos), 10, 64)
+		if err != nil {
+			t.Fatalf("ledger line %q: %v", line, err)
+		}
+		out = append(out, apply{key: key(parts[0], parts[1], parts[2]), at: time.Unix(0, n)})
 	}
 	return out
 }
@@ -468,6 +490,11 @@ type Grants struct {
 	mu      sync.Mutex
 	entries []Grant
 	last    map[string]string // key -> the run granted now ("" when not granted)
+	// active are the Workspaces running now, by namespace: planning or applying, or waiting to
+	// start with a grant for their current run (as the spokes' API servers say); peak is the
+	// most of a namespace's Workspaces ever active at once.
+	active map[string]map[string]bool
+	peak   map[string]int
 }
 
 // observe records the grants of a spoke's Workspaces until the test ends.
@@ -518,6 +545,34 @@ func (g *Grants) see(cluster string, ws *magosv1.Workspace) {
 		g.entries = append(g.entries, Grant{Key: k, Run: run, By: by})
 	}
 	g.last[k] = run
+
+	// The observer's own notion of running, from the phase names the spoke reports.
+	var active bool
+	switch ws.Status.Phase {
+	case "Planning", "Planned", "Applying":
+		active = true
+	case "Pending":
+		active = run != "" && run == ws.Status.CurrentRunID
+	}
+	if g.active == nil {
+		g.active, g.peak = map[string]map[string]bool{}, map[string]int{}
+	}
+	if g.active[ws.Namespace] == nil {
+		g.active[ws.Namespace] = map[string]bool{}
+	}
+	if active {
+		g.active[ws.Namespace][k] = true
+	} else {
+		delete(g.active[ws.Namespace], k)
+	}
+	g.peak[ws.Namespace] = max(g.peak[ws.Namespace], len(g.active[ws.Namespace]))
+}
+
+// Peak returns the most Workspaces of the namespace seen running at once (see Grants.active).
+func (g *Grants) Peak(ns string) int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.peak[ns]
 }
 
 // All returns the grants observed so far, in order.

@@ -1,0 +1,203 @@
+package hubcontrollers_test
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
+	"github.com/magosfleet/magos/hub/hubtest"
+	"github.com/magosfleet/magos/pkg/testenv"
+	"github.com/magosfleet/magos/tools/devfleet"
+)
+
+// acrossThenAfter is a Rollout of two steps: "across" (tier=across: a Workspace in each region)
+// then "after" (tier=after), the first step adjusted by mutate.
+func acrossThenAfter(ns, project string, mutate func(*magosv1.RolloutStep)) *magosv1.Rollout {
+	ro := hubtest.Rollout(ns, project, []string{"across", "after"}, map[string]string{"tier": "across"}, map[string]string{"tier": "after"})
+	mutate(&ro.Spec.Strategy.Steps[0])
+	return ro
+}
+
+// acrossWorkspaces creates the Workspace app in every region (tier=across) and last in us-east-1
+// (tier=after), waits until the hub mirrors them, and returns the keys of the first step's and
+// of last.
+func (w *world) acrossWorkspaces(t *testing.T, ns, project string) (across []string, after string) {
+	t.Helper()
+	w.Namespace(t, ns)
+	for _, r := range regions {
+		w.Workspace(t, r, ns, "app", project, map[string]string{"tier": "across"})
+		across = append(across, key(r, ns, "app"))
+	}
+	w.Workspace(t, usEast, ns, "last", project, map[string]string{"tier": "after"})
+	after = key(usEast, ns, "last")
+	w.WaitMirrored(t, append(slices.Clone(across), after)...)
+	return across, after
+}
+
+// TestRolloutControls runs the step controls of a Rollout (maxConcurrency, maxFailures,
+// minSuccessTime) across a hub and three spokes, with the real binaries and tofu, and checks each
+// on records the hub does not write: the spokes' Workspaces and the module's own ledger.
+func TestRolloutControls(t *testing.T) {
+	// A stopped agent's cluster turns unavailable 10s after its last heartbeat.
+	w := start(t, devfleet.Options{HubLeaseDuration: 10 * time.Second})
+
+	t.Run("maxConcurrency 1: one Workspace of the step runs at a time across the clusters", func(t *testing.T) {
+		ns := "concurrency"
+		for _, r := range regions {
+			w.Hold(t, r, ns, "app")
+		}
+		across, after := w.acrossWorkspaces(t, ns, "conc")
+		w.CreateHub(t, acrossThenAfter(ns, "conc", func(s *magosv1.RolloutStep) { s.MaxConcurrency = ptrIntOrString("1") }))
+
+		// Each apply is held until it is seen: release them one by one as they come.
+		released := map[string]bool{}
+		testenv.Eventually(t, 3*wait, func() error {
+			for _, a := range w.Applies(t, ns) {
+				if p := strings.SplitN(a, "/", 3); slices.Contains(across, a) && !released[a] {
+					released[a] = true
+					w.Release(t, p[0], p[1], p[2])
+				}
+			}
+			if len(released) < len(across) {
+				return fmt.Errorf("released %d of %d held applies", len(released), len(across))
+			}
+			return nil
+		})
+		ro := w.WaitRollout(t, ns, "conc", Completed)
+		if peak := w.grants.Peak(ns); peak != 1 {
+			t.Errorf("at most %d Workspaces of the step were running at once (seen on the spokes), want 1", peak)
+		}
+		w.assertStepOrder(t, ns, across, []string{after})
+		if s := ro.Status.Steps[0]; s.MaxConcurrency != 1 {
+			t.Errorf("status.steps[0].maxConcurrency = %d, want 1", s.MaxConcurrency)
+		}
+	})
+
+	t.Run("maxFailures 1: a failed Workspace is tolerated, reported, and the Rollout goes on", func(t *testing.T) {
+		ns := "budget"
+		w.FailNext(t, euWest, ns, "app")
+		_, after := w.acrossWorkspaces(t, ns, "budget")
+		w.CreateHub(t, acrossThenAfter(ns, "budget", func(s *magosv1.RolloutStep) { s.MaxFailures = ptrIntOrString("1") }))
+
+		ro := w.WaitRollout(t, ns, "budget", Completed)
+		failed := key(euWest, ns, "app")
+		if ws := w.SpokeWorkspace(t, euWest, ns, "app"); ws.Status.Phase != magosv1.PhaseFailed {
+			t.Errorf("%s is %s, want Failed (the module failed its apply)", failed, ws.Status.Phase)
+		}
+		if s := ro.Status.Steps[0]; s.Phase != magosv1.StepCompleted || s.Failed != 1 || s.MaxFailures != 1 || s.Applied != 2 {
+			t.Errorf("step across: %+v, want Completed with 2 applied and 1 of 1 failure tolerated", s)
+		}
+		if !strings.Contains(ro.Status.Message, "1 failed Workspace(s) tolerated") {
+			t.Errorf("message %q does not report the tolerated failure", ro.Status.Message)
+		}
+		// The next step ran, after every Workspace of the first had its apply.
+		applies := w.Applies(t, ns)
+		if len(applies) != 4 || applies[3] != after {
+			t.Errorf("applies %v, want the three of step across, then %s", applies, after)
+		}
+		testenv.Eventually(t, wait, func() error {
+			want := "FailureTolerated: Step 1/2 across: 1 failed Workspace(s) tolerated (maxFailures 1): " + failed
+			if notes := w.eventNotes(t, ns, "Rollout", "budget"); !slices.Contains(notes, want) {
+				return fmt.Errorf("no Event %q in %q", want, notes)
+			}
+			return nil
+		})
+	})
+
+	t.Run("minSuccessTime 20s: the next step starts no earlier than 20s after the step is Applied", func(t *testing.T) {
+		ns := "soak"
+		w.Namespace(t, ns)
+		w.Workspace(t, usEast, ns, "app-dev", "soak", map[string]string{"env": "dev"})
+		w.Workspace(t, euWest, ns, "app-prod", "soak", map[string]string{"env": "prod"})
+		dev, prod := key(usEast, ns, "app-dev"), key(euWest, ns, "app-prod")
+		w.WaitMirrored(t, dev, prod)
+		ro := hubtest.Rollout(ns, "soak", []string{"dev", "prod"}, map[string]string{"env": "dev"}, map[string]string{"env": "prod"})
+		ro.Spec.Strategy.Steps[0].MinSuccessTime = &metav1.Duration{Duration: 20 * time.Second}
+		w.CreateHub(t, ro)
+
+		soaking := w.WaitRollout(t, ns, "soak", phase(magosv1.PhaseReconciling, magosv1.ReasonSoaking))
+		s := soaking.Status.Steps[0]
+		if s.Phase != magosv1.StepSoaking || s.SucceededAt == nil || s.SoakEndsAt == nil || s.SoakEndsAt.Sub(s.SucceededAt.Time) != 20*time.Second {
+			t.Errorf("soaking step: %+v, want Soaking for 20s from succeededAt", s)
+		}
+		w.WaitRollout(t, ns, "soak", Completed)
+		applies := w.appliesAt(t, ns)
+		if len(applies) != 2 || applies[0].key != dev || applies[1].key != prod {
+			t.Fatalf("applies %v, want %s then %s", applies, dev, prod)
+		}
+		// The module's own clock: prod's apply started at least the soak after dev's apply started
+		// (dev's apply ended, was mirrored and decided after it started).
+		if gap := applies[1].at.Sub(applies[0].at); gap < 20*time.Second {
+			t.Errorf("prod applied %v after dev, want at least the 20s soak", gap)
+		}
+		if notes := w.eventNotes(t, ns, "Rollout", "soak"); !slices.ContainsFunc(notes, func(n string) bool {
+			return strings.HasPrefix(n, "Soaking: Step dev is soaking until ")
+		}) {
+			t.Errorf("no Soaking Event in %q", notes)
+		}
+	})
+
+	t.Run("progressDeadline 15s: a silent cluster turns into Progressing=False, and clears when it answers", w.progressDeadline)
+}
+
+// TestRolloutControls' last subtest, kept apart for its length: a silent cluster.
+func (w *world) progressDeadline(t *testing.T) {
+	ns := "deadline"
+	w.Namespace(t, ns)
+	w.Workspace(t, usEast, ns, "app-dev", "late", map[string]string{"env": "dev"})
+	w.Workspace(t, apSouth, ns, "app-prod", "late", map[string]string{"env": "prod"})
+	dev, prod := key(usEast, ns, "app-dev"), key(apSouth, ns, "app-prod")
+	w.WaitMirrored(t, dev, prod)
+	resume := w.Stop(t, apSouth) // ap-south-1's agent goes silent before the Rollout starts
+	ro := hubtest.Rollout(ns, "late", []string{"dev", "prod"}, map[string]string{"env": "dev"}, map[string]string{"env": "prod"})
+	ro.Spec.ProgressDeadline = &metav1.Duration{Duration: 15 * time.Second}
+	w.CreateHub(t, ro)
+
+	this := map[string]string{"namespace": ns, "name": "late"}
+	exceeded := w.WaitRollout(t, ns, "late", func(ro *magosv1.Rollout) error {
+		c := meta.FindStatusCondition(ro.Status.Conditions, magosv1.ConditionProgressing)
+		if c == nil || c.Status != metav1.ConditionFalse || c.Reason != magosv1.ReasonProgressDeadlineExceeded {
+			return fmt.Errorf("Progressing condition %+v, want False/ProgressDeadlineExceeded", c)
+		}
+		return nil
+	})
+	if exceeded.Status.CurrentStepName != "prod" || exceeded.Status.Phase != magosv1.PhaseReconciling {
+		t.Errorf("deadline exceeded at step %q, phase %s; want prod, still Reconciling", exceeded.Status.CurrentStepName, exceeded.Status.Phase)
+	}
+	if got := w.Applies(t, ns); len(got) != 1 || got[0] != dev {
+		t.Errorf("applies %v, want only %s", got, dev)
+	}
+	testenv.Eventually(t, wait, func() error {
+		if v := w.metricValue(t, "magos_hub_rollout_progress_deadline_exceeded", this); v != 1 {
+			return fmt.Errorf("magos_hub_rollout_progress_deadline_exceeded = %v, want 1", v)
+		}
+		if notes := w.eventNotes(t, ns, "Rollout", "late"); !slices.ContainsFunc(notes, func(n string) bool {
+			return strings.HasPrefix(n, "ProgressDeadlineExceeded: Step prod has not progressed for 15s")
+		}) {
+			return fmt.Errorf("no ProgressDeadlineExceeded Event in %q", notes)
+		}
+		return nil
+	})
+
+	resume() // the cluster comes back: the step progresses, and the condition clears
+	done := w.WaitRollout(t, ns, "late", Completed)
+	if c := meta.FindStatusCondition(done.Status.Conditions, magosv1.ConditionProgressing); c == nil || c.Status != metav1.ConditionTrue {
+		t.Errorf("Progressing condition after completion: %+v, want True", c)
+	}
+	w.assertStepOrder(t, ns, []string{dev}, []string{prod})
+	if v := w.metricValue(t, "magos_hub_rollout_progress_deadline_exceeded", this); v != 0 {
+		t.Errorf("magos_hub_rollout_progress_deadline_exceeded = %v after completion, want 0", v)
+	}
+}
+
+func ptrIntOrString(v string) *intstr.IntOrString {
+	x := intstr.Parse(v)
+	return &x
+}

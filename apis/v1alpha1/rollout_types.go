@@ -18,6 +18,10 @@ const (
 	// ReasonSoaking: the current step is all Applied and soaks for its minSuccessTime before
 	// the next step starts.
 	ReasonSoaking = "Soaking"
+	// ReasonOutsideChangeWindow: the Rollout waits for its next change window.
+	ReasonOutsideChangeWindow = "OutsideChangeWindow"
+	// ReasonInvalidChangeWindow: a change window's schedule or time zone cannot be read.
+	ReasonInvalidChangeWindow = "InvalidChangeWindow"
 	// ReasonProgressDeadlineExceeded: the current step has not progressed for
 	// spec.progressDeadline (condition Progressing=False, and an Event).
 	ReasonProgressDeadlineExceeded = "ProgressDeadlineExceeded"
@@ -95,6 +99,27 @@ type RolloutStrategy struct {
 	Steps []RolloutStep `json:"steps"`
 }
 
+// ChangeWindow is a recurring span of time in which a Rollout may start runs.
+type ChangeWindow struct {
+	// Schedule is when each window opens, as a cron schedule of five fields (minute, hour, day of
+	// month, month, day of week; "0 9 * * 1-5" is 09:00 on weekdays) or a descriptor such as
+	// "@daily".
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=128
+	// +kubebuilder:validation:XValidation:rule="self.startsWith('@') || self.split(' ').filter(f, f != '').size() == 5",message="schedule must be a cron schedule of five fields (minute hour day-of-month month day-of-week) or a descriptor such as @daily"
+	Schedule string `json:"schedule"`
+	// Duration is how long each window stays open (a Go duration such as "2h").
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:XValidation:rule="duration(self) > duration('0s') && duration(self) <= duration('8760h')",message="duration must be a duration above 0s and at most 8760h"
+	Duration metav1.Duration `json:"duration"`
+	// TimeZone is the IANA time zone the schedule is read in, such as "Europe/Paris". Default:
+	// UTC.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	TimeZone string `json:"timeZone,omitempty"`
+}
+
 // RolloutSpec promotes a change through the Workspaces of one Project, step by step.
 type RolloutSpec struct {
 	// ProjectRef is the Project (same namespace, same name as the Rollout).
@@ -120,6 +145,14 @@ type RolloutSpec struct {
 	// +kubebuilder:validation:MaxLength=32
 	// +kubebuilder:validation:XValidation:rule="duration(self) > duration('0s')",message="progressDeadline must be a duration above 0s"
 	ProgressDeadline *metav1.Duration `json:"progressDeadline,omitempty"`
+
+	// ChangeWindows, when set, are the only times the Rollout starts runs: outside every window
+	// it grants nothing new (runs already started finish; grants not yet used are withdrawn, as
+	// when paused), and status.nextWindowAt says when the next window opens. Unset: any time.
+	// +optional
+	// +kubebuilder:validation:MaxItems=16
+	// +listType=atomic
+	ChangeWindows []ChangeWindow `json:"changeWindows,omitempty"`
 }
 
 // StepStatus tells where one step stands.
@@ -195,6 +228,10 @@ type RolloutStatus struct {
 	Message string `json:"message,omitempty"`
 	// +optional
 	LastReconcileTime *metav1.Time `json:"lastReconcileTime,omitempty"`
+	// NextWindowAt is, while the Rollout waits outside its change windows, when the next one
+	// opens.
+	// +optional
+	NextWindowAt *metav1.Time `json:"nextWindowAt,omitempty"`
 	// LastProgressTime is when the current step last progressed (see spec.progressDeadline).
 	// +optional
 	LastProgressTime *metav1.Time `json:"lastProgressTime,omitempty"`

@@ -165,7 +165,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req mcreconcile.Request) (ct
 		// Some of what it waits for (an agent's sync watermark) comes without an event.
 		after = min(after, waitingRecheck)
 	}
-	if d.RecheckAfter > 0 { // a soak ends
+	if d.RecheckAfter > 0 { // a soak ends, a change window opens or closes, a deadline passes
 		after = min(after, d.RecheckAfter)
 	}
 	return ctrl.Result{RequeueAfter: after}, nil
@@ -231,6 +231,10 @@ func (r *Reconciler) writeStatus(ctx context.Context, ro *magosv1.Rollout, d dec
 	want.Steps = d.Steps
 	want.Revisions = d.Revisions
 	meta.SetStatusCondition(&want.Conditions, fleetview.ReadyCondition(d.Phase, d.Reason, d.Message, ro.Generation))
+	want.NextWindowAt = nil
+	if !d.NextWindowAt.IsZero() {
+		want.NextWindowAt = &metav1.Time{Time: d.NextWindowAt}
+	}
 	want.LastProgressTime = nil
 	if ro.Spec.ProgressDeadline == nil {
 		meta.RemoveStatusCondition(&want.Conditions, magosv1.ConditionProgressing)

@@ -408,3 +408,65 @@ func TestDecideProgressDeadline(t *testing.T) {
 		}
 	})
 }
+
+// TestDecideChangeWindows: outside every change window nothing new is granted and unused grants
+// are withdrawn (runs already started keep theirs); the decision names when the next window
+// opens and asks to be made again then; windows that cannot be read fail the Rollout.
+func TestDecideChangeWindows(t *testing.T) {
+	weekdays := []magosv1.ChangeWindow{{Schedule: "0 9 * * 1-5", Duration: metav1.Duration{Duration: 8 * time.Hour}}}
+	thursday := time.Date(2026, 12, 3, 0, 0, 0, 0, time.UTC)
+	newFleet := func(windows []magosv1.ChangeWindow) *fleet {
+		ro := rolloutOf(stepSpec("prod", "env", "prod"))
+		ro.Spec.ChangeWindows = windows
+		return &fleet{t: t, clusters: clusters("c1"), rollout: ro, ws: []Workspace{
+			newWS("c1", "a", "env", "prod").with(grantedNow), // granted earlier, not started
+			newWS("c1", "b", "env", "prod").with(inPhase(magosv1.PhaseApplying, magosv1.ReasonApplying), grantedNow),
+			newWS("c1", "c", "env", "prod"),
+		}}
+	}
+
+	f := newFleet(weekdays)
+	f.now = thursday.Add(8 * time.Hour)
+	d := f.decide()
+	assertStatus(t, d, magosv1.PhaseReconciling, magosv1.ReasonOutsideChangeWindow, 0)
+	if len(d.Grants) != 0 {
+		t.Fatalf("grants %v outside the window", d.Grants)
+	}
+	assertKeys(t, "revokes", keysOf(d.Revokes), []Key{k("c1", "a")}) // b's run started: it finishes
+	if !d.NextWindowAt.Equal(thursday.Add(9*time.Hour)) || d.RecheckAfter != time.Hour {
+		t.Fatalf("next window %v, recheck %v; want 09:00 in 1h", d.NextWindowAt, d.RecheckAfter)
+	}
+	if !strings.Contains(d.Message, "at 2026-12-03T09:00:00Z") || d.Steps[0].Phase != magosv1.StepWaiting {
+		t.Fatalf("message %q, step %s", d.Message, d.Steps[0].Phase)
+	}
+
+	f.now = thursday.Add(9 * time.Hour)
+	d = f.decide()
+	assertStatus(t, d, magosv1.PhaseReconciling, magosv1.ReasonLevelProgressing, 0)
+	assertKeys(t, "grants", keysOf(d.Grants), []Key{k("c1", "a"), k("c1", "c")})
+	if d.RecheckAfter != 8*time.Hour || !d.NextWindowAt.IsZero() {
+		t.Fatalf("inside the window: recheck %v (want when it closes, 8h), next window %v", d.RecheckAfter, d.NextWindowAt)
+	}
+
+	f.now = thursday.Add(17 * time.Hour) // closed again: the unused grants go
+	d = f.decide()
+	assertStatus(t, d, magosv1.PhaseReconciling, magosv1.ReasonOutsideChangeWindow, 0)
+	assertKeys(t, "revokes", keysOf(d.Revokes), []Key{k("c1", "a"), k("c1", "c")})
+
+	for _, bad := range []struct {
+		windows []magosv1.ChangeWindow
+		want    string
+	}{
+		{[]magosv1.ChangeWindow{{Schedule: "0 25 * * *", Duration: metav1.Duration{Duration: time.Hour}}}, `schedule "0 25 * * *"`},
+		{[]magosv1.ChangeWindow{{Schedule: "0 9 * * *", Duration: metav1.Duration{Duration: time.Hour}, TimeZone: "Nowhere/Else"}}, `unknown timeZone "Nowhere/Else"`},
+		{[]magosv1.ChangeWindow{{Schedule: "0 0 30 2 *", Duration: metav1.Duration{Duration: time.Hour}}}, "no change window ever opens"},
+	} {
+		f := newFleet(bad.windows)
+		f.now = thursday
+		d := f.decide()
+		assertStatus(t, d, magosv1.PhaseFailed, magosv1.ReasonInvalidChangeWindow, 0)
+		if len(d.Grants) != 0 || !strings.Contains(d.Message, bad.want) {
+			t.Fatalf("%v: grants %v, message %q (want %q)", bad.windows, d.Grants, d.Message, bad.want)
+		}
+	}
+}

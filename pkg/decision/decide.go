@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
+	"github.com/magosfleet/magos/pkg/changewindow"
 )
 
 // Status messages. NoWorkspacesFound keeps upstream's wording.
@@ -267,6 +268,14 @@ func decideRollout(d *Decision, in Input, ms []member) {
 		steps[invalid].phase = magosv1.StepFailed
 		return
 	}
+	windows, err := changewindow.Parse(ro.Spec.ChangeWindows)
+	if err == nil {
+		_, _, _, err = windows.At(in.Now)
+	}
+	if err != nil {
+		halt(d, steps, 0, magosv1.PhaseFailed, magosv1.ReasonInvalidChangeWindow, "Invalid change windows: "+err.Error())
+		return
+	}
 	for i := range steps {
 		// Empty only when the hub knows every cluster the step may select in, and all answer.
 		if len(steps[i].matched) == 0 && len(steps[i].unknown) == 0 && len(steps[i].blind) == 0 {
@@ -338,6 +347,19 @@ func decideRollout(d *Decision, in Input, ms []member) {
 		return
 	}
 
+	open, closes, opens, _ := windows.At(in.Now)
+	if !open {
+		// Outside every change window: nothing new runs (grants not used yet are withdrawn).
+		halt(d, steps, current, magosv1.PhaseReconciling, magosv1.ReasonOutsideChangeWindow,
+			fmt.Sprintf("Outside the change windows: step %s waits for the next window, at %s (%d/%d applied)",
+				s.spec.Name, opens.Format(time.RFC3339), s.applied, len(s.matched)))
+		s.phase = magosv1.StepWaiting
+		d.NextWindowAt, d.RecheckAfter = opens, opens.Sub(in.Now)
+		return
+	}
+	if !closes.IsZero() {
+		d.RecheckAfter = closes.Sub(in.Now) // the window closes: withdraw unused grants then
+	}
 	halt(d, steps, current, magosv1.PhaseReconciling, magosv1.ReasonLevelProgressing,
 		fmt.Sprintf("Executing step %s (%d/%d applied)", s.spec.Name, s.applied, len(s.matched)))
 	s.phase = magosv1.StepProgressing

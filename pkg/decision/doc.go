@@ -65,6 +65,7 @@
 //
 //   - no steps: Ready/NoSteps, no grants and no revocations;
 //   - a step whose selector or clusterSelector does not parse: Failed/InvalidSelector;
+//   - change windows that cannot be read, or that never open: Failed/InvalidChangeWindow;
 //   - a step that matches no member on a complete view: Failed/NoWorkspacesFound, with
 //     CurrentStep at the first such step. Every step is checked up front, so a typo never
 //     silently skips an environment;
@@ -75,6 +76,9 @@
 //     Decision.RecheckAfter set to when the soak ends;
 //   - more members of the current step are Failed or ValidationFailed than its maxFailures
 //     (default 0): Failed/StepFailed (stop on the first failure beyond the budget);
+//   - with spec.changeWindows, outside every window: Reconciling/OutsideChangeWindow, with no
+//     new grants (unused ones are revoked), Decision.NextWindowAt and RecheckAfter set to when the
+//     next window opens; inside one, RecheckAfter is set to when it closes;
 //   - otherwise the current step progresses: Reconciling/LevelProgressing, or
 //     Reconciling/WaitingForClusters while members of the step that are not Done live in
 //     unavailable clusters, or clusters it may select in are not Synced or were removed (the

@@ -35,6 +35,13 @@ var (
 		{MatchExpressions: []magosv1.LabelSelectorRequirement{{Key: "env", Operator: metav1.LabelSelectorOpIn, Values: []string{"dev", "staging"}}}},
 		{MatchExpressions: []magosv1.LabelSelectorRequirement{{Key: "env", Operator: metav1.LabelSelectorOpNotIn, Values: []string{"dev"}}}},
 	}
+	// randomWindows are change windows; at the random fleets' Now (01:00 UTC) only the first is
+	// open (the checker's own knowledge, not the package's).
+	randomWindows = []magosv1.ChangeWindow{
+		{Schedule: "0 1 * * *", Duration: metav1.Duration{Duration: 30 * time.Minute}},
+		{Schedule: "30 1 * * *", Duration: metav1.Duration{Duration: 10 * time.Minute}},
+		{Schedule: "0 0 * * *", Duration: metav1.Duration{Duration: time.Hour}},
+	}
 	invalidSelector = magosv1.LabelSelector{MatchExpressions: []magosv1.LabelSelectorRequirement{{Key: "env", Operator: "Near", Values: []string{"x"}}}}
 	randomSources   = []Source{testSource, {RepoURL: testSource.RepoURL, Ref: "release"}}
 	randomEpoch     = time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
@@ -146,6 +153,11 @@ func randomInput(rng *rand.Rand) Input {
 		at := metav1.NewTime(randomEpoch.Add(time.Duration(rng.Intn(70)) * time.Minute))
 		in.Rollout.Status.LastProgressTime = &at
 		in.Rollout.Status.CurrentStep = rng.Intn(3)
+	}
+	if rng.Intn(4) == 0 { // Now is 01:00 UTC: the first window is open then, the others are not
+		for _, i := range rng.Perm(len(randomWindows))[:1+rng.Intn(2)] {
+			in.Rollout.Spec.ChangeWindows = append(in.Rollout.Spec.ChangeWindows, randomWindows[i])
+		}
 	}
 	steps := 1 + rng.Intn(4)
 	if rng.Intn(20) == 0 {
@@ -264,7 +276,7 @@ func TestDecideInvariants(t *testing.T) {
 		magosv1.ReasonDefaultParallel, magosv1.ReasonNoSteps, magosv1.ReasonInvalidSelector,
 		magosv1.ReasonNoWorkspacesFound, magosv1.ReasonPaused, magosv1.ReasonRolloutCompleted,
 		magosv1.ReasonStepFailed, magosv1.ReasonLevelProgressing, magosv1.ReasonWaitingForClusters,
-		magosv1.ReasonSoaking, magosv1.ReasonProgressDeadlineExceeded, destroyGranted(false), destroyGranted(true), toleratedPassed, concurrencyBound,
+		magosv1.ReasonSoaking, magosv1.ReasonProgressDeadlineExceeded, magosv1.ReasonOutsideChangeWindow, destroyGranted(false), destroyGranted(true), toleratedPassed, concurrencyBound,
 	} {
 		if reasons[r] < 20 {
 			t.Errorf("only %d random cases ended %s: %v", reasons[r], r, reasons)
@@ -562,6 +574,17 @@ func checkInvariants(t *testing.T, in Input, d Decision) (tags []string) {
 			if want := shouldHold(w) && !held; granted[key] != want {
 				t.Fatalf("%s (%s, run %q, grant %+v): granted %v, want %v", key, w.Phase, w.RunID, w.Grant, granted[key], want)
 			}
+		}
+	}
+
+	// No grant outside the change windows.
+	if in.Rollout != nil && len(in.Rollout.Spec.ChangeWindows) > 0 {
+		open := slices.ContainsFunc(in.Rollout.Spec.ChangeWindows, func(w magosv1.ChangeWindow) bool { return w.Schedule == randomWindows[0].Schedule })
+		if !open && len(d.Grants) > 0 {
+			t.Fatalf("grants %v outside the change windows", d.Grants)
+		}
+		if d.Reason == magosv1.ReasonOutsideChangeWindow && (open || !d.NextWindowAt.After(in.Now)) {
+			t.Fatalf("OutsideChangeWindow with a window open (%v), next at %v", open, d.NextWindowAt)
 		}
 	}
 

@@ -156,6 +156,9 @@ type Decision struct {
 	// RecheckAfter is set when the decision changes with time alone (a soak or a progress
 	// deadline ends): decide again after it.
 	RecheckAfter time.Duration
+	// NextWindowAt is, when the Rollout waits outside its change windows, when the next one
+	// opens (zero otherwise).
+	NextWindowAt time.Time
 	// LastProgress is when the current step last progressed, and DeadlineExceeded whether it
 	// has not for the Rollout's spec.progressDeadline (both unset without one).
 	LastProgress     time.Time

@@ -79,6 +79,11 @@ func TestRolloutStepControlsAccepted(t *testing.T) {
 	r.Spec.Strategy.Steps[0].MinSuccessTime = &metav1.Duration{Duration: 30 * time.Minute}
 	r.Spec.Strategy.Steps[1].MaxConcurrency = ptr.To(intstr.FromInt32(1))
 	r.Spec.Strategy.Steps[1].MaxFailures = ptr.To(intstr.FromString("100%"))
+	r.Spec.ProgressDeadline = &metav1.Duration{Duration: 10 * time.Minute}
+	r.Spec.ChangeWindows = []magosv1.ChangeWindow{
+		{Schedule: "0 9 * * 1-5", Duration: metav1.Duration{Duration: 8 * time.Hour}, TimeZone: "Europe/Paris"},
+		{Schedule: "@daily", Duration: metav1.Duration{Duration: time.Hour}},
+	}
 	if err := api.Client.Create(ctx(t), r); err != nil {
 		t.Fatal(err)
 	}
@@ -225,6 +230,21 @@ func TestAdmissionRejections(t *testing.T) {
 			r.Spec.Strategy.Steps[0].MinSuccessTime = &metav1.Duration{Duration: 721 * time.Hour}
 			return r
 		}, "minSuccessTime must be a duration above 0s and at most 720h"},
+		{"rollout progressDeadline 0s", func() client.Object {
+			r := validRollout("r-deadline0")
+			r.Spec.ProgressDeadline = &metav1.Duration{}
+			return r
+		}, "progressDeadline must be a duration above 0s"},
+		{"rollout changeWindow schedule of four fields", func() client.Object {
+			r := validRollout("r-window4")
+			r.Spec.ChangeWindows = []magosv1.ChangeWindow{{Schedule: "0 9 * *", Duration: metav1.Duration{Duration: time.Hour}}}
+			return r
+		}, "schedule must be a cron schedule of five fields"},
+		{"rollout changeWindow without a duration", func() client.Object {
+			r := validRollout("r-window0")
+			r.Spec.ChangeWindows = []magosv1.ChangeWindow{{Schedule: "0 9 * * 1-5"}}
+			return r
+		}, "duration must be a duration above 0s and at most 8760h"},
 		{"rollout minSuccessTime not a duration", func() client.Object {
 			u := &unstructured.Unstructured{Object: map[string]any{
 				"apiVersion": "magosproject.io/v1alpha1", "kind": "Rollout",

@@ -102,6 +102,9 @@ func TestRolloutControls(t *testing.T) {
 		if len(applies) != 4 || applies[3] != after {
 			t.Errorf("applies %v, want the three of step across, then %s", applies, after)
 		}
+		if notes := w.eventNotes(t, ns, "Rollout", "budget"); slices.ContainsFunc(notes, func(n string) bool { return strings.HasPrefix(n, magosv1.ReasonStepFailed) }) {
+			t.Errorf("the Rollout halted on the tolerated failure on its way: %q", notes)
+		}
 		testenv.Eventually(t, wait, func() error {
 			want := "FailureTolerated: Step 1/2 across: 1 failed Workspace(s) tolerated (maxFailures 1): " + failed
 			if notes := w.eventNotes(t, ns, "Rollout", "budget"); !slices.Contains(notes, want) {
@@ -141,6 +144,39 @@ func TestRolloutControls(t *testing.T) {
 			return strings.HasPrefix(n, "Soaking: Step dev is soaking until ")
 		}) {
 			t.Errorf("no Soaking Event in %q", notes)
+		}
+	})
+
+	t.Run("changeWindows: a grant waits for the next window, and the run starts in it", func(t *testing.T) {
+		ns := "window"
+		w.Namespace(t, ns)
+		w.Workspace(t, apSouth, ns, "app", "window", map[string]string{"env": "prod"})
+		app := key(apSouth, ns, "app")
+		w.WaitMirrored(t, app)
+		// A window opens at every minute and stays open 20s: start the Rollout while it is closed
+		// and stays so for a while (the wall clock is read, nothing waits for the system).
+		testenv.Eventually(t, time.Minute, func() error {
+			if s := time.Now().UTC().Second(); s < 25 || s > 40 {
+				return fmt.Errorf("second %d of the minute: waiting for 25 to 40, when the window is closed", s)
+			}
+			return nil
+		})
+		ro := hubtest.Rollout(ns, "window", []string{"prod"}, map[string]string{"env": "prod"})
+		ro.Spec.ChangeWindows = []magosv1.ChangeWindow{{Schedule: "* * * * *", Duration: metav1.Duration{Duration: 20 * time.Second}}}
+		w.CreateHub(t, ro)
+
+		held := w.WaitRollout(t, ns, "window", phase(magosv1.PhaseReconciling, magosv1.ReasonOutsideChangeWindow))
+		next := held.Status.NextWindowAt
+		if next == nil || next.Second() != 0 || !next.After(time.Now()) {
+			t.Fatalf("status.nextWindowAt %v, want the start of the next minute", next)
+		}
+		if err := noGrants(w.grants, app)(); err != nil {
+			t.Errorf("outside the window: %v", err)
+		}
+		w.WaitRollout(t, ns, "window", Completed)
+		applies := w.appliesAt(t, ns)
+		if len(applies) != 1 || applies[0].at.Before(next.Time) {
+			t.Errorf("applies %v, want one, no earlier than the window's opening at %v", applies, next.Time)
 		}
 	})
 

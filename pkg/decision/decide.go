@@ -268,9 +268,11 @@ func decideRollout(d *Decision, in Input, ms []member) {
 		steps[invalid].phase = magosv1.StepFailed
 		return
 	}
+	var open bool
+	var closes, opens time.Time
 	windows, err := changewindow.Parse(ro.Spec.ChangeWindows)
 	if err == nil {
-		_, _, _, err = windows.At(in.Now)
+		open, closes, opens, err = windows.At(in.Now)
 	}
 	if err != nil {
 		halt(d, steps, 0, magosv1.PhaseFailed, magosv1.ReasonInvalidChangeWindow, "Invalid change windows: "+err.Error())
@@ -347,7 +349,6 @@ func decideRollout(d *Decision, in Input, ms []member) {
 		return
 	}
 
-	open, closes, opens, _ := windows.At(in.Now)
 	if !open {
 		// Outside every change window: nothing new runs (grants not used yet are withdrawn).
 		halt(d, steps, current, magosv1.PhaseReconciling, magosv1.ReasonOutsideChangeWindow,
@@ -385,9 +386,9 @@ func decideRollout(d *Decision, in Input, ms []member) {
 // granted in key order while places are free. unavailable is called with the cluster of every
 // member that cannot be granted because its cluster is unavailable.
 func grantMatched(s *step, ms []member, unavailable func(cluster string)) {
-	free := int32(-1) // no limit
-	if s.maxConcurrency > 0 {
-		free = s.maxConcurrency - s.running
+	limited := s.maxConcurrency > 0
+	free := s.maxConcurrency - s.running // places left, when limited
+	if limited {
 		for _, i := range s.matched {
 			if m := &ms[i]; m.available && m.ws.Grantable() && m.ws.GrantedCurrentRun(m.revision) {
 				m.granted = true // kept: it may start any moment
@@ -401,7 +402,7 @@ func grantMatched(s *step, ms []member, unavailable func(cluster string)) {
 		case !m.available:
 			unavailable(m.ws.Key.Cluster)
 		case m.granted || !m.ws.Grantable():
-		case free < 0 && s.maxConcurrency == 0:
+		case !limited:
 			m.granted = true
 		case free > 0:
 			m.granted = true

@@ -116,21 +116,17 @@ func TestRolloutControls(t *testing.T) {
 
 	t.Run("minSuccessTime 20s: the next step starts no earlier than 20s after the step is Applied", func(t *testing.T) {
 		ns := "soak"
-		w.Namespace(t, ns)
-		w.Workspace(t, usEast, ns, "app-dev", "soak", map[string]string{"env": "dev"})
-		w.Workspace(t, euWest, ns, "app-prod", "soak", map[string]string{"env": "prod"})
-		dev, prod := key(usEast, ns, "app-dev"), key(euWest, ns, "app-prod")
-		w.WaitMirrored(t, dev, prod)
-		ro := hubtest.Rollout(ns, "soak", []string{"dev", "prod"}, map[string]string{"env": "dev"}, map[string]string{"env": "prod"})
+		dev, prod := w.devProd(t, ns, false)
+		ro := devProdRollout(ns)
 		ro.Spec.Strategy.Steps[0].MinSuccessTime = &metav1.Duration{Duration: 20 * time.Second}
 		w.CreateHub(t, ro)
 
-		soaking := w.WaitRollout(t, ns, "soak", phase(magosv1.PhaseReconciling, magosv1.ReasonSoaking))
+		soaking := w.WaitRollout(t, ns, "web", phase(magosv1.PhaseReconciling, magosv1.ReasonSoaking))
 		s := soaking.Status.Steps[0]
 		if s.Phase != magosv1.StepSoaking || s.SucceededAt == nil || s.SoakEndsAt == nil || s.SoakEndsAt.Sub(s.SucceededAt.Time) != 20*time.Second {
 			t.Errorf("soaking step: %+v, want Soaking for 20s from succeededAt", s)
 		}
-		w.WaitRollout(t, ns, "soak", Completed)
+		w.WaitRollout(t, ns, "web", Completed)
 		applies := w.appliesAt(t, ns)
 		if len(applies) != 2 || applies[0].key != dev || applies[1].key != prod {
 			t.Fatalf("applies %v, want %s then %s", applies, dev, prod)
@@ -140,7 +136,7 @@ func TestRolloutControls(t *testing.T) {
 		if gap := applies[1].at.Sub(applies[0].at); gap < 20*time.Second {
 			t.Errorf("prod applied %v after dev, want at least the 20s soak", gap)
 		}
-		if notes := w.eventNotes(t, ns, "Rollout", "soak"); !slices.ContainsFunc(notes, func(n string) bool {
+		if notes := w.eventNotes(t, ns, "Rollout", "web"); !slices.ContainsFunc(notes, func(n string) bool {
 			return strings.HasPrefix(n, "Soaking: Step dev is soaking until ")
 		}) {
 			t.Errorf("no Soaking Event in %q", notes)
@@ -186,18 +182,14 @@ func TestRolloutControls(t *testing.T) {
 // TestRolloutControls' last subtest, kept apart for its length: a silent cluster.
 func (w *world) progressDeadline(t *testing.T) {
 	ns := "deadline"
-	w.Namespace(t, ns)
-	w.Workspace(t, usEast, ns, "app-dev", "late", map[string]string{"env": "dev"})
-	w.Workspace(t, apSouth, ns, "app-prod", "late", map[string]string{"env": "prod"})
-	dev, prod := key(usEast, ns, "app-dev"), key(apSouth, ns, "app-prod")
-	w.WaitMirrored(t, dev, prod)
-	resume := w.Stop(t, apSouth) // ap-south-1's agent goes silent before the Rollout starts
-	ro := hubtest.Rollout(ns, "late", []string{"dev", "prod"}, map[string]string{"env": "dev"}, map[string]string{"env": "prod"})
+	dev, prod := w.devProd(t, ns, false)
+	resume := w.Stop(t, euWest) // prod's agent goes silent before the Rollout starts
+	ro := devProdRollout(ns)
 	ro.Spec.ProgressDeadline = &metav1.Duration{Duration: 15 * time.Second}
 	w.CreateHub(t, ro)
 
-	this := map[string]string{"namespace": ns, "name": "late"}
-	exceeded := w.WaitRollout(t, ns, "late", func(ro *magosv1.Rollout) error {
+	this := map[string]string{"namespace": ns, "name": "web"}
+	exceeded := w.WaitRollout(t, ns, "web", func(ro *magosv1.Rollout) error {
 		c := meta.FindStatusCondition(ro.Status.Conditions, magosv1.ConditionProgressing)
 		if c == nil || c.Status != metav1.ConditionFalse || c.Reason != magosv1.ReasonProgressDeadlineExceeded {
 			return fmt.Errorf("Progressing condition %+v, want False/ProgressDeadlineExceeded", c)
@@ -214,7 +206,7 @@ func (w *world) progressDeadline(t *testing.T) {
 		if v := w.metricValue(t, "magos_hub_rollout_progress_deadline_exceeded", this); v != 1 {
 			return fmt.Errorf("magos_hub_rollout_progress_deadline_exceeded = %v, want 1", v)
 		}
-		if notes := w.eventNotes(t, ns, "Rollout", "late"); !slices.ContainsFunc(notes, func(n string) bool {
+		if notes := w.eventNotes(t, ns, "Rollout", "web"); !slices.ContainsFunc(notes, func(n string) bool {
 			return strings.HasPrefix(n, "ProgressDeadlineExceeded: Step prod has not progressed for 15s")
 		}) {
 			return fmt.Errorf("no ProgressDeadlineExceeded Event in %q", notes)
@@ -223,7 +215,7 @@ func (w *world) progressDeadline(t *testing.T) {
 	})
 
 	resume() // the cluster comes back: the step progresses, and the condition clears
-	done := w.WaitRollout(t, ns, "late", Completed)
+	done := w.WaitRollout(t, ns, "web", Completed)
 	if c := meta.FindStatusCondition(done.Status.Conditions, magosv1.ConditionProgressing); c == nil || c.Status != metav1.ConditionTrue {
 		t.Errorf("Progressing condition after completion: %+v, want True", c)
 	}

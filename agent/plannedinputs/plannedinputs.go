@@ -69,6 +69,16 @@ func Digest(key []byte, run *execution.Run) string {
 	return hex.EncodeToString(mac.Sum(nil))[:DigestLength]
 }
 
+// PlanDigest is status.planDigest: the digest of a plan of the Workspace namespace/name whose
+// JSON rendering has the SHA-256 planSHA256 (runner.Result.PlanSHA256), under key, its first
+// DigestLength hex characters. Plans that would apply the same changes in the same Workspace
+// have the same digest, whichever run made them; without the key it says nothing of the plan.
+func PlanDigest(key []byte, namespace, name, planSHA256 string) string {
+	mac := hmac.New(sha256.New, key)
+	fmt.Fprintf(mac, "plan\x00%s\x00%s\x00%s", namespace, name, planSHA256)
+	return hex.EncodeToString(mac.Sum(nil))[:DigestLength]
+}
+
 // NewKey returns a random key of KeySize bytes.
 func NewKey() ([]byte, error) {
 	key := make([]byte, KeySize)

@@ -350,3 +350,26 @@ func TestKeys(t *testing.T) {
 		}
 	})
 }
+
+// TestPlanDigest: the plan digest follows the plan and the Workspace, not the run, and needs the
+// key.
+func TestPlanDigest(t *testing.T) {
+	const plan, other = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08", "60303ae22b998861bce3b28f33eec1be758a213c86c93c076dbe9f558c11c752"
+	d := plannedinputs.PlanDigest(key, "ns", "app", plan)
+	if len(d) != plannedinputs.DigestLength {
+		t.Fatalf("digest %q: want %d hex characters", d, plannedinputs.DigestLength)
+	}
+	if again := plannedinputs.PlanDigest(key, "ns", "app", plan); again != d {
+		t.Errorf("the same plan has digests %s and %s", d, again)
+	}
+	for name, got := range map[string]string{
+		"another plan":      plannedinputs.PlanDigest(key, "ns", "app", other),
+		"another Workspace": plannedinputs.PlanDigest(key, "ns", "db", plan),
+		"another namespace": plannedinputs.PlanDigest(key, "ns2", "app", plan),
+		"another key":       plannedinputs.PlanDigest(otherKey, "ns", "app", plan),
+	} {
+		if got == d {
+			t.Errorf("%s: digest %s, want another", name, got)
+		}
+	}
+}

@@ -97,6 +97,7 @@ type Reconciler struct {
 
 	active         activeSet
 	staleGrants    sync.Map // types.NamespacedName -> string (last reported stale grant)
+	otherPlans     sync.Map // types.NamespacedName -> string (last reported grant of another plan)
 	invalidGrants  sync.Map // types.NamespacedName -> string (last reported invalid granted-revision)
 	unfencedGrants sync.Map // types.NamespacedName -> string (run ID of the last reported unfenced grant)
 }
@@ -176,6 +177,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		if apierrors.IsNotFound(err) {
 			r.active.update(req.NamespacedName, false)
 			r.staleGrants.Delete(req.NamespacedName)
+			r.otherPlans.Delete(req.NamespacedName)
 			r.invalidGrants.Delete(req.NamespacedName)
 			r.unfencedGrants.Delete(req.NamespacedName)
 			return ctrl.Result{}, r.opts.Launcher.Forget(ctx, req.Namespace, req.Name)
@@ -279,7 +281,7 @@ func (r *Reconciler) step(ctx context.Context, ws *magosv1.Workspace, sched Sche
 	case magosv1.PhasePending:
 		return r.startPlan(ctx, ws, sched)
 	case magosv1.PhasePlanned:
-		if ws.Annotations[keys.Approved] == "true" {
+		if r.readyToApply(ctx, ws) {
 			return r.startApply(ctx, ws, sched, nil)
 		}
 	}

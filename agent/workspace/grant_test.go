@@ -167,3 +167,47 @@ func TestGrantedRevisionConsumesDetection(t *testing.T) {
 		return nil
 	})
 }
+
+// TestPlanOnlyGrantWaitsForItsPlansApproval: a grant for a plan only (granted-operation plan)
+// plans and parks in Planned with the plan's digest; an apply grant bound to another plan
+// (granted-plan) is refused with an Event; bound to this plan, it applies.
+func TestPlanOnlyGrantWaitsForItsPlansApproval(t *testing.T) {
+	t.Parallel()
+	c := spoke.Client
+	ns := newNamespace(t)
+	repo, _ := newRepo(t, map[string]string{"main.tf": moduleOK})
+	key := newWorkspace(t, c, ns, "gated", repo.URL(), nil)
+
+	ws := pendingRun(t, c, key, magosv1.ReasonAwaitingRollout, "")
+	run := ws.Status.CurrentRunID
+	annotate(t, c, key, map[string]any{keys.ExecutionAllowed: "true", keys.GrantedRun: run,
+		keys.GrantedBy: keys.GrantedByRollout, keys.GrantedOperation: keys.GrantedOperationPlan})
+	ws = waitFor(t, c, key, 120*time.Second, inPhase(magosv1.PhasePlanned, magosv1.ReasonPlanSucceeded))
+	digest := ws.Status.PlanDigest
+	if len(digest) != 12 || ws.Status.CurrentRunID != run {
+		t.Fatalf("planned run %s with plan digest %q; want run %s and a digest of 12 hex characters", ws.Status.CurrentRunID, digest, run)
+	}
+	if err := contains(ws.Status.Message, "waits for approval on the hub"); err != nil {
+		t.Error(err)
+	}
+
+	// Bound to another plan: not applied.
+	annotate(t, c, key, map[string]any{keys.GrantedOperation: nil, keys.GrantedPlan: "0123456789ab"})
+	notes := waitEvent(t, c, key, workspace.ReasonOtherPlanApproved)
+	if err := contains(strings.Join(notes, "\n"), "approves plan 0123456789ab, and this run's plan is "+digest); err != nil {
+		t.Error(err)
+	}
+	if ws, err := getWorkspace(c, key); err != nil || ws.Status.Phase != magosv1.PhasePlanned {
+		t.Fatalf("after a grant of another plan: %v, %v; want it still Planned", ws.Status.Phase, err)
+	}
+
+	// Bound to this plan: applied, in the same run.
+	annotate(t, c, key, map[string]any{keys.GrantedPlan: digest})
+	ws = waitFor(t, c, key, 120*time.Second, inPhase(magosv1.PhaseApplied, magosv1.ReasonApplySucceeded))
+	if ws.Status.CurrentRunID != run {
+		t.Errorf("applied run %s, want the planned run %s", ws.Status.CurrentRunID, run)
+	}
+	if out := stateOutputs(t, c, key); out["greeting"] != "hello" {
+		t.Errorf("state outputs %v, want greeting=hello", out)
+	}
+}

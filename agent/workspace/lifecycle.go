@@ -129,6 +129,7 @@ func (r *Reconciler) reset(ctx context.Context, ws *magosv1.Workspace, sched Sch
 	ws.Status.ObservedGeneration = ws.Generation
 	ws.Status.CurrentRunFor = runFor(ws)
 	ws.Status.PlannedInputs = ""
+	ws.Status.PlanDigest = ""
 	ws.Status.PolicyViolations = nil
 	setPhase(ws, magosv1.PhasePending, why.reason, why.message)
 	if err := r.commit(ctx, ws, sched, from); err != nil {
@@ -217,6 +218,49 @@ func (r *Reconciler) grantAllowsRun(ctx context.Context, ws *magosv1.Workspace) 
 	return true
 }
 
+// readyToApply reports whether the plan of the current run may be applied now: the Workspace
+// applies on its own (spec.autoApply) or was approved (magosproject.io/approved), and its grant
+// allows the apply (applyGranted).
+func (r *Reconciler) readyToApply(ctx context.Context, ws *magosv1.Workspace) bool {
+	return (ws.Spec.AutoApplies() || ws.Annotations[keys.Approved] == "true") && r.applyGranted(ctx, ws)
+}
+
+// applyGranted reports whether the grant of the current run allows its apply. On an agent
+// connected to a hub the grant must be fenced to the run (granted-run), allow more than a plan
+// (granted-operation is not "plan": the hub waits for an approval) and, when it names a plan
+// (granted-plan), name this run's plan (status.planDigest); a grant naming another plan is
+// ignored, with an Event. A standalone agent applies as upstream does, unless such a grant
+// says otherwise.
+func (r *Reconciler) applyGranted(ctx context.Context, ws *magosv1.Workspace) bool {
+	a := ws.Annotations
+	if a[keys.ExecutionAllowed] != "true" || a[keys.GrantedRun] != ws.Status.CurrentRunID || ws.Status.CurrentRunID == "" {
+		return !r.opts.HubConnected
+	}
+	if a[keys.GrantedOperation] == keys.GrantedOperationPlan {
+		return false
+	}
+	if plan, bound := a[keys.GrantedPlan]; bound && plan != ws.Status.PlanDigest {
+		r.reportOtherPlan(ctx, ws, plan)
+		return false
+	}
+	return true
+}
+
+// waitingFor says what a successful plan that is not applied waits for.
+func (r *Reconciler) waitingFor(ws *magosv1.Workspace) string {
+	a := ws.Annotations
+	switch {
+	case !ws.Spec.AutoApplies() && a[keys.Approved] != "true":
+		return "set magosproject.io/approved=true to apply"
+	case a[keys.GrantedRun] == ws.Status.CurrentRunID && a[keys.GrantedOperation] == keys.GrantedOperationPlan:
+		return fmt.Sprintf("plan %s waits for approval on the hub (its Rollout step requires approval)", messageOr(ws.Status.PlanDigest, "unknown"))
+	case a[keys.GrantedRun] == ws.Status.CurrentRunID && a[keys.GrantedPlan] != "" && a[keys.GrantedPlan] != ws.Status.PlanDigest:
+		return fmt.Sprintf("the hub approved plan %s, not this plan %s: waiting for approval of this one", a[keys.GrantedPlan], messageOr(ws.Status.PlanDigest, "unknown"))
+	default:
+		return "waiting for the hub's grant to apply it"
+	}
+}
+
 // startPlan starts the plan of a Pending Workspace that holds a grant for its current run.
 func (r *Reconciler) startPlan(ctx context.Context, ws *magosv1.Workspace, sched Schedule) (step, error) {
 	if !r.grantAllowsRun(ctx, ws) {
@@ -243,6 +287,7 @@ func (r *Reconciler) startPlan(ctx context.Context, ws *magosv1.Workspace, sched
 	ws.Status.CurrentRevision = run.Spec.Revision
 	ws.Status.ObservedGeneration = ws.Generation
 	ws.Status.PlannedInputs = digest
+	ws.Status.PlanDigest = ""
 	ws.Status.PolicyViolations = nil
 	ws.Status.ResourceChanges = nil
 	setPhase(ws, magosv1.PhasePlanning, magosv1.ReasonPlanJobCreated,
@@ -470,12 +515,19 @@ func (r *Reconciler) observe(ctx context.Context, ws *magosv1.Workspace, sched S
 				// Planned for a spec, labels or projectRef that are no longer the Workspace's.
 				return r.abandon(ctx, ws, sched, done, why)
 			}
-			if !deleting && (ws.Spec.AutoApplies() || ws.Annotations[keys.Approved] == "true") {
+			if res.PlanSHA256 != "" {
+				key, err := r.inputsKeys.Key(ctx)
+				if err != nil {
+					return step{}, transient(ReasonAPIError, err)
+				}
+				ws.Status.PlanDigest = plannedinputs.PlanDigest(key, ws.Namespace, ws.Name, res.PlanSHA256)
+			}
+			if !deleting && r.readyToApply(ctx, ws) {
 				return r.startApply(ctx, ws, sched, done)
 			}
 			setPhase(ws, magosv1.PhasePlanned, magosv1.ReasonPlanSucceeded, fmt.Sprintf(
-				"Plan of commit %s: %d to add, %d to change, %d to destroy; set magosproject.io/approved=true to apply",
-				short(ws.Status.CurrentRevision), res.Add, res.Change, res.Destroy))
+				"Plan of commit %s: %d to add, %d to change, %d to destroy; %s",
+				short(ws.Status.CurrentRevision), res.Add, res.Change, res.Destroy, r.waitingFor(ws)))
 			if err := r.commit(ctx, ws, sched, from); err != nil {
 				return step{}, err
 			}
@@ -582,6 +634,22 @@ func (r *Reconciler) reportUnfencedGrant(ctx context.Context, ws *magosv1.Worksp
 	r.recorder.Eventf(ws, nil, corev1.EventTypeWarning, ReasonUnfencedGrant, "Ignore",
 		"Ignoring %s=true without %s: this cluster is managed by a hub, which is the only authority; grant run %s from the hub (its Rollout or Project) instead",
 		keys.ExecutionAllowed, keys.GrantedRun, ws.Status.CurrentRunID)
+}
+
+// ReasonOtherPlanApproved is the reason of the Warning event about an apply grant bound to
+// another plan than the current run's (the plan changed after its approval): it is not applied.
+const ReasonOtherPlanApproved = "OtherPlanApproved"
+
+// reportOtherPlan emits one OtherPlanApproved Warning event per run and granted plan.
+func (r *Reconciler) reportOtherPlan(ctx context.Context, ws *magosv1.Workspace, granted string) {
+	mark := ws.Status.CurrentRunID + "/" + granted + "/" + ws.Status.PlanDigest
+	if prev, ok := r.otherPlans.Load(statusKey(ws)); ok && prev == mark {
+		return
+	}
+	r.otherPlans.Store(statusKey(ws), mark)
+	log.FromContext(ctx).Info("not applying: the grant approves another plan", "runID", ws.Status.CurrentRunID, "grantedPlan", granted, "planDigest", ws.Status.PlanDigest)
+	r.recorder.Eventf(ws, nil, corev1.EventTypeWarning, ReasonOtherPlanApproved, "Ignore",
+		"Not applying run %s: its grant approves plan %s, and this run's plan is %s", ws.Status.CurrentRunID, granted, messageOr(ws.Status.PlanDigest, "unknown"))
 }
 
 // reportStaleGrant emits one StaleGrant event per stale grant seen.

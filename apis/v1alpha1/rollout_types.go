@@ -30,6 +30,15 @@ const (
 	// ReasonFailureTolerated (an Event): Workspaces of a step failed within its maxFailures,
 	// and the Rollout goes on.
 	ReasonFailureTolerated = "FailureTolerated"
+	// ReasonAwaitingApproval: the current step requires approval, its plans are ready, and no
+	// valid approval names them (magosctl rollout approve).
+	ReasonAwaitingApproval = "AwaitingApproval"
+	// ReasonApproved (an Event): an approval of the current step's plans was accepted and their
+	// applies are granted.
+	ReasonApproved = "Approved"
+	// ReasonApprovalVoided (an Event): a plan of the step changed after its approval, which no
+	// longer holds; the step awaits approval again.
+	ReasonApprovalVoided = "ApprovalVoided"
 )
 
 // Step phases in status.steps.
@@ -42,6 +51,8 @@ const (
 	// StepSoaking: every Workspace of the step is Applied (or failed within maxFailures), and
 	// the step waits out its minSuccessTime.
 	StepSoaking = "Soaking"
+	// StepAwaitingApproval: the step requires approval, and its plans wait for one.
+	StepAwaitingApproval = "AwaitingApproval"
 )
 
 // RolloutStep selects the Workspaces of one step.
@@ -88,6 +99,72 @@ type RolloutStep struct {
 	// +kubebuilder:validation:MaxLength=32
 	// +kubebuilder:validation:XValidation:rule="duration(self) > duration('0s') && duration(self) <= duration('720h')",message="minSuccessTime must be a duration above 0s and at most 720h"
 	MinSuccessTime *metav1.Duration `json:"minSuccessTime,omitempty"`
+
+	// RequireApproval makes the step wait for a person: its Workspaces plan, and nothing of the
+	// step applies until an approval in spec.approvals names the revision and digest of every
+	// plan waiting (magosctl rollout approve ROLLOUT --step STEP writes one). A plan that changes
+	// after the approval voids it, and the step awaits approval again.
+	// +optional
+	RequireApproval bool `json:"requireApproval,omitempty"`
+}
+
+// ApprovedPlan is one plan an approval names.
+type ApprovedPlan struct {
+	// Workspace is the Workspace, as cluster/namespace/name.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=400
+	Workspace string `json:"workspace"`
+	// Revision is the commit the plan was made of.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	Revision string `json:"revision,omitempty"`
+	// Digest is the plan's digest (the Workspace's status.planDigest).
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=64
+	Digest string `json:"digest"`
+}
+
+// StepApproval approves the plans of one step. Writing one needs the verb "approve" on the
+// Rollout (rollouts, group magosproject.io) besides update, and approvedBy must be the writer's
+// own user name: the magos-hub chart's admission policy enforces both.
+type StepApproval struct {
+	// Step is the step's name.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	Step string `json:"step"`
+	// Plans are the plans approved: every plan of the step waiting for approval must be one of
+	// them, with the same revision and digest.
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=1000
+	// +listType=atomic
+	Plans []ApprovedPlan `json:"plans"`
+	// ApprovedBy is the user who approved.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=256
+	ApprovedBy string `json:"approvedBy"`
+	// ApprovedAt is when.
+	ApprovedAt metav1.Time `json:"approvedAt"`
+}
+
+// PlanStatus is a plan of a step that waits for approval.
+type PlanStatus struct {
+	// Workspace is the Workspace, as cluster/namespace/name.
+	Workspace string `json:"workspace"`
+	// Run is the run that planned it.
+	// +optional
+	Run string `json:"run,omitempty"`
+	// Revision is the commit planned.
+	// +optional
+	Revision string `json:"revision,omitempty"`
+	// Digest is the plan's digest.
+	Digest string `json:"digest"`
+	// Add, Change and Destroy count the plan's resource changes.
+	// +optional
+	Add int32 `json:"add,omitempty"`
+	// +optional
+	Change int32 `json:"change,omitempty"`
+	// +optional
+	Destroy int32 `json:"destroy,omitempty"`
 }
 
 // RolloutStrategy is the ordered list of steps.
@@ -153,13 +230,22 @@ type RolloutSpec struct {
 	// +kubebuilder:validation:MaxItems=16
 	// +listType=atomic
 	ChangeWindows []ChangeWindow `json:"changeWindows,omitempty"`
+
+	// Approvals approve the plans of steps that require approval, at most one per step. Written
+	// by magosctl rollout approve; see StepApproval for who may write one.
+	// +optional
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:XValidation:rule="self.all(a, self.exists_one(b, b.step == a.step))",message="at most one approval per step"
+	// +listType=atomic
+	Approvals []StepApproval `json:"approvals,omitempty"`
 }
 
 // StepStatus tells where one step stands.
 type StepStatus struct {
 	// Name of the step.
 	Name string `json:"name"`
-	// Phase of the step: Pending, Progressing, Waiting, Soaking, Completed or Failed.
+	// Phase of the step: Pending, Progressing, Waiting, AwaitingApproval, Soaking, Completed or
+	// Failed.
 	Phase string `json:"phase"`
 	// Matched is the number of Workspaces the step selects.
 	Matched int32 `json:"matched"`
@@ -188,6 +274,13 @@ type StepStatus struct {
 	// +optional
 	// +listType=atomic
 	Clusters []string `json:"clusters,omitempty"`
+	// Plans are, while the step awaits approval, the plans waiting for it (at most 1000).
+	// +optional
+	// +listType=atomic
+	Plans []PlanStatus `json:"plans,omitempty"`
+	// Approval is the approval the step's applies were granted under, while it holds.
+	// +optional
+	Approval *StepApproval `json:"approval,omitempty"`
 }
 
 // RolloutRevision is the commit a Rollout is rolling out for one repository and ref that its

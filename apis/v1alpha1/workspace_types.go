@@ -273,6 +273,13 @@ type WorkspaceStatus struct {
 	// digests of different runs are unrelated.
 	// +optional
 	PlannedInputs string `json:"plannedInputs,omitempty"`
+	// PlanDigest is a short digest of the current run's plan (12 hex characters, keyed like
+	// plannedInputs): everything the apply would do, from the plan file's JSON rendering without
+	// its timestamp. Two plans with the same digest make the same changes. A step's approval
+	// names the digests it approves, and an apply grant bound to a digest
+	// (magosproject.io/granted-plan) applies only that plan. Set once the plan succeeded.
+	// +optional
+	PlanDigest string `json:"planDigest,omitempty"`
 
 	// Origin is set on the hub's mirrors: where the Workspace really lives.
 	// +optional

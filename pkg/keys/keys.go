@@ -36,7 +36,16 @@ const (
 	// whatever the ref points at meanwhile. Absent when the hub does not know the commit yet (the
 	// first run resolves the ref itself) and on grants in parallel mode.
 	GrantedRevision = Prefix + "granted-revision"
+	// GrantedOperation narrows a grant: GrantedOperationPlan allows the run to plan only (the
+	// plan then waits in Planned for an apply grant). Absent: plan and apply.
+	GrantedOperation = Prefix + "granted-operation"
+	// GrantedPlan binds an apply grant to one plan: the run applies only when its plan has this
+	// digest (status.planDigest). The hub sets it when a step's approval names the plan.
+	GrantedPlan = Prefix + "granted-plan"
 )
+
+// GrantedOperationPlan is the value of GrantedOperation on a grant that allows a plan only.
+const GrantedOperationPlan = "plan"
 
 // Orchestration, on a hub Project, set to OrchestrationParallel, runs the Project's Workspaces
 // in parallel without a Rollout at once: without the grace period a new Project otherwise waits

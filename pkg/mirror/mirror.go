@@ -23,7 +23,7 @@ import (
 
 // DecisionKeys are the annotations the hub decides. They travel down, from the mirror to the
 // spoke Workspace, and never up.
-var DecisionKeys = []string{keys.ExecutionAllowed, keys.GrantedRun, keys.GrantedBy, keys.GrantedRevision}
+var DecisionKeys = []string{keys.ExecutionAllowed, keys.GrantedRun, keys.GrantedBy, keys.GrantedRevision, keys.GrantedOperation, keys.GrantedPlan}
 
 // Namespace is the hub namespace that holds the mirrors of a cluster.
 func Namespace(cluster string) string { return keys.ClusterNamespace(cluster) }

@@ -274,3 +274,21 @@ func TestToolEnv(t *testing.T) {
 		t.Fatalf("CLI configuration: %v, %v; want an empty file", fi, err)
 	}
 }
+
+func TestPlanSHA256IgnoresOnlyTheTimestamp(t *testing.T) {
+	a, errA := planSHA256([]byte(`{"timestamp":"2026-01-01T00:00:00Z","resource_changes":[{"change":{"actions":["create"]}}]}`))
+	b, errB := planSHA256([]byte(`{"resource_changes": [{"change":{"actions":["create"]}}], "timestamp":"2026-12-03T10:00:00Z"}`))
+	c, errC := planSHA256([]byte(`{"timestamp":"2026-01-01T00:00:00Z","resource_changes":[{"change":{"actions":["delete"]}}]}`))
+	if errA != nil || errB != nil || errC != nil {
+		t.Fatalf("errors: %v %v %v", errA, errB, errC)
+	}
+	if a != b {
+		t.Errorf("plans differing only in timestamp and layout: digests %s and %s, want equal", a, b)
+	}
+	if a == c {
+		t.Errorf("plans with different changes share the digest %s", a)
+	}
+	if _, err := planSHA256([]byte(`[`)); err == nil {
+		t.Error("planSHA256 of broken JSON succeeded; want an error")
+	}
+}

@@ -1,6 +1,8 @@
 package runner
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -61,4 +63,22 @@ func (s planSummary) String() string {
 		return "No changes."
 	}
 	return fmt.Sprintf("Plan: %d to add, %d to change, %d to destroy.", s.add, s.change, s.destroy)
+}
+
+// planSHA256 is the SHA-256 (hex) of a plan JSON (`tofu show -json`) without its top-level
+// "timestamp": two plans that would apply the same changes, from the same configuration,
+// variables and prior state, have the same digest whenever they were made. The top-level keys
+// are written in sorted order; their values as the tool rendered them.
+func planSHA256(planJSON []byte) (string, error) {
+	var top map[string]json.RawMessage
+	if err := json.Unmarshal(planJSON, &top); err != nil {
+		return "", fmt.Errorf("reading the plan JSON: %w", err)
+	}
+	delete(top, "timestamp")
+	canonical, err := json.Marshal(top) // map keys sorted
+	if err != nil {
+		return "", fmt.Errorf("rendering the plan JSON: %w", err)
+	}
+	sum := sha256.Sum256(canonical)
+	return hex.EncodeToString(sum[:]), nil
 }

@@ -210,6 +210,9 @@ func (r *run) plan(ctx context.Context, t *tool, varFile string, res Result) Res
 		return fail(err)
 	}
 	res.Add, res.Change, res.Destroy, res.HasChanges = summary.add, summary.change, summary.destroy, summary.hasChanges
+	if res.PlanSHA256, err = planSHA256(planJSON); err != nil {
+		return fail(err)
+	}
 	if len(r.spec.Policies) > 0 {
 		if v := policy.Compile(r.spec.Policies).Evaluate(ctx, planJSON); len(v) > 0 {
 			r.removePlan()

@@ -488,3 +488,27 @@ func (b *syncBuffer) String() string {
 	defer b.mu.Unlock()
 	return b.buf.String()
 }
+
+// TestRunPlanDigest checks the plan digest with real tofu: the same plan made twice (at
+// different times) has the same digest, and a plan that would apply anything else has another.
+func TestRunPlanDigest(t *testing.T) {
+	const mod = `
+variable "v" { type = string }
+resource "terraform_data" "this" { input = var.v }
+`
+	f := newFixture(t, map[string]string{"m/main.tf": mod})
+	spec := f.spec(runner.OperationPlan)
+	spec.Path = "m"
+	first := f.run(t, spec, runner.OutcomeSucceeded, "TF_VAR_v=one")
+	if len(first.PlanSHA256) != 64 {
+		t.Fatalf("plan digest %q; want 64 hex digits", first.PlanSHA256)
+	}
+	again := f.run(t, spec, runner.OutcomeSucceeded, "TF_VAR_v=one")
+	if again.PlanSHA256 != first.PlanSHA256 {
+		t.Errorf("the same plan made twice has digests %s and %s; want them equal", first.PlanSHA256, again.PlanSHA256)
+	}
+	other := f.run(t, spec, runner.OutcomeSucceeded, "TF_VAR_v=two")
+	if other.PlanSHA256 == first.PlanSHA256 {
+		t.Errorf("plans of v=one and v=two have the same digest %s; want them different", first.PlanSHA256)
+	}
+}

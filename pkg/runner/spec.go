@@ -144,6 +144,10 @@ type Result struct {
 	Add     int32 `json:"add,omitempty"`
 	Change  int32 `json:"change,omitempty"`
 	Destroy int32 `json:"destroy,omitempty"`
+	// PlanSHA256 is, for a plan, the SHA-256 (hex) of its JSON rendering (`tofu show -json`)
+	// without the time it was made: what the apply of the plan file would do. The agent keys it
+	// into status.planDigest; it never leaves the spoke.
+	PlanSHA256 string `json:"planSHA256,omitempty"`
 	// Violations of policies (Outcome PolicyViolation).
 	Violations []Violation `json:"violations,omitempty"`
 	// Message is a short human-readable summary (the error, for a failure).

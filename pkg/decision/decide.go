@@ -26,6 +26,9 @@ const (
 // maxListed is how many Workspaces a StepFailed message names before "and N more".
 const maxListed = 5
 
+// maxPlansListed is how many plans waiting for approval a step's status lists.
+const maxPlansListed = 1000
+
 // member is a Workspace of the Project with what Decide derived about it.
 type member struct {
 	ws        *Workspace
@@ -37,7 +40,24 @@ type member struct {
 	selected bool
 	// granted is true when this decision wants the member to hold a grant for its run.
 	granted bool
+	// planOnly and plan shape the grant (Change.PlanOnly, Change.Plan): in a step that requires
+	// approval, a plan only, or the apply of the approved plan.
+	planOnly bool
+	plan     string
+	// approved is set on a member whose plan waits for approval (Workspace.AwaitingApproval)
+	// when the current step does not require one, or its approval covers the plan: it may
+	// apply.
+	approved bool
 }
+
+// change is the grant the decision wants the member to hold.
+func (m *member) change() Change {
+	return Change{Key: m.ws.Key, Run: m.ws.RunID, Revision: m.revision, PlanOnly: m.planOnly, Plan: m.plan}
+}
+
+// grantable reports whether the member waits for a grant: its run waits to plan (or destroy),
+// or its plan waits for an approval it has.
+func (m *member) grantable() bool { return m.ws.Grantable() || m.approved }
 
 // step is one evaluated Rollout step.
 type step struct {
@@ -64,6 +84,17 @@ type step struct {
 	// succeededAt is when the step was first found done for the change (zero while it is not
 	// done); soakEnds is when its soak ends (zero without minSuccessTime).
 	succeededAt, soakEnds time.Time
+	// plans are, while the step is current and requires approval, the members whose plans wait
+	// for it; approval is the step's approval when it covers them all.
+	plans    []int
+	approval *magosv1.StepApproval
+}
+
+// awaitingApproval reports whether every member of the step that has not applied or failed has
+// a plan waiting for an approval, and the step's approval (if any) does not cover them.
+func (s *step) awaitingApproval(ms []member) bool {
+	return s.spec.RequireApproval && len(s.plans) > 0 && s.approval == nil &&
+		s.applied+s.failed+int32(len(s.plans)) == int32(len(s.matched))
 }
 
 // done reports whether every Workspace the step selects is known and Done, or failed within
@@ -211,7 +242,8 @@ func decideParallel(d *Decision, ms []member) {
 		if m.done {
 			d.Applied++
 		}
-		m.granted = m.available && m.ws.Grantable()
+		m.approved = m.ws.AwaitingApproval() // no Rollout: nothing to approve
+		m.granted = m.available && m.grantable()
 	}
 	writes(d, ms, false)
 }
@@ -342,9 +374,10 @@ func decideRollout(d *Decision, in Input, ms []member) {
 			fmt.Sprintf("Waiting for %s (step %s matches no Workspace yet: nothing new runs until the clusters it may select in have synced)",
 				strings.Join(waitingFor(l.blind, in.Clusters), "; "), l.spec.Name))
 		s.phase = magosv1.StepWaiting
+		approvals(s, ms, ro)
 		for _, i := range s.matched {
 			m := &ms[i]
-			m.granted = m.available && m.ws.Grantable() && m.ws.GrantedCurrentRun(m.revision)
+			m.granted = m.available && m.grantable() && m.ws.Holds(m.change())
 		}
 		return
 	}
@@ -364,6 +397,7 @@ func decideRollout(d *Decision, in Input, ms []member) {
 	halt(d, steps, current, magosv1.PhaseReconciling, magosv1.ReasonLevelProgressing,
 		fmt.Sprintf("Executing step %s (%d/%d applied)", s.spec.Name, s.applied, len(s.matched)))
 	s.phase = magosv1.StepProgressing
+	d.ApprovalVoided = approvals(s, ms, ro)
 	// The step waits for clusters whose Workspaces the hub does not know, for clusters without
 	// any Workspace it matched that do not answer (an empty step is never decided on them), and
 	// for the clusters of matched members that are not available (never Done).
@@ -377,8 +411,84 @@ func decideRollout(d *Decision, in Input, ms []member) {
 		d.Message = fmt.Sprintf("Waiting for %s (step %s: %d/%d applied)",
 			strings.Join(waiting, "; "), s.spec.Name, s.applied, len(s.matched))
 		s.phase = magosv1.StepWaiting
+		return
+	}
+	if s.awaitingApproval(ms) {
+		d.Reason = magosv1.ReasonAwaitingApproval
+		d.Message = fmt.Sprintf("Step %s awaits approval of %d plan(s): magosctl rollout approve %s --step %s",
+			s.spec.Name, len(s.plans), ro.Name, s.spec.Name)
+		if d.ApprovalVoided != "" {
+			d.Message += "; " + d.ApprovalVoided
+		}
+		s.phase = magosv1.StepAwaitingApproval
 	}
 }
+
+// approvals prepares the grants of the current step s for its approval. Without
+// requireApproval a plan that waits for an approval (the step required one before) may apply.
+// With it, a run waiting to plan is granted the plan only, and the plans waiting for approval
+// (s.plans) apply only when the step's approval in spec.approvals covers each of them (same
+// Workspace, commit and digest): then each is granted the apply of its own plan. A plan of
+// another commit than the one rolled out is not approvable: its Workspace plans again. It
+// returns why the step's approval no longer holds ("" when it holds or there is none).
+func approvals(s *step, ms []member, ro *magosv1.Rollout) (voided string) {
+	s.plans = s.plans[:0]
+	for _, i := range s.matched {
+		m := &ms[i]
+		switch {
+		case !m.ws.AwaitingApproval():
+			m.planOnly = s.spec.RequireApproval && m.ws.Grantable() && !m.ws.DestroyPending()
+		case !s.spec.RequireApproval:
+			m.approved = true
+		case m.revision == "" || m.ws.CurrentRevision == m.revision:
+			s.plans = append(s.plans, i)
+		}
+	}
+	if !s.spec.RequireApproval {
+		return ""
+	}
+	j := slices.IndexFunc(ro.Spec.Approvals, func(a magosv1.StepApproval) bool { return a.Step == s.spec.Name })
+	if j < 0 {
+		return ""
+	}
+	a := &ro.Spec.Approvals[j]
+	if len(s.plans) == 0 {
+		// Nothing waits: the approval is the step's while applies it granted are under way.
+		for _, i := range s.matched {
+			w := ms[i].ws
+			if w.InFlight() && w.Grant.Plan != "" && w.Grant.Plan == w.PlanDigest && w.grantedCurrentRun() &&
+				slices.Contains(a.Plans, magosv1.ApprovedPlan{Workspace: w.Key.String(), Revision: w.CurrentRevision, Digest: w.PlanDigest}) {
+				s.approval = a
+			}
+		}
+		return ""
+	}
+	for _, i := range s.plans {
+		w := ms[i].ws
+		k := slices.IndexFunc(a.Plans, func(p magosv1.ApprovedPlan) bool { return p.Workspace == w.Key.String() })
+		var why string
+		switch {
+		case k < 0:
+			why = fmt.Sprintf("it does not name the plan of %s", w.Key)
+		case a.Plans[k].Digest != w.PlanDigest:
+			why = fmt.Sprintf("the plan of %s is now %s, it approved %s", w.Key, w.PlanDigest, a.Plans[k].Digest)
+		case a.Plans[k].Revision != w.CurrentRevision:
+			why = fmt.Sprintf("the plan of %s is of commit %s, it approved commit %s", w.Key, short(w.CurrentRevision), short(a.Plans[k].Revision))
+		}
+		if why != "" {
+			return fmt.Sprintf("the approval by %s at %s no longer holds: %s", a.ApprovedBy, a.ApprovedAt.UTC().Format(time.RFC3339), why)
+		}
+	}
+	s.approval = a
+	for _, i := range s.plans {
+		m := &ms[i]
+		m.approved, m.plan = true, m.ws.PlanDigest
+	}
+	return ""
+}
+
+// short is the first 12 characters of a commit SHA.
+func short(sha string) string { return sha[:min(len(sha), 12)] }
 
 // grantMatched marks the grantable members of the current step in available clusters to be
 // granted, at most the step's maxConcurrency planning or applying at once: members in flight and
@@ -390,7 +500,7 @@ func grantMatched(s *step, ms []member, unavailable func(cluster string)) {
 	free := s.maxConcurrency - s.running // places left, when limited
 	if limited {
 		for _, i := range s.matched {
-			if m := &ms[i]; m.available && m.ws.Grantable() && m.ws.GrantedCurrentRun(m.revision) {
+			if m := &ms[i]; m.available && m.grantable() && m.ws.Holds(m.change()) {
 				m.granted = true // kept: it may start any moment
 				free--
 			}
@@ -401,10 +511,8 @@ func grantMatched(s *step, ms []member, unavailable func(cluster string)) {
 		switch {
 		case !m.available:
 			unavailable(m.ws.Key.Cluster)
-		case m.granted || !m.ws.Grantable():
-		case !limited:
-			m.granted = true
-		case free > 0:
+		case m.granted || !m.grantable():
+		case !limited || free > 0:
 			m.granted = true
 			free--
 		}
@@ -601,7 +709,7 @@ func match(steps []step, ms []member, clusters map[string]Cluster, since time.Ti
 			switch {
 			case m.done:
 				s.applied++
-			case m.ws.InFlight():
+			case m.ws.InFlight() && !m.ws.AwaitingApproval():
 				s.running++
 			case m.ws.Failed():
 				s.failed++
@@ -635,12 +743,18 @@ func stepStatuses(steps []step, ms []member) []magosv1.StepStatus {
 			slices.Sort(clusters)
 			clusters = slices.Compact(clusters)
 		}
+		running := s.running
+		for _, mi := range s.matched {
+			if ms[mi].granted && ms[mi].ws.AwaitingApproval() {
+				running++ // its apply is granted now: it counts as running, as it will next time
+			}
+		}
 		out[i] = magosv1.StepStatus{
 			Name:           s.spec.Name,
 			Phase:          phase,
 			Matched:        int32(len(s.matched)),
 			Applied:        s.applied,
-			Running:        s.running,
+			Running:        running,
 			Failed:         s.failed,
 			MaxFailures:    s.maxFailures,
 			MaxConcurrency: s.maxConcurrency,
@@ -651,6 +765,16 @@ func stepStatuses(steps []step, ms []member) []magosv1.StepStatus {
 		}
 		if !s.soakEnds.IsZero() {
 			out[i].SoakEndsAt = &metav1.Time{Time: s.soakEnds}
+		}
+		if s.approval != nil {
+			out[i].Approval = s.approval.DeepCopy()
+		}
+		if phase == magosv1.StepAwaitingApproval {
+			for _, mi := range s.plans[:min(len(s.plans), maxPlansListed)] {
+				w := ms[mi].ws
+				out[i].Plans = append(out[i].Plans, magosv1.PlanStatus{Workspace: w.Key.String(), Run: w.RunID, Revision: w.CurrentRevision,
+					Digest: w.PlanDigest, Add: w.Changes.Add, Change: w.Changes.Change, Destroy: w.Changes.Destroy})
+			}
 		}
 	}
 	return out
@@ -690,8 +814,8 @@ func writes(d *Decision, ms []member, revoke bool) {
 		m := &ms[i]
 		switch {
 		case m.granted:
-			if !m.ws.GrantedCurrentRun(m.revision) {
-				d.Grants = append(d.Grants, Change{Key: m.ws.Key, Run: m.ws.RunID, Revision: m.revision})
+			if c := m.change(); !m.ws.Holds(c) {
+				d.Grants = append(d.Grants, c)
 			}
 		case revoke && m.ws.HasGrant() && !m.ws.InFlight():
 			d.Revokes = append(d.Revokes, Change{Key: m.ws.Key})

@@ -116,7 +116,7 @@ func applyWrites(ws []Workspace, d Decision, by string) []Workspace {
 		idx[out[i].Key] = i
 	}
 	for _, g := range d.Grants {
-		out[idx[g.Key]].Grant = Grant{Allowed: true, Run: g.Run, By: by, Revision: g.Revision}
+		out[idx[g.Key]].Grant = Grant{Allowed: true, Run: g.Run, By: by, Revision: g.Revision, PlanOnly: g.PlanOnly, Plan: g.Plan}
 	}
 	for _, r := range d.Revokes {
 		out[idx[r.Key]].Grant = Grant{}
@@ -152,6 +152,16 @@ type fleet struct {
 	applies []applied
 	// now is the decisions' clock (Input.Now).
 	now time.Time
+	// plans are the digests the named Workspaces' next plans get (default "plan-<name>@<commit>").
+	plans map[Key]string
+}
+
+// planOf is the digest of the next plan of w.
+func (f *fleet) planOf(w *Workspace) string {
+	if p, ok := f.plans[w.Key]; ok {
+		return p
+	}
+	return "plan-" + w.Key.Name + "@" + w.CurrentRevision
 }
 
 // applied is one apply seen by the simulated spokes.
@@ -209,7 +219,7 @@ func (f *fleet) start() []Key {
 	var started []Key
 	for i := range f.ws {
 		w := &f.ws[i]
-		if w.Grantable() && w.GrantedCurrentRun(w.Grant.Revision) && f.clusters[w.Key.Cluster].Available {
+		if w.Grantable() && w.grantedCurrentRun() && f.clusters[w.Key.Cluster].Available {
 			w.Phase, w.Reason = magosv1.PhasePlanning, magosv1.ReasonPlanning
 			w.ObservedGeneration = w.Generation
 			// The run plans the granted commit; else the detected one; else the ref's tip. A grant
@@ -240,10 +250,18 @@ func (f *fleet) finish() int {
 	n := 0
 	for i := range f.ws {
 		w := &f.ws[i]
-		if !w.InFlight() {
+		if !w.InFlight() || w.AwaitingApproval() {
 			continue
 		}
 		n++
+		if w.Phase == magosv1.PhasePlanning && w.Grant.PlanOnly {
+			// The plan of a plan-only grant waits for its approval.
+			w.Phase, w.Reason, w.PlanDigest = magosv1.PhasePlanned, magosv1.ReasonPlanSucceeded, f.planOf(w)
+			continue
+		}
+		if w.Phase == magosv1.PhasePlanned && w.Grant.Plan != "" && w.Grant.Plan != w.PlanDigest {
+			f.t.Fatalf("%s applies plan %s under a grant for plan %s", w.Key, w.PlanDigest, w.Grant.Plan)
+		}
 		if p, ok := f.fail[w.Key]; ok {
 			w.Phase, w.Reason = p, "PlanFailed"
 			delete(f.fail, w.Key)
@@ -268,7 +286,7 @@ func (f *fleet) finish() int {
 func (f *fleet) reset(key Key, reason string) {
 	f.runs++
 	w := f.get(key)
-	w.Phase, w.Reason = magosv1.PhasePending, reason
+	w.Phase, w.Reason, w.PlanDigest = magosv1.PhasePending, reason, ""
 	w.RunID = fmt.Sprintf("run-%d-%s", f.runs+1, key.Name)
 }
 

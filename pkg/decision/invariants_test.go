@@ -74,6 +74,9 @@ func randomInput(rng *rand.Rand) Input {
 	n := rng.Intn(30)
 	// A settled fleet: every run finished well, so rollouts complete and rewind on the odd change.
 	settled := rng.Intn(4) == 0
+	// A gated fleet: settled, but with plans that wait for approval here and there.
+	gated := rng.Intn(4) == 0
+	settled = settled || gated
 	for i := 0; i < n; i++ {
 		w := Workspace{
 			Key:        Key{Cluster: fmt.Sprintf("c%d", rng.Intn(5)), Namespace: testNamespace, Name: fmt.Sprintf("w%d", i)},
@@ -121,11 +124,29 @@ func randomInput(rng *rand.Rand) Input {
 		if rng.Intn(3) > 0 {
 			w.Grant.Revision = pick(rng, []string{"rev-1", "rev-2"})
 		}
+		if w.Phase == magosv1.PhasePlanned && rng.Intn(4) > 0 {
+			w.PlanDigest = pick(rng, []string{"d1", "d2"})
+		}
+		if w.Grant.Allowed && rng.Intn(3) == 0 {
+			w.Grant.PlanOnly = true
+		} else if w.Grant.Allowed && rng.Intn(4) == 0 {
+			w.Grant.Plan = pick(rng, []string{"d1", "d2"})
+		}
 		if settled && rng.Intn(20) > 0 {
 			w.Phase, w.ObservedGeneration, w.DetectedRevision, w.ReconcileRequested = magosv1.PhaseApplied, w.Generation, "", false
 			w.Source, w.ObservedRevision = randomSources[0], "rev-1"
 			if rng.Intn(8) == 0 { // a failure a step's maxFailures may tolerate
 				w.Phase = magosv1.PhaseFailed
+			}
+			if gated && rng.Intn(2) == 0 { // a plan (mostly of the commit rolled out) waiting for approval
+				w.Phase, w.CurrentRevision, w.PlanDigest = magosv1.PhasePlanned, pick(rng, []string{"rev-1", "rev-1", "rev-1", "rev-2"}), pick(rng, []string{"d1", "d2"})
+				if w.RunID == "" {
+					w.RunID = "run-9"
+				}
+				w.Grant = Grant{Allowed: true, Run: w.RunID, By: keys.GrantedByRollout, Revision: w.CurrentRevision, PlanOnly: rng.Intn(5) > 0}
+				if !w.Grant.PlanOnly {
+					w.Grant.Plan = "d3" // the plan changed since it was approved
+				}
 			}
 		}
 		in.Workspaces = append(in.Workspaces, w)
@@ -183,6 +204,26 @@ func randomInput(rng *rand.Rand) Input {
 		}
 		if rng.Intn(3) == 0 {
 			s.MinSuccessTime = &metav1.Duration{Duration: time.Duration(1+rng.Intn(60)) * time.Minute}
+		}
+		if rng.Intn(3) == 0 || gated && rng.Intn(2) == 0 {
+			s.RequireApproval = true
+			// An approval that names some of the plans, with their digests and commits or others.
+			if rng.Intn(3) > 0 {
+				a := magosv1.StepApproval{Step: s.Name, ApprovedBy: "alice", ApprovedAt: metav1.NewTime(randomEpoch)}
+				for _, w := range in.Workspaces {
+					if w.PlanDigest != "" && rng.Intn(10) > 0 {
+						p := magosv1.ApprovedPlan{Workspace: w.Key.String(), Revision: w.CurrentRevision, Digest: w.PlanDigest}
+						if rng.Intn(15) == 0 {
+							p.Digest = "d3"
+						}
+						if rng.Intn(20) == 0 {
+							p.Revision = "rev-9"
+						}
+						a.Plans = append(a.Plans, p)
+					}
+				}
+				in.Rollout.Spec.Approvals = append(in.Rollout.Spec.Approvals, a)
+			}
 		}
 		in.Rollout.Spec.Strategy.Steps = append(in.Rollout.Spec.Strategy.Steps, s)
 		// A success recorded earlier (the soak runs from it), before or after the commits started.
@@ -277,6 +318,7 @@ func TestDecideInvariants(t *testing.T) {
 		magosv1.ReasonNoWorkspacesFound, magosv1.ReasonPaused, magosv1.ReasonRolloutCompleted,
 		magosv1.ReasonStepFailed, magosv1.ReasonLevelProgressing, magosv1.ReasonWaitingForClusters,
 		magosv1.ReasonSoaking, magosv1.ReasonProgressDeadlineExceeded, magosv1.ReasonOutsideChangeWindow, destroyGranted(false), destroyGranted(true), toleratedPassed, concurrencyBound,
+		magosv1.ReasonAwaitingApproval, approvedApplies, approvalVoided, planOnlyGrants,
 	} {
 		if reasons[r] < 20 {
 			t.Errorf("only %d random cases ended %s: %v", reasons[r], r, reasons)
@@ -289,6 +331,9 @@ func TestDecideInvariants(t *testing.T) {
 const (
 	toleratedPassed  = "a step passed with tolerated failures"
 	concurrencyBound = "grants held back by maxConcurrency"
+	approvedApplies  = "applies granted under an approval"
+	approvalVoided   = "an approval voided"
+	planOnlyGrants   = "plan-only grants"
 )
 
 // destroyGranted names, in the tally of TestDecideInvariants, the decisions that grant the
@@ -317,6 +362,71 @@ func checkInvariants(t *testing.T, in Input, d Decision) (tags []string) {
 		}
 		return revisionOf(d.Revisions, w.Source)
 	}
+	// parked: a plan that waits for an approval (granted a plan only, or bound to another plan).
+	parked := func(w Workspace) bool {
+		return w.Phase == magosv1.PhasePlanned && w.PlanDigest != "" && w.RunID != "" && w.Grant.Allowed && w.Grant.Run == w.RunID &&
+			(w.Grant.PlanOnly || w.Grant.Plan != "" && w.Grant.Plan != w.PlanDigest)
+	}
+	// gated: the decision's current step requires approval; approvalHolds: its approval names,
+	// with digest and commit, every plan of the step that waits for approval and is of the
+	// commit rolled out.
+	var cur *magosv1.RolloutStep
+	if in.Rollout != nil && d.CurrentStep < len(in.Rollout.Spec.Strategy.Steps) && d.Reason != magosv1.ReasonInvalidSelector {
+		cur = &in.Rollout.Spec.Strategy.Steps[d.CurrentStep]
+	}
+	gated := cur != nil && cur.RequireApproval
+	names := func(a magosv1.StepApproval, w Workspace) bool {
+		return slices.Contains(a.Plans, magosv1.ApprovedPlan{Workspace: w.Key.String(), Revision: w.CurrentRevision, Digest: w.PlanDigest})
+	}
+	approvalHolds := false
+	if gated {
+		for _, a := range in.Rollout.Spec.Approvals {
+			if a.Step != cur.Name {
+				continue
+			}
+			approvalHolds = true
+			for _, w := range in.Workspaces {
+				rev := grantRevision(w)
+				if parked(w) && w.ProjectRef == in.Project && w.Key.Namespace == in.Namespace && inStep(t, in, *cur, w) &&
+					(rev == "" || w.CurrentRevision == rev) && !names(a, w) {
+					if _, ok := in.Clusters[w.Key.Cluster]; ok {
+						approvalHolds = false
+					}
+				}
+			}
+		}
+	}
+	// approvable: a parked plan of the current step that may apply: the step requires no
+	// approval, or its approval holds and names the plan.
+	approvable := func(w Workspace) bool {
+		if !parked(w) {
+			return false
+		}
+		if in.Rollout == nil || !gated {
+			return true
+		}
+		rev := grantRevision(w)
+		return approvalHolds && (rev == "" || w.CurrentRevision == rev)
+	}
+	// wantChange is the grant the decision would give w.
+	wantChange := func(w Workspace) Change {
+		c := Change{Key: w.Key, Run: w.RunID, Revision: grantRevision(w)}
+		if in.Rollout == nil {
+			c.Revision = ""
+		}
+		switch {
+		case parked(w) && gated:
+			c.Plan = w.PlanDigest
+		case !parked(w) && gated:
+			c.PlanOnly = !destroyWaits(w)
+		}
+		return c
+	}
+	held := func(w Workspace) bool {
+		c := wantChange(w)
+		return w.Grant.Allowed && w.Grant.Run == w.RunID && w.RunID != "" && w.Grant.Revision == c.Revision &&
+			w.Grant.PlanOnly == c.PlanOnly && w.Grant.Plan == c.Plan
+	}
 	byKey := map[Key]Workspace{}
 	var members []Key
 	for _, w := range in.Workspaces {
@@ -340,6 +450,19 @@ func checkInvariants(t *testing.T, in Input, d Decision) (tags []string) {
 	granted := map[Key]bool{}
 	for _, g := range d.Grants {
 		w := byKey[g.Key]
+		if want := wantChange(w); g != want {
+			t.Fatalf("grant %+v to %s/%s (plan %q, grant %+v), want %+v", g, w.Phase, w.Reason, w.PlanDigest, w.Grant, want)
+		}
+		switch {
+		case g.PlanOnly:
+			tags = append(tags, planOnlyGrants)
+		case g.Plan != "":
+			tags = append(tags, approvedApplies)
+		}
+		if in.Rollout == nil {
+			granted[g.Key] = true
+			continue
+		}
 		if want := grantRevision(w); g.Revision != want {
 			t.Fatalf("grant %v to %s/%s names commit %q, want %q (the Rollout rolls out %q for %v)",
 				g, w.Phase, w.Reason, g.Revision, want, revisionOf(d.Revisions, w.Source), w.Source)
@@ -347,14 +470,20 @@ func checkInvariants(t *testing.T, in Input, d Decision) (tags []string) {
 		switch {
 		case !isMember(g.Key):
 			t.Fatalf("grant to a non-member %s", g.Key)
-		case !grantable(w) || g.Run != w.RunID:
-			t.Fatalf("grant %v to a Workspace in %s with run %q", g, w.Phase, w.RunID)
+		case !grantable(w) && !approvable(w) || g.Run != w.RunID:
+			t.Fatalf("grant %v to a Workspace in %s with run %q (plan %q, grant %+v)", g, w.Phase, w.RunID, w.PlanDigest, w.Grant)
 		case !in.Clusters[g.Key.Cluster].Available:
 			t.Fatalf("grant %v in an unavailable cluster", g)
-		case w.GrantedCurrentRun(g.Revision):
+		case w.Holds(g):
 			t.Fatalf("grant %v already held", g)
 		}
 		granted[g.Key] = true
+	}
+	if d.ApprovalVoided != "" {
+		tags = append(tags, approvalVoided)
+	}
+	if d.Reason == magosv1.ReasonAwaitingApproval && len(d.Grants) > 0 {
+		t.Fatalf("grants %v while awaiting approval", d.Grants)
 	}
 	for _, r := range d.Revokes {
 		w := byKey[r.Key]
@@ -373,14 +502,14 @@ func checkInvariants(t *testing.T, in Input, d Decision) (tags []string) {
 		if d.Reason != magosv1.ReasonDefaultParallel || len(d.Revokes) != 0 {
 			t.Fatalf("parallel mode: %s, revokes %v", d.Reason, d.Revokes)
 		}
-		shouldHold = func(w Workspace) bool { return grantable(w) && in.Clusters[w.Key.Cluster].Available }
+		shouldHold = func(w Workspace) bool { return (grantable(w) || approvable(w)) && in.Clusters[w.Key.Cluster].Available }
 	case len(in.Rollout.Spec.Strategy.Steps) == 0:
 		if d.Reason != magosv1.ReasonNoSteps || d.HasWrites() {
 			t.Fatalf("no steps: %s, writes %v %v", d.Reason, d.Grants, d.Revokes)
 		}
 	default:
 		steps := in.Rollout.Spec.Strategy.Steps
-		progressing := d.Reason == magosv1.ReasonLevelProgressing || d.Reason == magosv1.ReasonWaitingForClusters
+		progressing := d.Reason == magosv1.ReasonLevelProgressing || d.Reason == magosv1.ReasonWaitingForClusters || d.Reason == magosv1.ReasonAwaitingApproval
 		if len(d.Grants) > 0 && (!progressing || in.Rollout.Spec.Paused) {
 			t.Fatalf("grants while %s (paused %v): %v", d.Reason, in.Rollout.Spec.Paused, d.Grants)
 		}
@@ -505,9 +634,9 @@ func checkInvariants(t *testing.T, in Input, d Decision) (tags []string) {
 					slices.ContainsFunc(rel, func(c Cluster) bool { return c.SyncedAt.Before(in.Rollout.CreationTimestamp.Time) })
 			}
 			eligible := func(w Workspace) bool {
-				hold := grantable(w) && in.Clusters[w.Key.Cluster].Available && inStep(t, in, cur, w)
+				hold := (grantable(w) || approvable(w)) && in.Clusters[w.Key.Cluster].Available && inStep(t, in, cur, w)
 				if holdNew {
-					hold = hold && w.Grant.Allowed && w.Grant.Run == w.RunID && w.Grant.Revision == grantRevision(w)
+					hold = hold && held(w)
 				}
 				return hold
 			}
@@ -516,9 +645,6 @@ func checkInvariants(t *testing.T, in Input, d Decision) (tags []string) {
 				// At most limit members of the step in flight or holding a grant for their run
 				// after the writes, unless that many were there before (nothing new then); grants
 				// already held are kept; and no place is left free while an eligible member waits.
-				held := func(w Workspace) bool {
-					return w.Grant.Allowed && w.Grant.Run == w.RunID && w.Grant.Revision == grantRevision(w)
-				}
 				active, waiting := 0, 0
 				for _, key := range members {
 					w := byKey[key]
@@ -526,7 +652,7 @@ func checkInvariants(t *testing.T, in Input, d Decision) (tags []string) {
 						continue
 					}
 					switch {
-					case w.InFlight():
+					case w.InFlight() && !parked(w):
 						active++
 					case eligible(w) && (held(w) || granted[key]):
 						active++
@@ -570,8 +696,7 @@ func checkInvariants(t *testing.T, in Input, d Decision) (tags []string) {
 	if shouldHold != nil {
 		for _, key := range members {
 			w := byKey[key]
-			held := w.Grant.Allowed && w.Grant.Run == w.RunID && w.Grant.Revision == grantRevision(w)
-			if want := shouldHold(w) && !held; granted[key] != want {
+			if want := shouldHold(w) && !held(w); granted[key] != want {
 				t.Fatalf("%s (%s, run %q, grant %+v): granted %v, want %v", key, w.Phase, w.RunID, w.Grant, granted[key], want)
 			}
 		}

@@ -26,6 +26,11 @@ type Grant struct {
 	By string
 	// Revision is magosproject.io/granted-revision: the commit the grant allows.
 	Revision string
+	// PlanOnly is true when magosproject.io/granted-operation is "plan": the run may plan, and
+	// its plan waits for an approval.
+	PlanOnly bool
+	// Plan is magosproject.io/granted-plan: the plan digest an apply grant is bound to.
+	Plan string
 }
 
 // Source is the repository and ref a Workspace tracks (spec.source). Workspaces with the same
@@ -70,6 +75,10 @@ type Workspace struct {
 	ReconcileRequested bool
 	// Grant is the decision the Workspace carries now.
 	Grant Grant
+	// PlanDigest is status.planDigest: the digest of the current run's plan, once it succeeded.
+	PlanDigest string
+	// Changes are status.resourceChanges: what the last plan adds, changes and destroys.
+	Changes magosv1.ResourceChanges
 }
 
 // Cluster is what a decision needs to know of a registered cluster.
@@ -121,6 +130,10 @@ type Change struct {
 	// Revision is the commit a grant allows (empty when the Rollout does not know the commit
 	// of the Workspace's source yet, in parallel mode, for a destroy, and for a revocation).
 	Revision string
+	// PlanOnly makes the grant allow a plan only: the step requires approval.
+	PlanOnly bool
+	// Plan binds the grant to the plan of this digest: the step's approval names it.
+	Plan string
 }
 
 // Decision is the result of Decide.
@@ -163,4 +176,7 @@ type Decision struct {
 	// has not for the Rollout's spec.progressDeadline (both unset without one).
 	LastProgress     time.Time
 	DeadlineExceeded bool
+	// ApprovalVoided says, when the current step's approval (spec.approvals) no longer covers
+	// the plans waiting in the step, why (empty otherwise).
+	ApprovalVoided string
 }

@@ -3,6 +3,8 @@ package decision
 import (
 	"time"
 
+	"k8s.io/utils/ptr"
+
 	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
 	"github.com/magosfleet/magos/pkg/keys"
 	"github.com/magosfleet/magos/pkg/mirror"
@@ -39,7 +41,11 @@ func FromWorkspace(cluster string, ws *magosv1.Workspace) Workspace {
 			Run:      ann[keys.GrantedRun],
 			By:       ann[keys.GrantedBy],
 			Revision: ann[keys.GrantedRevision],
+			PlanOnly: ann[keys.GrantedOperation] == keys.GrantedOperationPlan,
+			Plan:     ann[keys.GrantedPlan],
 		},
+		PlanDigest: ws.Status.PlanDigest,
+		Changes:    ptr.Deref(ws.Status.ResourceChanges, magosv1.ResourceChanges{}),
 	}
 }
 
@@ -126,10 +132,25 @@ func (w Workspace) Leaving() bool {
 // granted-run), which a revocation would remove.
 func (w Workspace) HasGrant() bool { return w.Grant.Allowed || w.Grant.Run != "" }
 
-// GrantedCurrentRun reports whether the Workspace carries a grant for its current run and
-// the given revision ("" for none), so granting it again would change nothing.
-func (w Workspace) GrantedCurrentRun(revision string) bool {
-	return w.Grant.Allowed && w.RunID != "" && w.Grant.Run == w.RunID && w.Grant.Revision == revision
+// Holds reports whether the Workspace carries exactly the grant c for its current run (same
+// commit, same plan-only flag, same plan), so granting c again would change nothing.
+func (w Workspace) Holds(c Change) bool {
+	return w.grantedCurrentRun() && w.Grant.Revision == c.Revision && w.Grant.PlanOnly == c.PlanOnly && w.Grant.Plan == c.Plan
+}
+
+// grantedCurrentRun reports whether the Workspace carries a grant (of any kind) for its current
+// run.
+func (w Workspace) grantedCurrentRun() bool {
+	return w.Grant.Allowed && w.RunID != "" && w.Grant.Run == w.RunID
+}
+
+// AwaitingApproval reports whether the Workspace's plan waits for an approval: Planned, with a
+// plan digest, under a grant for its run that allows the plan only, or that is bound to
+// another plan (the plan changed since it was approved). Such a run is not counted as planning
+// or applying.
+func (w Workspace) AwaitingApproval() bool {
+	return w.Phase == magosv1.PhasePlanned && w.PlanDigest != "" && w.grantedCurrentRun() &&
+		(w.Grant.PlanOnly || w.Grant.Plan != "" && w.Grant.Plan != w.PlanDigest)
 }
 
 // Reported is the commit the Workspace reports for its source, and when its agent saw the

@@ -162,6 +162,11 @@ func TestHubDefaults(t *testing.T) {
 	if objs["Service/magos-hub-metrics"] == nil {
 		t.Error("no metrics Service")
 	}
+	for _, name := range []string{"ValidatingAdmissionPolicy/magos-rollout-approvals", "ValidatingAdmissionPolicyBinding/magos-rollout-approvals", "ClusterRole/magos-hub-rollout-approver"} {
+		if objs[name] == nil {
+			t.Errorf("no %s: approvals would need no approve verb", name)
+		}
+	}
 	cm := as[corev1.ConfigMap](t, objs["ConfigMap/magos-hub-config"])
 	if !strings.Contains(cm.Data["config.yaml"], "clusters: []") {
 		t.Errorf("config = %q", cm.Data["config.yaml"])

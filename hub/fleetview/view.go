@@ -99,6 +99,8 @@ type pending struct {
 	grant           bool
 	run, by         string
 	revision        string
+	planOnly        bool
+	plan            string
 }
 
 // pending reports whether decision p was already written on the version of the Workspace

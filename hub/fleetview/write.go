@@ -160,18 +160,27 @@ func (s *Snapshot) writeOne(ctx context.Context, c decision.Change, grant bool, 
 		// The cluster did not answer in this pass: nothing can be written there now.
 		return nil, nil
 	}
-	want := pending{resourceVersion: t.Workspace.ResourceVersion, grant: grant, run: c.Run, revision: c.Revision, by: by}
+	want := pending{resourceVersion: t.Workspace.ResourceVersion, grant: grant, run: c.Run, revision: c.Revision, by: by, planOnly: c.PlanOnly, plan: c.Plan}
 	if s.view.pending(c.Key, want) {
 		// This very decision was written on this very version of the Workspace, and the
 		// cache has not caught up with the write yet: writing again would change nothing.
 		return nil, nil
 	}
-	annotations := map[string]any{keys.ExecutionAllowed: nil, keys.GrantedRun: nil, keys.GrantedBy: nil, keys.GrantedRevision: nil}
+	annotations := map[string]any{}
+	for _, k := range mirror.DecisionKeys {
+		annotations[k] = nil
+	}
 	metadata := map[string]any{"annotations": annotations}
 	if grant {
 		annotations[keys.ExecutionAllowed], annotations[keys.GrantedRun], annotations[keys.GrantedBy] = "true", c.Run, by
 		if c.Revision != "" {
 			annotations[keys.GrantedRevision] = c.Revision
+		}
+		if c.PlanOnly {
+			annotations[keys.GrantedOperation] = keys.GrantedOperationPlan
+		}
+		if c.Plan != "" {
+			annotations[keys.GrantedPlan] = c.Plan
 		}
 		// A grant is fenced to the version of the Workspace it was decided on: if the Workspace
 		// changed since (another run, another spec), the API server refuses the write and the
@@ -200,7 +209,8 @@ func carries(ws *magosv1.Workspace, grant bool, c decision.Change, by string) bo
 	a := ws.GetAnnotations()
 	if grant {
 		return a[keys.ExecutionAllowed] == "true" && a[keys.GrantedRun] == c.Run && a[keys.GrantedBy] == by &&
-			a[keys.GrantedRevision] == c.Revision
+			a[keys.GrantedRevision] == c.Revision && (a[keys.GrantedOperation] == keys.GrantedOperationPlan) == c.PlanOnly &&
+			a[keys.GrantedPlan] == c.Plan
 	}
 	for _, k := range mirror.DecisionKeys {
 		if _, ok := a[k]; ok {

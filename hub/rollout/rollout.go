@@ -207,6 +207,22 @@ func (r *Reconciler) recordTransitions(ro *magosv1.Rollout, d decide.Decision) {
 			"Step %d/%d %s: %d failed Workspace(s) tolerated (maxFailures %d): %s",
 			i+1, steps, st.Name, len(failed), st.MaxFailures, strings.Join(names, ", "))
 	}
+	if d.CurrentStep < len(d.Steps) {
+		st := d.Steps[d.CurrentStep]
+		var was *magosv1.StepApproval
+		if j := slices.IndexFunc(old.Steps, func(o magosv1.StepStatus) bool { return o.Name == st.Name }); j >= 0 {
+			was = old.Steps[j].Approval
+		}
+		switch {
+		case st.Approval != nil && (was == nil || !was.ApprovedAt.Equal(&st.Approval.ApprovedAt) || was.ApprovedBy != st.Approval.ApprovedBy):
+			r.recorder.Eventf(ro, nil, corev1.EventTypeNormal, magosv1.ReasonApproved, "Step "+st.Name,
+				"Step %s: %d plan(s) approved by %s at %s (%s); applying them", st.Name, len(st.Approval.Plans), st.Approval.ApprovedBy,
+				st.Approval.ApprovedAt.UTC().Format(time.RFC3339), approvedPlans(st.Approval))
+		case was != nil && st.Approval == nil && d.ApprovalVoided != "":
+			r.recorder.Eventf(ro, nil, corev1.EventTypeWarning, magosv1.ReasonApprovalVoided, "Step "+st.Name,
+				"Step %s: %s", st.Name, d.ApprovalVoided)
+		}
+	}
 	wasExceeded := meta.IsStatusConditionFalse(old.Conditions, magosv1.ConditionProgressing)
 	if d.DeadlineExceeded && !wasExceeded {
 		r.recorder.Eventf(ro, nil, corev1.EventTypeWarning, magosv1.ReasonProgressDeadlineExceeded, "Step "+d.CurrentStepName,
@@ -219,6 +235,15 @@ func (r *Reconciler) recordTransitions(ro *magosv1.Rollout, d decide.Decision) {
 		}
 		r.recorder.Eventf(ro, nil, kind, d.Reason, "Decide", "%s", d.Message)
 	}
+}
+
+// approvedPlans renders an approval's plans as workspace=digest@commit, comma-separated.
+func approvedPlans(a *magosv1.StepApproval) string {
+	out := make([]string, len(a.Plans))
+	for i, p := range a.Plans {
+		out[i] = fmt.Sprintf("%s=%s@%.12s", p.Workspace, p.Digest, p.Revision)
+	}
+	return strings.Join(out, ", ")
 }
 
 // writeStatus patches the Rollout's status when the decision changes it.

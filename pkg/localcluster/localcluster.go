@@ -202,9 +202,14 @@ func startCluster(name, assets, dir string, opts Options) (*Cluster, error) {
 		return nil, errors.Join(fmt.Errorf("cluster %s: kubeconfig: %w", name, err), c.Stop())
 	}
 	if !opts.Bare {
-		if err := ApplyFile(context.Background(), c.Client,
-			filepath.Join(root, "charts", "magos-agent", "files", "admission-policy.yaml")); err != nil {
-			return nil, errors.Join(fmt.Errorf("cluster %s: admission policy: %w", name, err), c.Stop())
+		policies := []string{filepath.Join(root, "charts", "magos-agent", "files", "admission-policy.yaml")}
+		if name == HubName {
+			policies = append(policies, filepath.Join(root, "charts", "magos-hub", "files", "approval-policy.yaml"))
+		}
+		for _, p := range policies {
+			if err := ApplyFile(context.Background(), c.Client, p); err != nil {
+				return nil, errors.Join(fmt.Errorf("cluster %s: admission policy %s: %w", name, filepath.Base(p), err), c.Stop())
+			}
 		}
 	}
 	if opts.ControllerManager {

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -648,4 +650,94 @@ func TestHubRefusesProjectDefaults(t *testing.T) {
 	if err := hub.Client.Create(ctx(t), p); err != nil {
 		t.Fatalf("a Project without defaults was refused: %v", err)
 	}
+}
+
+// TestRolloutApprovalNeedsTheApproveVerb: with the magos-hub chart's approval policy (the local
+// hub loads it), a user who may update a Rollout but lacks the verb approve cannot add, change
+// or remove an approval; an approver can, only in their own name; other edits of a Rollout that
+// carries approvals still need no approve verb.
+func TestRolloutApprovalNeedsTheApproveVerb(t *testing.T) {
+	hub := api
+	ns := "approvals"
+	if err := hub.Client.Create(ctx(t), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+		t.Fatal(err)
+	}
+	role := func(name string, verbs ...string) {
+		t.Helper()
+		objs := []client.Object{
+			&rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Rules: []rbacv1.PolicyRule{
+				{APIGroups: []string{magosv1.GroupVersion.Group}, Resources: []string{"rollouts"}, Verbs: verbs}}},
+			&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+				RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: name},
+				Subjects: []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: name}}},
+		}
+		for _, o := range objs {
+			if err := hub.Client.Create(ctx(t), o); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	role("editor-ed", "get", "update", "patch")
+	role("approver-amy", "get", "update", "patch", "approve")
+	as := func(user string) client.Client {
+		cfg := rest.CopyConfig(hub.Config)
+		cfg.Impersonate = rest.ImpersonationConfig{UserName: user}
+		c, err := client.New(cfg, client.Options{Scheme: hub.Client.Scheme()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	ro := &magosv1.Rollout{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: ns}, Spec: magosv1.RolloutSpec{ProjectRef: "web",
+		Strategy: magosv1.RolloutStrategy{Steps: []magosv1.RolloutStep{{Name: "prod", Selector: magosv1.MatchLabels(map[string]string{"env": "prod"}), RequireApproval: true}}}}}
+	if err := hub.Client.Create(ctx(t), ro); err != nil {
+		t.Fatal(err)
+	}
+	approval := func(by string) magosv1.StepApproval {
+		return magosv1.StepApproval{Step: "prod", ApprovedBy: by, ApprovedAt: metav1.NewTime(time.Now().Truncate(time.Second)),
+			Plans: []magosv1.ApprovedPlan{{Workspace: "eu-west-1/" + ns + "/app", Revision: "0123abcd", Digest: "a1b2c3d4e5f6"}}}
+	}
+	// update sets the approvals as user and returns the API server's answer (the policy may take
+	// a moment to be enforced after the server started: retried while it lets a forbidden write
+	// through).
+	update := func(user string, approvals []magosv1.StepApproval, paused bool) error {
+		t.Helper()
+		c := as(user)
+		var cur magosv1.Rollout
+		if err := c.Get(ctx(t), client.ObjectKeyFromObject(ro), &cur); err != nil {
+			t.Fatal(err)
+		}
+		cur.Spec.Approvals, cur.Spec.Paused = approvals, paused
+		return c.Update(ctx(t), &cur)
+	}
+	refused := func(name, user string, approvals []magosv1.StepApproval, want string) {
+		t.Run(name, func(t *testing.T) {
+			testenv.Eventually(t, 30*time.Second, func() error {
+				err := update(user, approvals, false)
+				if err == nil {
+					return fmt.Errorf("accepted, want a refusal mentioning %q", want)
+				}
+				if !strings.Contains(err.Error(), want) {
+					return fmt.Errorf("error %q does not mention %q", err, want)
+				}
+				return nil
+			})
+		})
+	}
+	refused("an editor cannot approve", "editor-ed", []magosv1.StepApproval{approval("editor-ed")},
+		"needs the verb approve on rollouts.magosproject.io, which user editor-ed does not have")
+	refused("an approver approves only in their own name", "approver-amy", []magosv1.StepApproval{approval("someone-else")},
+		"approvedBy must be approver-amy")
+	if err := update("approver-amy", []magosv1.StepApproval{approval("approver-amy")}, false); err != nil {
+		t.Fatalf("the approver's own approval was refused: %v", err)
+	}
+	// The approval stays; an editor may still change the rest of the Rollout.
+	var cur magosv1.Rollout
+	if err := hub.Client.Get(ctx(t), client.ObjectKeyFromObject(ro), &cur); err != nil {
+		t.Fatal(err)
+	}
+	if err := update("editor-ed", cur.Spec.Approvals, true); err != nil {
+		t.Errorf("an editor's pause of a Rollout with an approval was refused: %v", err)
+	}
+	refused("an editor cannot remove an approval", "editor-ed", nil, "needs the verb approve")
 }

@@ -295,3 +295,67 @@ func tokenLifetime(t *testing.T, token string) time.Duration {
 	}
 	return time.Duration(claims.Exp-claims.Iat) * time.Second
 }
+
+// TestRolloutApprove: `rollout approve` refuses a step that does not require approval or does not
+// await it, and otherwise writes an approval of exactly the plans the status lists, in the name
+// the API server knows the caller by; `rollout status` shows what the step waits for.
+func TestRolloutApprove(t *testing.T) {
+	f := setup(t)
+	ro := &magosv1.Rollout{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "gate"}, Spec: magosv1.RolloutSpec{ProjectRef: "gate",
+		Strategy: magosv1.RolloutStrategy{Steps: []magosv1.RolloutStep{
+			{Name: "dev", Selector: magosv1.MatchLabels(map[string]string{"env": "dev"})},
+			{Name: "prod", Selector: magosv1.MatchLabels(map[string]string{"env": "prod"}), RequireApproval: true},
+		}}}}
+	f.create(t, ro)
+	setStatus := func(phase string, plans ...magosv1.PlanStatus) {
+		t.Helper()
+		ro.Status = magosv1.RolloutStatus{ObservedGeneration: ro.Generation, Phase: magosv1.PhaseReconciling, CurrentStep: 1, CurrentStepName: "prod",
+			Steps: []magosv1.StepStatus{{Name: "dev", Phase: magosv1.StepCompleted}, {Name: "prod", Phase: phase, Plans: plans}}}
+		if err := f.hub.Client.Status().Update(f.ctx, ro); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setStatus(magosv1.StepProgressing)
+	for _, tc := range []struct{ step, want string }{
+		{"dev", "step dev does not require approval"},
+		{"nope", `no step "nope" (steps: dev, prod)`},
+		{"prod", "step prod is not awaiting approval (it is Progressing)"},
+	} {
+		if _, err := run(t, f.hub.Kubeconfig, "rollout", "approve", "gate", "--step", tc.step, "-n", "default"); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("approve --step %s: %v, want an error saying %q", tc.step, err, tc.want)
+		}
+	}
+	plans := []magosv1.PlanStatus{
+		{Workspace: "eu-west-1/default/app", Run: "r1", Revision: "0123456789abcdef0123456789abcdef01234567", Digest: "a1b2c3d4e5f6", Add: 1},
+		{Workspace: "us-east-1/default/app", Run: "r2", Revision: "0123456789abcdef0123456789abcdef01234567", Digest: "0f0f0f0f0f0f", Destroy: 2},
+	}
+	setStatus(magosv1.StepAwaitingApproval, plans...)
+	status := mustRun(t, f.hub.Kubeconfig, "rollout", "status", "gate", "-n", "default")
+	for _, want := range []string{"step prod awaits approval of 2 plan(s) (magosctl rollout approve gate --step prod)",
+		"eu-west-1/default/app  plan a1b2c3d4e5f6 of commit 0123456789ab: 1 to add, 0 to change, 0 to destroy", "AwaitingApproval (2 plan(s))"} {
+		if !strings.Contains(status, want) {
+			t.Errorf("rollout status lacks %q:\n%s", want, status)
+		}
+	}
+	out := mustRun(t, f.hub.Kubeconfig, "rollout", "approve", "gate", "--step", "prod", "-n", "default")
+	if !strings.Contains(out, "step prod approved by magos-test-admin (2 plan(s))") {
+		t.Errorf("approve output: %s", out)
+	}
+	var got magosv1.Rollout
+	if err := f.hub.Client.Get(f.ctx, client.ObjectKeyFromObject(ro), &got); err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Spec.Approvals) != 1 {
+		t.Fatalf("approvals %+v, want one", got.Spec.Approvals)
+	}
+	a := got.Spec.Approvals[0]
+	if a.Step != "prod" || a.ApprovedBy != "magos-test-admin" || a.ApprovedAt.IsZero() || len(a.Plans) != 2 ||
+		a.Plans[0] != (magosv1.ApprovedPlan{Workspace: plans[0].Workspace, Revision: plans[0].Revision, Digest: plans[0].Digest}) ||
+		a.Plans[1].Digest != plans[1].Digest {
+		t.Errorf("approval %+v, want prod's two plans approved by magos-test-admin", a)
+	}
+	// The status now describes an older generation: approving again waits for the hub.
+	if _, err := run(t, f.hub.Kubeconfig, "rollout", "approve", "gate", "--step", "prod", "-n", "default"); err == nil || !strings.Contains(err.Error(), "has not decided the Rollout's latest spec yet") {
+		t.Errorf("approve on a stale status: %v", err)
+	}
+}

@@ -25,6 +25,8 @@ func TestDescribeStep(t *testing.T) {
 		{magosv1.StepStatus{Phase: magosv1.StepFailed, Failed: 3, MaxFailures: 2}, "Failed"},
 		{magosv1.StepStatus{Phase: magosv1.StepProgressing, Running: 1, MaxConcurrency: 1}, "Progressing, 1 running (max 1)"},
 		{magosv1.StepStatus{Phase: magosv1.StepCompleted, MaxConcurrency: 1}, "Completed"},
+		{magosv1.StepStatus{Phase: magosv1.StepAwaitingApproval, Plans: make([]magosv1.PlanStatus, 3)}, "AwaitingApproval (3 plan(s))"},
+		{magosv1.StepStatus{Phase: magosv1.StepProgressing, Approval: &magosv1.StepApproval{ApprovedBy: "amy"}}, "Progressing, approved by amy"},
 	} {
 		if got := describeStep(tt.step, now); got != tt.want {
 			t.Errorf("describeStep(%+v) = %q, want %q", tt.step, got, tt.want)

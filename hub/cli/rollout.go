@@ -7,11 +7,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"sort"
+	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -90,8 +94,100 @@ func newRolloutCommand(o *Options) *cobra.Command {
 		Args:  cobra.ExactArgs(1),
 		RunE:  func(cmd *cobra.Command, args []string) error { return o.setPaused(cmd, args[0], false) },
 	}
-	cmd.AddCommand(status, pause, resume)
+	var step string
+	approve := &cobra.Command{
+		Use:   "approve ROLLOUT --step STEP",
+		Short: "Approve the plans a step that requires approval waits with",
+		Long: "Approve the plans a step that requires approval (steps[].requireApproval) waits with: the\n" +
+			"approval names each plan's Workspace, commit and digest, as rollout status lists them, and\n" +
+			"the step applies exactly those plans. A plan that changes afterwards voids the approval and\n" +
+			"the step waits again. Refused unless the step awaits approval. Needs the verb approve on\n" +
+			"the Rollout.",
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error { return o.approveStep(cmd, args[0], step) },
+	}
+	approve.Flags().StringVar(&step, "step", "", "the step to approve (required)")
+	_ = approve.MarkFlagRequired("step")
+	cmd.AddCommand(status, pause, resume, approve)
 	return cmd
+}
+
+// approveStep writes the approval of the plans step of Rollout name waits with, in the name of
+// the user the API server knows the caller as.
+func (o *Options) approveStep(cmd *cobra.Command, name, step string) error {
+	c, err := o.Client()
+	if err != nil {
+		return err
+	}
+	ns, err := o.Namespace()
+	if err != nil {
+		return err
+	}
+	ctx := contextFor(cmd)
+	var r magosv1.Rollout
+	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &r); err != nil {
+		return fmt.Errorf("rollout %s/%s: %w", ns, name, err)
+	}
+	a, err := approvalOf(&r, step)
+	if err != nil {
+		return fmt.Errorf("rollout %s/%s: %w", ns, name, err)
+	}
+	review := &authenticationv1.SelfSubjectReview{}
+	if err := c.Create(ctx, review); err != nil {
+		return fmt.Errorf("finding out who you are (SelfSubjectReview): %w", err)
+	}
+	a.ApprovedBy = review.Status.UserInfo.Username
+	a.ApprovedAt = metav1.NewTime(o.Now().Truncate(time.Second))
+	if i := slices.IndexFunc(r.Spec.Approvals, func(x magosv1.StepApproval) bool { return x.Step == step }); i >= 0 {
+		r.Spec.Approvals[i] = a
+	} else {
+		r.Spec.Approvals = append(r.Spec.Approvals, a)
+	}
+	// An update, not a patch: it fails if the Rollout changed since its status was read.
+	if err := c.Update(ctx, &r); err != nil {
+		if apierrors.IsConflict(err) {
+			return fmt.Errorf("rollout %s/%s changed while approving (its plans may have too): run the command again", ns, name)
+		}
+		return fmt.Errorf("rollout %s/%s: %w", ns, name, err)
+	}
+	fmt.Fprintf(o.Out, "rollout %s/%s: step %s approved by %s (%d plan(s)):\n", ns, name, step, a.ApprovedBy, len(a.Plans))
+	for _, p := range a.Plans {
+		fmt.Fprintf(o.Out, "  %s  plan %s of commit %s\n", p.Workspace, p.Digest, shortSHA(p.Revision))
+	}
+	return nil
+}
+
+// approvalOf is the approval of the plans step of r waits with, as its status lists them
+// (approvedBy and approvedAt left for the caller). It refuses a step that does not await
+// approval, and a status that does not describe the Rollout's current spec.
+func approvalOf(r *magosv1.Rollout, step string) (magosv1.StepApproval, error) {
+	i := slices.IndexFunc(r.Spec.Strategy.Steps, func(s magosv1.RolloutStep) bool { return s.Name == step })
+	if i < 0 {
+		names := make([]string, len(r.Spec.Strategy.Steps))
+		for j, s := range r.Spec.Strategy.Steps {
+			names[j] = s.Name
+		}
+		return magosv1.StepApproval{}, fmt.Errorf("no step %q (steps: %s)", step, strings.Join(names, ", "))
+	}
+	if !r.Spec.Strategy.Steps[i].RequireApproval {
+		return magosv1.StepApproval{}, fmt.Errorf("step %s does not require approval (steps[].requireApproval)", step)
+	}
+	if r.Status.ObservedGeneration != r.Generation {
+		return magosv1.StepApproval{}, fmt.Errorf("the hub has not decided the Rollout's latest spec yet (generation %d, status of %d): try again in a moment", r.Generation, r.Status.ObservedGeneration)
+	}
+	j := slices.IndexFunc(r.Status.Steps, func(s magosv1.StepStatus) bool { return s.Name == step })
+	if j < 0 || r.Status.Steps[j].Phase != magosv1.StepAwaitingApproval || len(r.Status.Steps[j].Plans) == 0 {
+		phase := "not decided yet"
+		if j >= 0 {
+			phase = r.Status.Steps[j].Phase
+		}
+		return magosv1.StepApproval{}, fmt.Errorf("step %s is not awaiting approval (it is %s)", step, phase)
+	}
+	a := magosv1.StepApproval{Step: step}
+	for _, p := range r.Status.Steps[j].Plans {
+		a.Plans = append(a.Plans, magosv1.ApprovedPlan{Workspace: p.Workspace, Revision: p.Revision, Digest: p.Digest})
+	}
+	return a, nil
 }
 
 func (o *Options) setPaused(cmd *cobra.Command, name string, paused bool) error {
@@ -215,6 +311,21 @@ func renderRollout(r *magosv1.Rollout, clusters []magosv1.Cluster, mirrors []mag
 		fmt.Fprintf(&b, "  rolling out commit %s of %s (%s) since %s\n",
 			shortSHA(rev.Commit), rev.RepoURL, rev.TargetRevision, rev.Since.UTC().Format(time.RFC3339))
 	}
+	if r.Status.NextWindowAt != nil {
+		fmt.Fprintf(&b, "  next change window opens at %s\n", r.Status.NextWindowAt.UTC().Format(time.RFC3339))
+	}
+	for _, s := range r.Status.Steps {
+		if s.Phase == magosv1.StepAwaitingApproval {
+			fmt.Fprintf(&b, "  step %s awaits approval of %d plan(s) (magosctl rollout approve %s --step %s):\n", s.Name, len(s.Plans), r.Name, s.Name)
+			for _, p := range s.Plans {
+				fmt.Fprintf(&b, "    %s  plan %s of commit %s: %d to add, %d to change, %d to destroy\n",
+					p.Workspace, p.Digest, shortSHA(p.Revision), p.Add, p.Change, p.Destroy)
+			}
+		}
+		if a := s.Approval; a != nil {
+			fmt.Fprintf(&b, "  step %s: %d plan(s) approved by %s at %s\n", s.Name, len(a.Plans), a.ApprovedBy, a.ApprovedAt.UTC().Format(time.RFC3339))
+		}
+	}
 	if c := meta.FindStatusCondition(r.Status.Conditions, magosv1.ConditionProgressing); c != nil && c.Status == metav1.ConditionFalse {
 		fmt.Fprintf(&b, "  %s: %s\n", c.Reason, c.Message)
 	}
@@ -275,6 +386,12 @@ func describeStep(s magosv1.StepStatus, now time.Time) string {
 	out := s.Phase
 	if s.Phase == magosv1.StepSoaking && s.SoakEndsAt != nil {
 		out += fmt.Sprintf(" (%s left)", max(0, s.SoakEndsAt.Sub(now)).Round(time.Second))
+	}
+	if s.Phase == magosv1.StepAwaitingApproval {
+		out += fmt.Sprintf(" (%d plan(s))", len(s.Plans))
+	}
+	if s.Approval != nil {
+		out += ", approved by " + s.Approval.ApprovedBy
 	}
 	if s.Failed > 0 && s.Phase != magosv1.StepFailed {
 		out += fmt.Sprintf(", %d/%d failures tolerated", s.Failed, s.MaxFailures)

@@ -218,7 +218,7 @@ func (r *Reconciler) recordTransitions(ro *magosv1.Rollout, d decide.Decision) {
 			r.recorder.Eventf(ro, nil, corev1.EventTypeNormal, magosv1.ReasonApproved, "Step "+st.Name,
 				"Step %s: %d plan(s) approved by %s at %s (%s); applying them", st.Name, len(st.Approval.Plans), st.Approval.ApprovedBy,
 				st.Approval.ApprovedAt.UTC().Format(time.RFC3339), approvedPlans(st.Approval))
-		case was != nil && st.Approval == nil && d.ApprovalVoided != "":
+		case d.ApprovalVoided != "" && !strings.Contains(old.Message, d.ApprovalVoided):
 			r.recorder.Eventf(ro, nil, corev1.EventTypeWarning, magosv1.ReasonApprovalVoided, "Step "+st.Name,
 				"Step %s: %s", st.Name, d.ApprovalVoided)
 		}

@@ -411,16 +411,14 @@ func decideRollout(d *Decision, in Input, ms []member) {
 		d.Message = fmt.Sprintf("Waiting for %s (step %s: %d/%d applied)",
 			strings.Join(waiting, "; "), s.spec.Name, s.applied, len(s.matched))
 		s.phase = magosv1.StepWaiting
-		return
-	}
-	if s.awaitingApproval(ms) {
+	} else if s.awaitingApproval(ms) {
 		d.Reason = magosv1.ReasonAwaitingApproval
 		d.Message = fmt.Sprintf("Step %s awaits approval of %d plan(s): magosctl rollout approve %s --step %s",
 			s.spec.Name, len(s.plans), ro.Name, s.spec.Name)
-		if d.ApprovalVoided != "" {
-			d.Message += "; " + d.ApprovalVoided
-		}
 		s.phase = magosv1.StepAwaitingApproval
+	}
+	if d.ApprovalVoided != "" {
+		d.Message += "; " + d.ApprovalVoided
 	}
 }
 

@@ -1,6 +1,7 @@
 package hubcontrollers_test
 
 import (
+	"bytes"
 	"fmt"
 	"slices"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
+	"github.com/magosfleet/magos/hub/cli"
 	"github.com/magosfleet/magos/hub/hubtest"
 	"github.com/magosfleet/magos/pkg/testenv"
 	"github.com/magosfleet/magos/tools/devfleet"
@@ -112,6 +114,81 @@ func TestRolloutControls(t *testing.T) {
 			}
 			return nil
 		})
+	})
+
+	t.Run("requireApproval: nothing applies before the approval, and a plan changed after it voids it", func(t *testing.T) {
+		ns := "approval"
+		// The step applies one Workspace at a time, in key order: ap-south-1's apply goes first and
+		// is held while us-east-1's plan changes.
+		w.Hold(t, apSouth, ns, "app")
+		_, after := w.acrossWorkspaces(t, ns, "gate")
+		w.CreateHub(t, acrossThenAfter(ns, "gate", func(s *magosv1.RolloutStep) {
+			s.RequireApproval, s.MaxConcurrency = true, ptrIntOrString("1")
+		}))
+
+		ro := w.WaitRollout(t, ns, "gate", awaitingApproval(3, "magosctl rollout approve gate --step across"))
+		for _, p := range ro.Status.Steps[0].Plans {
+			parts := strings.SplitN(p.Workspace, "/", 3)
+			ws := w.SpokeWorkspace(t, parts[0], parts[1], parts[2])
+			if ws.Status.Phase != magosv1.PhasePlanned || ws.Status.PlanDigest != p.Digest || ws.Status.CurrentRevision != p.Revision {
+				t.Errorf("%s is %s with plan %q of %s, want Planned with the plan the Rollout lists (%s of %s)",
+					p.Workspace, ws.Status.Phase, ws.Status.PlanDigest, ws.Status.CurrentRevision, p.Digest, p.Revision)
+			}
+		}
+		if applies := w.Applies(t, ns); len(applies) != 0 {
+			t.Fatalf("applied %v before any approval", applies)
+		}
+		status := w.magosctl(t, "rollout", "status", "gate", "-n", ns)
+		if !strings.Contains(status, "step across awaits approval of 3 plan(s)") {
+			t.Errorf("rollout status does not show the wait:\n%s", status)
+		}
+
+		w.magosctl(t, "rollout", "approve", "gate", "--step", "across", "-n", ns)
+		testenv.Eventually(t, wait, func() error {
+			if a := w.Applies(t, ns); !slices.Contains(a, key(apSouth, ns, "app")) {
+				return fmt.Errorf("applies %v: ap-south-1's has not started", a)
+			}
+			return nil
+		})
+		// us-east-1's plan changes (its variables: another VariableSet), after the approval and
+		// before its apply: it plans again, and the approval does not name the new plan.
+		w.variableSet(t, usEast, ns, "app-v2")
+		spoke := w.SpokeWorkspace(t, usEast, ns, "app")
+		spoke.Spec.VariableSetRefs = []magosv1.LocalObjectReference{{Name: "app-v2"}}
+		if err := w.f.Client(usEast).Update(w.ctx, spoke); err != nil {
+			t.Fatal(err)
+		}
+		w.Release(t, apSouth, ns, "app")
+		ro = w.WaitRollout(t, ns, "gate", awaitingApproval(1, "no longer holds: the plan of "+key(usEast, ns, "app")+" is now "))
+		if p := ro.Status.Steps[0].Plans[0]; p.Workspace != key(usEast, ns, "app") {
+			t.Errorf("awaiting approval of %+v, want us-east-1's new plan", p)
+		}
+		if a := w.Applies(t, ns); !slices.Equal(a, []string{key(apSouth, ns, "app"), key(euWest, ns, "app")}) {
+			t.Errorf("applies %v, want ap-south-1's and eu-west-1's approved plans only", a)
+		}
+		testenv.Eventually(t, wait, func() error {
+			if notes := w.eventNotes(t, ns, "Rollout", "gate"); !slices.ContainsFunc(notes, func(n string) bool {
+				return strings.HasPrefix(n, magosv1.ReasonApprovalVoided+": Step across: the approval by ")
+			}) {
+				return fmt.Errorf("no ApprovalVoided Event in %q", notes)
+			}
+			return nil
+		})
+
+		approvedAt := time.Now()
+		w.magosctl(t, "rollout", "approve", "gate", "--step", "across", "-n", ns)
+		w.WaitRollout(t, ns, "gate", Completed)
+		applies := w.appliesAt(t, ns)
+		var got []string
+		for _, a := range applies {
+			got = append(got, a.key)
+		}
+		if want := []string{key(apSouth, ns, "app"), key(euWest, ns, "app"), key(usEast, ns, "app-v2"), after}; !slices.Equal(got, want) {
+			t.Fatalf("applies %v, want %v (us-east-1 only its changed plan, once re-approved)", got, want)
+		}
+		if applies[2].at.Before(approvedAt) {
+			t.Errorf("us-east-1's changed plan applied at %v, before its approval at %v", applies[2].at, approvedAt)
+		}
 	})
 
 	t.Run("minSuccessTime 20s: the next step starts no earlier than 20s after the step is Applied", func(t *testing.T) {
@@ -222,6 +299,32 @@ func (w *world) progressDeadline(t *testing.T) {
 	w.assertStepOrder(t, ns, []string{dev}, []string{prod})
 	if v := w.metricValue(t, "magos_hub_rollout_progress_deadline_exceeded", this); v != 0 {
 		t.Errorf("magos_hub_rollout_progress_deadline_exceeded = %v after completion, want 0", v)
+	}
+}
+
+// magosctl runs magosctl against the hub, as an operator would, and returns its output.
+func (w *world) magosctl(t *testing.T, args ...string) string {
+	t.Helper()
+	var out bytes.Buffer
+	cmd := cli.NewCommand(&out, &out)
+	cmd.SetArgs(append([]string{"--kubeconfig", w.f.Kubeconfig("hub")}, args...))
+	if err := cmd.ExecuteContext(w.ctx); err != nil {
+		t.Fatalf("magosctl %v: %v: %s", args, err, out.String())
+	}
+	return out.String()
+}
+
+// awaitingApproval checks that a Rollout awaits approval of n plans of its first step, and that
+// its message contains want.
+func awaitingApproval(n int, want string) func(*magosv1.Rollout) error {
+	return func(ro *magosv1.Rollout) error {
+		if err := phase(magosv1.PhaseReconciling, magosv1.ReasonAwaitingApproval)(ro); err != nil {
+			return err
+		}
+		if got := len(ro.Status.Steps[0].Plans); got != n || !strings.Contains(ro.Status.Message, want) {
+			return fmt.Errorf("awaiting approval of %d plan(s) (%s), want %d and a message with %q", got, ro.Status.Message, n, want)
+		}
+		return nil
 	}
 }
 

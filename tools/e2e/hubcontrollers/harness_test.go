@@ -317,12 +317,7 @@ func (w *world) Workspace(t *testing.T, cluster, ns, name, project string, label
 // workspaceWith is Workspace with mutate applied to the Workspace before it is created.
 func (w *world) workspaceWith(t *testing.T, cluster, ns, name, project string, labels map[string]string, mutate func(*magosv1.Workspace)) {
 	t.Helper()
-	vs := &magosv1.VariableSet{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-		Spec: magosv1.VariableSetSpec{Variables: []magosv1.Variable{
-			{Name: "key", Value: ptr.To(cluster + "." + ns + "." + name)},
-		}},
-	}
+	w.variableSet(t, cluster, ns, name)
 	ws := &magosv1.Workspace{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: labels},
 		Spec: magosv1.WorkspaceSpec{
@@ -335,10 +330,23 @@ func (w *world) workspaceWith(t *testing.T, cluster, ns, name, project string, l
 	if mutate != nil {
 		mutate(ws)
 	}
-	for _, o := range []client.Object{vs, ws} {
-		if err := w.f.Client(cluster).Create(w.ctx, o); err != nil {
-			t.Fatalf("creating %T %s/%s in %s: %v", o, ns, name, cluster, err)
-		}
+	if err := w.f.Client(cluster).Create(w.ctx, ws); err != nil {
+		t.Fatalf("creating Workspace %s/%s in %s: %v", ns, name, cluster, err)
+	}
+}
+
+// variableSet creates the VariableSet name in a spoke that sets the module's key to
+// cluster.ns.name: the module's ledger records the applies under it.
+func (w *world) variableSet(t *testing.T, cluster, ns, name string) {
+	t.Helper()
+	vs := &magosv1.VariableSet{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: magosv1.VariableSetSpec{Variables: []magosv1.Variable{
+			{Name: "key", Value: ptr.To(cluster + "." + ns + "." + name)},
+		}},
+	}
+	if err := w.f.Client(cluster).Create(w.ctx, vs); err != nil {
+		t.Fatalf("creating VariableSet %s/%s in %s: %v", ns, name, cluster, err)
 	}
 }
 

@@ -52,6 +52,9 @@ type Options struct {
 	Refresh time.Duration
 	// Paused creates the Rollout paused (tests resume it when they are ready).
 	Paused bool
+	// Approval makes the last region's step require approval: the demo waits until someone runs
+	// magosctl rollout approve.
+	Approval bool
 	// Module is the root module of the first commit (default: the demo's module). It must
 	// declare the variables region and healthy, which the demo's VariableSet sets.
 	Module string
@@ -167,7 +170,7 @@ func Setup(ctx context.Context, fleet *devfleet.Fleet, opts Options) error {
 		return err
 	}
 	fmt.Fprintf(opts.Out, "demo: one Workspace in each of %s, mirrored to the hub\n", strings.Join(fleet.Order, ", "))
-	if err := applyHub(ctx, fleet, opts.Paused); err != nil {
+	if err := applyHub(ctx, fleet, opts.Paused, opts.Approval); err != nil {
 		return err
 	}
 	fmt.Fprintf(opts.Out, "demo: Project and Rollout %s applied on the hub\n\n", Project)
@@ -209,7 +212,7 @@ func follow(ctx context.Context, fleet *devfleet.Fleet, opts Options) (Summary, 
 	key := client.ObjectKey{Namespace: corev1.NamespaceDefault, Name: Project}
 	var s Summary
 	done := map[string]bool{}
-	last := ""
+	last, asked := "", false
 	tick := time.NewTicker(opts.Refresh)
 	defer tick.Stop()
 	for {
@@ -218,6 +221,11 @@ func follow(ctx context.Context, fleet *devfleet.Fleet, opts Options) (Summary, 
 			if text != last {
 				fmt.Fprintf(opts.Out, "[+%s]\n%s\n", time.Since(start).Round(time.Second), text)
 				last = text
+			}
+			if r.Status.Reason == magosv1.ReasonAwaitingApproval && !asked {
+				asked = true
+				fmt.Fprintf(opts.Out, "demo: step %s awaits your approval. Approve it, from another terminal, with\n  magosctl --kubeconfig %s rollout approve %s --step %s -n default\n(go run ./hub/cmd/magosctl, or bin/magosctl after make build)\n\n",
+					r.Status.CurrentStepName, fleet.Kubeconfig("hub"), Project, r.Status.CurrentStepName)
 			}
 			for _, st := range r.Status.Steps {
 				if st.Phase == magosv1.StepCompleted && !done[st.Name] {
@@ -333,11 +341,14 @@ func commit(r *git.Repository, dir, message, module string) (string, error) {
 	return hash.String(), nil
 }
 
-func applyHub(ctx context.Context, fleet *devfleet.Fleet, paused bool) error {
+func applyHub(ctx context.Context, fleet *devfleet.Fleet, paused, approval bool) error {
 	var steps []magosv1.RolloutStep
 	for _, name := range fleet.Order {
 		steps = append(steps, magosv1.RolloutStep{Name: name,
 			Selector: magosv1.MatchLabels(map[string]string{"env": "prod", "region": name})})
+	}
+	if approval { // the last region waits for a person
+		steps[len(steps)-1].RequireApproval = true
 	}
 	objs := []client.Object{
 		&magosv1.Project{

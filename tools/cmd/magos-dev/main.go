@@ -45,6 +45,7 @@ func run(ctx context.Context, args []string) error {
 	single := fs.Bool("single", false, "one cluster that is both hub and spoke")
 	dir := fs.String("dir", defaultDir(), "folder for kubeconfigs, logs and run data")
 	failRegion := fs.String("fail-region", "", "demo: make this region's Workspace fail, to show the Rollout halting")
+	approval := fs.Bool("approval", false, "demo: the last region's step requires approval; the demo waits for magosctl rollout approve")
 	timeout := fs.Duration("timeout", 10*time.Minute, "demo: give up after this long")
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
@@ -82,7 +83,7 @@ func run(ctx context.Context, args []string) error {
 		<-ctx.Done()
 		return nil
 	}
-	summary, err := demo.Run(ctx, fleet, demo.Options{FailRegion: *failRegion, Out: os.Stdout, Timeout: *timeout})
+	summary, err := demo.Run(ctx, fleet, demo.Options{FailRegion: *failRegion, Approval: *approval, Out: os.Stdout, Timeout: *timeout})
 	if err != nil {
 		return err
 	}

@@ -75,6 +75,16 @@ func (o *Options) Client() (client.Client, error) {
 	return client.New(cfg, client.Options{Scheme: scheme.New()})
 }
 
+// clientInNamespace is Client and Namespace together: most commands need both.
+func (o *Options) clientInNamespace() (client.Client, string, error) {
+	c, err := o.Client()
+	if err != nil {
+		return nil, "", err
+	}
+	ns, err := o.Namespace()
+	return c, ns, err
+}
+
 // Namespace returns the namespace of -n or of the current context.
 func (o *Options) Namespace() (string, error) {
 	ns, _, err := o.Config.ToRawKubeConfigLoader().Namespace()

@@ -45,11 +45,7 @@ func newRolloutCommand(o *Options) *cobra.Command {
 			"change until the Rollout completes (exit 0) or halts (exit 1).",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := o.Client()
-			if err != nil {
-				return err
-			}
-			ns, err := o.Namespace()
+			c, ns, err := o.clientInNamespace()
 			if err != nil {
 				return err
 			}
@@ -115,11 +111,7 @@ func newRolloutCommand(o *Options) *cobra.Command {
 // approveStep writes the approval of the plans step of Rollout name waits with, in the name of
 // the user the API server knows the caller as.
 func (o *Options) approveStep(cmd *cobra.Command, name, step string) error {
-	c, err := o.Client()
-	if err != nil {
-		return err
-	}
-	ns, err := o.Namespace()
+	c, ns, err := o.clientInNamespace()
 	if err != nil {
 		return err
 	}
@@ -191,11 +183,7 @@ func approvalOf(r *magosv1.Rollout, step string) (magosv1.StepApproval, error) {
 }
 
 func (o *Options) setPaused(cmd *cobra.Command, name string, paused bool) error {
-	c, err := o.Client()
-	if err != nil {
-		return err
-	}
-	ns, err := o.Namespace()
+	c, ns, err := o.clientInNamespace()
 	if err != nil {
 		return err
 	}

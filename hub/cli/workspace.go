@@ -41,11 +41,7 @@ func newApproveCommand(o *Options) *cobra.Command {
 // annotateWorkspace sets one annotation on a Workspace with a merge patch, after checking that
 // the Workspace exists and is not a hub mirror (whose annotations the agent overwrites).
 func (o *Options) annotateWorkspace(cmd *cobra.Command, name, key, value, done string) error {
-	c, err := o.Client()
-	if err != nil {
-		return err
-	}
-	ns, err := o.Namespace()
+	c, ns, err := o.clientInNamespace()
 	if err != nil {
 		return err
 	}

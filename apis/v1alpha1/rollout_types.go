@@ -55,6 +55,14 @@ const (
 	StepAwaitingApproval = "AwaitingApproval"
 )
 
+// Values of spec.targets.
+const (
+	// TargetsDynamic: a step's Workspaces are those its selectors match at each decision.
+	TargetsDynamic = "Dynamic"
+	// TargetsFrozen: a step's Workspaces are recorded when a change starts.
+	TargetsFrozen = "Frozen"
+)
+
 // RolloutStep selects the Workspaces of one step.
 // +kubebuilder:validation:XValidation:rule="!has(self.clusterSelector) || has(self.clusterSelector.matchLabels) || has(self.clusterSelector.matchExpressions)",message="clusterSelector must not be empty: leave it out to select every cluster"
 type RolloutStep struct {
@@ -231,6 +239,16 @@ type RolloutSpec struct {
 	// +listType=atomic
 	ChangeWindows []ChangeWindow `json:"changeWindows,omitempty"`
 
+	// Targets says when the Workspaces of each step are decided. Dynamic (the default): at every
+	// decision, so a Workspace that appears joins its step at once, even a step that has passed
+	// (the Rollout goes back to it). Frozen: each step's Workspaces are recorded when a change
+	// starts (a new commit is rolled out, or the Rollout's spec changes) in status.steps[].targets;
+	// a Workspace that appears later joins with the next change, and never slips into a step
+	// that has passed.
+	// +optional
+	// +kubebuilder:validation:Enum=Dynamic;Frozen
+	Targets string `json:"targets,omitempty"`
+
 	// Approvals approve the plans of steps that require approval, at most one per step. Written
 	// by magosctl rollout approve; see StepApproval for who may write one.
 	// +optional
@@ -281,6 +299,18 @@ type StepStatus struct {
 	// Approval is the approval the step's applies were granted under, while it holds.
 	// +optional
 	Approval *StepApproval `json:"approval,omitempty"`
+	// Targets are, with spec.targets Frozen, the Workspaces (cluster/namespace/name) recorded for
+	// the step when the change started: only they run in the step until the next change.
+	// +optional
+	// +listType=atomic
+	Targets []string `json:"targets,omitempty"`
+	// TargetsRecordedAt is when Targets were recorded.
+	// +optional
+	TargetsRecordedAt *metav1.Time `json:"targetsRecordedAt,omitempty"`
+	// Late is the number of Workspaces the step selects that were not recorded in Targets: they
+	// join with the next change.
+	// +optional
+	Late int32 `json:"late,omitempty"`
 }
 
 // RolloutRevision is the commit a Rollout is rolling out for one repository and ref that its

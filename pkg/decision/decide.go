@@ -88,6 +88,11 @@ type step struct {
 	// for it; approval is the step's approval when it covers them all.
 	plans    []int
 	approval *magosv1.StepApproval
+	// targets are, with spec.targets Frozen, the keys recorded for the step (nil: none yet),
+	// recordedAt when; late counts the members the step selects that are not among them.
+	targets    []string
+	recordedAt time.Time
+	late       int32
 }
 
 // awaitingApproval reports whether every member of the step that has not applied or failed has
@@ -278,6 +283,9 @@ func decideRollout(d *Decision, in Input, ms []member) {
 	}
 	match(steps, ms, in.Clusters, in.Rollout.CreationTimestamp.Time)
 	removedClusters(steps, ro, in.Clusters)
+	if ro.Spec.Targets == magosv1.TargetsFrozen {
+		freeze(steps, ms, ro, d.Revisions, in.Now)
+	}
 	for i := range steps {
 		steps[i].limits()
 	}
@@ -703,6 +711,22 @@ func match(steps []step, ms []member, clusters map[string]Cluster, since time.Ti
 				continue
 			}
 			s.matched = append(s.matched, i)
+		}
+	}
+	recount(steps, ms)
+}
+
+// recount marks the members some step matched as selected, and counts, per step, the matched
+// members that are Done, running (planning or applying, not waiting for an approval) and failed.
+func recount(steps []step, ms []member) {
+	for i := range ms {
+		ms[i].selected = false
+	}
+	for si := range steps {
+		s := &steps[si]
+		s.applied, s.running, s.failed = 0, 0, 0
+		for _, i := range s.matched {
+			m := &ms[i]
 			m.selected = true
 			switch {
 			case m.done:
@@ -714,6 +738,58 @@ func match(steps []step, ms []member, clusters map[string]Cluster, since time.Ti
 			}
 		}
 	}
+}
+
+// freeze applies spec.targets Frozen: each step keeps only the members recorded for it when the
+// change started (status.steps[].targets, while recordedFor holds); the others are late and join
+// with the next change. A step without a valid record is recorded now, once the hub sees every
+// cluster it may select in (until then it goes on as a Dynamic step: nothing of it has passed).
+func freeze(steps []step, ms []member, ro *magosv1.Rollout, revisions []magosv1.RolloutRevision, now time.Time) {
+	now = now.Truncate(time.Second) // as the API stores it
+	for i := range steps {
+		s := &steps[i]
+		if s.selector == nil {
+			continue
+		}
+		j := slices.IndexFunc(ro.Status.Steps, func(st magosv1.StepStatus) bool { return st.Name == s.spec.Name })
+		if j >= 0 && recordedFor(ro.Status.Steps[j].TargetsRecordedAt, revisions, now) {
+			old := &ro.Status.Steps[j]
+			s.targets, s.recordedAt = old.Targets, old.TargetsRecordedAt.Time
+			kept := s.matched[:0]
+			for _, mi := range s.matched {
+				if slices.Contains(old.Targets, ms[mi].ws.Key.String()) {
+					kept = append(kept, mi)
+				} else {
+					s.late++
+				}
+			}
+			s.matched = kept
+			continue
+		}
+		if len(s.unknown) > 0 || len(s.blind) > 0 {
+			continue
+		}
+		s.recordedAt = now
+		s.targets = make([]string, 0, len(s.matched)) // recorded, even when empty
+		for _, mi := range s.matched {
+			s.targets = append(s.targets, ms[mi].ws.Key.String())
+		}
+	}
+	recount(steps, ms)
+}
+
+// recordedFor reports whether targets recorded at (nil: never) still hold for the change the
+// Rollout rolls out: they were recorded no earlier than every commit in revisions was adopted.
+func recordedFor(at *metav1.Time, revisions []magosv1.RolloutRevision, now time.Time) bool {
+	if at == nil || at.After(now) {
+		return false
+	}
+	for _, r := range revisions {
+		if at.Before(&metav1.Time{Time: r.Since.Truncate(time.Second)}) {
+			return false
+		}
+	}
+	return true
 }
 
 // stepStatuses renders the evaluated steps. A step whose phase was not set by the decision is
@@ -766,6 +842,11 @@ func stepStatuses(steps []step, ms []member) []magosv1.StepStatus {
 		}
 		if s.approval != nil {
 			out[i].Approval = s.approval.DeepCopy()
+		}
+		if s.targets != nil {
+			out[i].Targets = slices.Clone(s.targets)
+			out[i].TargetsRecordedAt = &metav1.Time{Time: s.recordedAt}
+			out[i].Late = s.late
 		}
 		if phase == magosv1.StepAwaitingApproval {
 			for _, mi := range s.plans[:min(len(s.plans), maxPlansListed)] {

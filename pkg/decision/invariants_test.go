@@ -184,6 +184,10 @@ func randomInput(rng *rand.Rand) Input {
 	if rng.Intn(20) == 0 {
 		steps = 0
 	}
+	frozen := rng.Intn(3) == 0
+	if frozen {
+		in.Rollout.Spec.Targets = magosv1.TargetsFrozen
+	}
 	for i := 0; i < steps; i++ {
 		s := magosv1.RolloutStep{Name: fmt.Sprintf("s%d", i), Selector: pick(rng, randomSelectors)}
 		if rng.Intn(50) == 0 {
@@ -226,10 +230,25 @@ func randomInput(rng *rand.Rand) Input {
 			}
 		}
 		in.Rollout.Spec.Strategy.Steps = append(in.Rollout.Spec.Strategy.Steps, s)
-		// A success recorded earlier (the soak runs from it), before or after the commits started.
+		// A success recorded earlier (the soak runs from it), before or after the commits started;
+		// targets recorded earlier, before or after the commits started, naming some Workspaces.
+		var st magosv1.StepStatus
 		if rng.Intn(2) == 0 {
 			at := metav1.NewTime(randomEpoch.Add(time.Duration(rng.Intn(90)) * time.Minute))
-			in.Rollout.Status.Steps = append(in.Rollout.Status.Steps, magosv1.StepStatus{Name: s.Name, SucceededAt: &at})
+			st.SucceededAt = &at
+		}
+		if frozen && rng.Intn(4) > 0 {
+			at := metav1.NewTime(randomEpoch.Add(time.Duration(rng.Intn(90)) * time.Minute))
+			st.TargetsRecordedAt = &at
+			for _, w := range in.Workspaces {
+				if rng.Intn(3) > 0 {
+					st.Targets = append(st.Targets, w.Key.String())
+				}
+			}
+		}
+		if st.SucceededAt != nil || st.TargetsRecordedAt != nil {
+			st.Name = s.Name
+			in.Rollout.Status.Steps = append(in.Rollout.Status.Steps, st)
 		}
 	}
 	return in
@@ -264,8 +283,8 @@ func concurrency(s magosv1.RolloutStep, n int) int {
 	return max(1, p*n/100)
 }
 
-// inStep reports, independently of Decide, whether a step selects a Workspace.
-func inStep(t *testing.T, in Input, s magosv1.RolloutStep, w Workspace) bool {
+// selects reports, independently of Decide, whether a step's selectors select a Workspace.
+func selects(t *testing.T, in Input, s magosv1.RolloutStep, w Workspace) bool {
 	t.Helper()
 	sel, err := metav1.LabelSelectorAsSelector(s.Selector.AsMeta())
 	if err != nil {
@@ -318,7 +337,7 @@ func TestDecideInvariants(t *testing.T) {
 		magosv1.ReasonNoWorkspacesFound, magosv1.ReasonPaused, magosv1.ReasonRolloutCompleted,
 		magosv1.ReasonStepFailed, magosv1.ReasonLevelProgressing, magosv1.ReasonWaitingForClusters,
 		magosv1.ReasonSoaking, magosv1.ReasonProgressDeadlineExceeded, magosv1.ReasonOutsideChangeWindow, destroyGranted(false), destroyGranted(true), toleratedPassed, concurrencyBound,
-		magosv1.ReasonAwaitingApproval, approvedApplies, approvalVoided, planOnlyGrants,
+		magosv1.ReasonAwaitingApproval, approvedApplies, approvalVoided, planOnlyGrants, lateHeldBack,
 	} {
 		if reasons[r] < 20 {
 			t.Errorf("only %d random cases ended %s: %v", reasons[r], r, reasons)
@@ -334,6 +353,7 @@ const (
 	approvedApplies  = "applies granted under an approval"
 	approvalVoided   = "an approval voided"
 	planOnlyGrants   = "plan-only grants"
+	lateHeldBack     = "late Workspaces held back by frozen targets"
 )
 
 // destroyGranted names, in the tally of TestDecideInvariants, the decisions that grant the
@@ -347,6 +367,37 @@ func destroyGranted(rollout bool) string {
 
 // checkInvariants checks one decision, and returns tags of what it exercised for the tally.
 func checkInvariants(t *testing.T, in Input, d Decision) (tags []string) {
+	// frozen returns, under spec.targets Frozen, the Workspaces recorded for a step while its
+	// record holds: made no later than now, and no earlier than every commit the decision rolls
+	// out was adopted (held is false otherwise).
+	frozen := func(s magosv1.RolloutStep) (targets []string, held bool) {
+		if in.Rollout == nil || in.Rollout.Spec.Targets != magosv1.TargetsFrozen {
+			return nil, false
+		}
+		j := slices.IndexFunc(in.Rollout.Status.Steps, func(st magosv1.StepStatus) bool { return st.Name == s.Name })
+		if j < 0 || in.Rollout.Status.Steps[j].TargetsRecordedAt == nil {
+			return nil, false
+		}
+		old := in.Rollout.Status.Steps[j]
+		if old.TargetsRecordedAt.Time.After(in.Now) {
+			return nil, false
+		}
+		for _, r := range d.Revisions {
+			if old.TargetsRecordedAt.Time.Before(r.Since.Time.Truncate(time.Second)) {
+				return nil, false
+			}
+		}
+		return old.Targets, true
+	}
+	// inStep reports whether a step holds a Workspace: it selects it and, while the step's
+	// frozen record holds, the record names it.
+	inStep := func(t *testing.T, in Input, s magosv1.RolloutStep, w Workspace) bool {
+		if !selects(t, in, s, w) {
+			return false
+		}
+		targets, held := frozen(s)
+		return !held || slices.Contains(targets, w.Key.String())
+	}
 	// The checker's own notions, independent of the Workspace helpers under test: a deleted
 	// Workspace whose destroy run waits for its grant stays a member and is grantable (its grant
 	// names no commit); other deleted Workspaces leave, unless their destroy failed.
@@ -481,6 +532,20 @@ func checkInvariants(t *testing.T, in Input, d Decision) (tags []string) {
 	}
 	if d.ApprovalVoided != "" {
 		tags = append(tags, approvalVoided)
+	}
+	// Frozen targets: while the current step's record holds, only the Workspaces it names are
+	// granted.
+	if cur != nil {
+		if targets, held := frozen(*cur); held {
+			for _, g := range d.Grants {
+				if !slices.Contains(targets, g.Key.String()) {
+					t.Fatalf("grant %v in step %s, which recorded only %v", g, cur.Name, targets)
+				}
+			}
+			if d.Steps[d.CurrentStep].Late > 0 {
+				tags = append(tags, lateHeldBack)
+			}
+		}
 	}
 	if d.Reason == magosv1.ReasonAwaitingApproval && len(d.Grants) > 0 {
 		t.Fatalf("grants %v while awaiting approval", d.Grants)

@@ -27,6 +27,7 @@ func TestDescribeStep(t *testing.T) {
 		{magosv1.StepStatus{Phase: magosv1.StepCompleted, MaxConcurrency: 1}, "Completed"},
 		{magosv1.StepStatus{Phase: magosv1.StepAwaitingApproval, Plans: make([]magosv1.PlanStatus, 3)}, "AwaitingApproval (3 plan(s))"},
 		{magosv1.StepStatus{Phase: magosv1.StepProgressing, Approval: &magosv1.StepApproval{ApprovedBy: "amy"}}, "Progressing, approved by amy"},
+		{magosv1.StepStatus{Phase: magosv1.StepCompleted, Late: 2}, "Completed, 2 late"},
 	} {
 		if got := describeStep(tt.step, now); got != tt.want {
 			t.Errorf("describeStep(%+v) = %q, want %q", tt.step, got, tt.want)

@@ -322,8 +322,10 @@ func renderRollout(r *magosv1.Rollout, clusters []magosv1.Cluster, mirrors []mag
 	}
 
 	stepState := map[string]string{}
+	stepStatus := map[string]magosv1.StepStatus{}
 	for _, s := range r.Status.Steps {
 		stepState[s.Name] = describeStep(s, now)
+		stepStatus[s.Name] = s
 	}
 	var rows []row
 	for _, step := range r.Spec.Strategy.Steps {
@@ -351,8 +353,11 @@ func renderRollout(r *magosv1.Rollout, clusters []magosv1.Cluster, mirrors []mag
 			matched++
 			ws := byKey[w.Key]
 			rev := shortSHA(ws.Status.ObservedRevision)
-			rows = append(rows, row{step.Name, state, w.Key.Cluster, w.Key.Namespace + "/" + w.Key.Name,
-				orDash(string(ws.Status.Phase)), orDash(rev)})
+			phase := orDash(string(ws.Status.Phase))
+			if st := stepStatus[step.Name]; st.TargetsRecordedAt != nil && !slices.Contains(st.Targets, w.Key.String()) {
+				phase += " (late: joins with the next change)"
+			}
+			rows = append(rows, row{step.Name, state, w.Key.Cluster, w.Key.Namespace + "/" + w.Key.Name, phase, orDash(rev)})
 		}
 		if matched == 0 {
 			rows = append(rows, row{step.Name, state, "-", "(no Workspace matches)", "-", "-"})
@@ -380,6 +385,9 @@ func describeStep(s magosv1.StepStatus, now time.Time) string {
 	}
 	if s.Approval != nil {
 		out += ", approved by " + s.Approval.ApprovedBy
+	}
+	if s.Late > 0 {
+		out += fmt.Sprintf(", %d late", s.Late)
 	}
 	if s.Failed > 0 && s.Phase != magosv1.StepFailed {
 		out += fmt.Sprintf(", %d/%d failures tolerated", s.Failed, s.MaxFailures)

@@ -237,6 +237,18 @@ func TestAdmissionRejections(t *testing.T) {
 			r.Spec.ProgressDeadline = &metav1.Duration{}
 			return r
 		}, "progressDeadline must be a duration above 0s"},
+		{"rollout targets Sometimes", func() client.Object {
+			r := validRollout("r-targets")
+			r.Spec.Targets = "Sometimes"
+			return r
+		}, `spec.targets: Unsupported value: "Sometimes": supported values: "Dynamic", "Frozen"`},
+		{"rollout two approvals of one step", func() client.Object {
+			r := validRollout("r-approvals")
+			a := magosv1.StepApproval{Step: r.Spec.Strategy.Steps[0].Name, ApprovedBy: "magos-test-admin", ApprovedAt: metav1.Now(),
+				Plans: []magosv1.ApprovedPlan{{Workspace: "c/ns/w", Digest: "a1b2c3d4e5f6"}}}
+			r.Spec.Approvals = []magosv1.StepApproval{a, a}
+			return r
+		}, "at most one approval per step"},
 		{"rollout changeWindow schedule of four fields", func() client.Object {
 			r := validRollout("r-window4")
 			r.Spec.ChangeWindows = []magosv1.ChangeWindow{{Schedule: "0 9 * *", Duration: metav1.Duration{Duration: time.Hour}}}

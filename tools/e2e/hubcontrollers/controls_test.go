@@ -191,6 +191,47 @@ func TestRolloutControls(t *testing.T) {
 		}
 	})
 
+	t.Run("targets Frozen: a Workspace that appears during a change never slips into a step that has passed", func(t *testing.T) {
+		ns := "frozen"
+		w.Hold(t, euWest, ns, "web-prod") // prod applies, held, while the new Workspace appears
+		dev, prod := w.devProd(t, ns, false)
+		ro := devProdRollout(ns)
+		ro.Spec.Targets = magosv1.TargetsFrozen
+		w.CreateHub(t, ro)
+		testenv.Eventually(t, wait, func() error {
+			if a := w.Applies(t, ns); !slices.Equal(a, []string{dev, prod}) {
+				return fmt.Errorf("applies %v, want %s then %s (held)", a, dev, prod)
+			}
+			return nil
+		})
+
+		// A dev Workspace appears in ap-south-1 while prod applies: with Dynamic targets the
+		// Rollout would go back to dev for it.
+		w.Workspace(t, apSouth, ns, "web-late", "web", map[string]string{"env": "dev"})
+		late := key(apSouth, ns, "web-late")
+		w.WaitMirrored(t, late)
+		w.WaitRollout(t, ns, "web", func(ro *magosv1.Rollout) error {
+			if len(ro.Status.Steps) != 2 || ro.Status.Steps[0].Late != 1 {
+				return fmt.Errorf("steps %+v: want step dev with 1 late Workspace", ro.Status.Steps)
+			}
+			if ro.Status.CurrentStepName != "prod" {
+				return fmt.Errorf("current step %s, want prod (never back to dev)", ro.Status.CurrentStepName)
+			}
+			return nil
+		})
+		if status := w.magosctl(t, "rollout", "status", "web", "-n", ns); !strings.Contains(status, "(late: joins with the next change)") {
+			t.Errorf("rollout status does not mark the late Workspace:\n%s", status)
+		}
+		w.Release(t, euWest, ns, "web-prod")
+		w.WaitRollout(t, ns, "web", Completed)
+		if g := w.grants.For(late); len(g) != 0 {
+			t.Errorf("the late Workspace was granted %v during the change", g)
+		}
+		if a := w.Applies(t, ns); !slices.Equal(a, []string{dev, prod}) {
+			t.Errorf("applies %v, want only %s and %s", a, dev, prod)
+		}
+	})
+
 	t.Run("minSuccessTime 20s: the next step starts no earlier than 20s after the step is Applied", func(t *testing.T) {
 		ns := "soak"
 		dev, prod := w.devProd(t, ns, false)

@@ -49,3 +49,46 @@ func BenchmarkDecide(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkDecideControls compares, on 1000 clusters x 10 Workspaces, a decision with frozen
+// targets (every step recorded) and one whose current step requires approval (its 3,333
+// Workspaces' plans wait, all approved: each is granted its apply) with the plain decision:
+// compare the ratios.
+func BenchmarkDecideControls(b *testing.B) {
+	plain := benchInput(1000, 10)
+	frozen := benchInput(1000, 10)
+	frozen.Rollout = envSteps()
+	frozen.Rollout.Spec.Targets = magosv1.TargetsFrozen
+	frozen.Rollout.Status.Steps = Decide(frozen).Steps // recorded once, as the hub's status keeps them
+	approval := benchInput(1000, 10)
+	approval.Rollout = envSteps()
+	approval.Rollout.Spec.Strategy.Steps[1].RequireApproval = true
+	a := magosv1.StepApproval{Step: "staging", ApprovedBy: "alice"}
+	for i := range approval.Workspaces {
+		w := &approval.Workspaces[i]
+		if w.Labels["env"] != "staging" {
+			continue
+		}
+		w.Phase, w.PlanDigest, w.CurrentRevision = magosv1.PhasePlanned, "d-"+w.Key.Name, "rev-1"
+		w.Grant = Grant{Allowed: true, Run: w.RunID, PlanOnly: true}
+		a.Plans = append(a.Plans, magosv1.ApprovedPlan{Workspace: w.Key.String(), Revision: "rev-1", Digest: w.PlanDigest})
+	}
+	approval.Rollout.Spec.Approvals = []magosv1.StepApproval{a}
+	for _, c := range []struct {
+		name   string
+		in     Input
+		reason string
+	}{{"plain", plain, magosv1.ReasonLevelProgressing}, {"frozen", frozen, magosv1.ReasonLevelProgressing}, {"approval", approval, magosv1.ReasonLevelProgressing}} {
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			var d Decision
+			for b.Loop() {
+				d = Decide(c.in)
+			}
+			if d.Reason != c.reason || d.CurrentStep != 1 {
+				b.Fatalf("unexpected decision %s step %d: %s", d.Reason, d.CurrentStep, d.Message)
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(len(c.in.Workspaces)), "ns/workspace")
+		})
+	}
+}

@@ -458,12 +458,16 @@ func approvals(s *step, ms []member, ro *magosv1.Rollout) (voided string) {
 		return ""
 	}
 	a := &ro.Spec.Approvals[j]
+	approved := make(map[string]magosv1.ApprovedPlan, len(a.Plans))
+	for _, p := range a.Plans {
+		approved[p.Workspace] = p
+	}
 	if len(s.plans) == 0 {
 		// Nothing waits: the approval is the step's while applies it granted are under way.
 		for _, i := range s.matched {
 			w := ms[i].ws
 			if w.InFlight() && w.Grant.Plan != "" && w.Grant.Plan == w.PlanDigest && w.grantedCurrentRun() &&
-				slices.Contains(a.Plans, magosv1.ApprovedPlan{Workspace: w.Key.String(), Revision: w.CurrentRevision, Digest: w.PlanDigest}) {
+				approved[w.Key.String()] == (magosv1.ApprovedPlan{Workspace: w.Key.String(), Revision: w.CurrentRevision, Digest: w.PlanDigest}) {
 				s.approval = a
 			}
 		}
@@ -471,15 +475,15 @@ func approvals(s *step, ms []member, ro *magosv1.Rollout) (voided string) {
 	}
 	for _, i := range s.plans {
 		w := ms[i].ws
-		k := slices.IndexFunc(a.Plans, func(p magosv1.ApprovedPlan) bool { return p.Workspace == w.Key.String() })
+		p, named := approved[w.Key.String()]
 		var why string
 		switch {
-		case k < 0:
+		case !named:
 			why = fmt.Sprintf("it does not name the plan of %s", w.Key)
-		case a.Plans[k].Digest != w.PlanDigest:
-			why = fmt.Sprintf("the plan of %s is now %s, it approved %s", w.Key, w.PlanDigest, a.Plans[k].Digest)
-		case a.Plans[k].Revision != w.CurrentRevision:
-			why = fmt.Sprintf("the plan of %s is of commit %s, it approved commit %s", w.Key, short(w.CurrentRevision), short(a.Plans[k].Revision))
+		case p.Digest != w.PlanDigest:
+			why = fmt.Sprintf("the plan of %s is now %s, it approved %s", w.Key, w.PlanDigest, p.Digest)
+		case p.Revision != w.CurrentRevision:
+			why = fmt.Sprintf("the plan of %s is of commit %s, it approved commit %s", w.Key, short(w.CurrentRevision), short(p.Revision))
 		}
 		if why != "" {
 			return fmt.Sprintf("the approval by %s at %s no longer holds: %s", a.ApprovedBy, a.ApprovedAt.UTC().Format(time.RFC3339), why)
@@ -755,9 +759,13 @@ func freeze(steps []step, ms []member, ro *magosv1.Rollout, revisions []magosv1.
 		if j >= 0 && recordedFor(ro.Status.Steps[j].TargetsRecordedAt, revisions, now) {
 			old := &ro.Status.Steps[j]
 			s.targets, s.recordedAt = old.Targets, old.TargetsRecordedAt.Time
+			recorded := make(map[string]bool, len(old.Targets))
+			for _, k := range old.Targets {
+				recorded[k] = true
+			}
 			kept := s.matched[:0]
 			for _, mi := range s.matched {
-				if slices.Contains(old.Targets, ms[mi].ws.Key.String()) {
+				if recorded[ms[mi].ws.Key.String()] {
 					kept = append(kept, mi)
 				} else {
 					s.late++

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/magosfleet/magos/agent/workspace"
@@ -209,5 +210,35 @@ func TestPlanOnlyGrantWaitsForItsPlansApproval(t *testing.T) {
 	}
 	if out := stateOutputs(t, c, key); out["greeting"] != "hello" {
 		t.Errorf("state outputs %v, want greeting=hello", out)
+	}
+}
+
+// TestRequestsFromTheHub: an approval from the hub (approve-run, as the agent carries it down)
+// applies the plan of the run it names, and a retry (retry-run) of the run that ended starts a
+// new one; both say who asked.
+func TestRequestsFromTheHub(t *testing.T) {
+	t.Parallel()
+	c := spoke.Client
+	ns := newNamespace(t)
+	repo, _ := newRepo(t, map[string]string{"main.tf": moduleOK})
+	key := newWorkspace(t, c, ns, "asked", repo.URL(), func(ws *magosv1.Workspace) { ws.Spec.AutoApply = ptr.To(false) })
+
+	ws := pendingRun(t, c, key, magosv1.ReasonAwaitingRollout, "")
+	run := ws.Status.CurrentRunID
+	grant(t, c, key, run)
+	waitFor(t, c, key, 120*time.Second, inPhase(magosv1.PhasePlanned, magosv1.ReasonPlanSucceeded))
+	annotate(t, c, key, map[string]any{keys.ApproveRun: run, keys.RequestedBy: "operator-olga"})
+	ws = waitFor(t, c, key, 120*time.Second, inPhase(magosv1.PhaseApplied, magosv1.ReasonApplySucceeded))
+	if ws.Status.CurrentRunID != run {
+		t.Fatalf("applied run %s, want the approved run %s", ws.Status.CurrentRunID, run)
+	}
+	if err := contains(strings.Join(events(t, c, key, magosv1.ReasonApplyJobCreated), "\n"), "approved on the hub by operator-olga"); err != nil {
+		t.Error(err)
+	}
+
+	annotate(t, c, key, map[string]any{keys.RetryRun: run})
+	ws = pendingRun(t, c, key, magosv1.ReasonManualReconcileRequested, run)
+	if err := contains(ws.Status.Message, "Retry of run "+run+" requested on the hub by operator-olga"); err != nil {
+		t.Error(err)
 	}
 }

@@ -115,6 +115,10 @@ func (r *Reconciler) resetReason(ws *magosv1.Workspace, sched Schedule) (resetKi
 	if req := ws.Annotations[keys.ReconcileRequest]; req != "" {
 		return resetKind{magosv1.ReasonManualReconcileRequested, magosv1.TriggerManual, "Manual reconcile requested at " + req}, true
 	}
+	if run := ws.Annotations[keys.RetryRun]; run != "" && run == ws.Status.CurrentRunID {
+		return resetKind{magosv1.ReasonManualReconcileRequested, magosv1.TriggerManual,
+			fmt.Sprintf("Retry of run %s requested on the hub by %s", run, messageOr(ws.Annotations[keys.RequestedBy], "an unnamed user"))}, true
+	}
 	return resetKind{}, false
 }
 
@@ -222,7 +226,15 @@ func (r *Reconciler) grantAllowsRun(ctx context.Context, ws *magosv1.Workspace) 
 // applies on its own (spec.autoApply) or was approved (magosproject.io/approved), and its grant
 // allows the apply (applyGranted).
 func (r *Reconciler) readyToApply(ctx context.Context, ws *magosv1.Workspace) bool {
-	return (ws.Spec.AutoApplies() || ws.Annotations[keys.Approved] == "true") && r.applyGranted(ctx, ws)
+	return (ws.Spec.AutoApplies() || approved(ws)) && r.applyGranted(ctx, ws)
+}
+
+// approved reports whether a person approved applying the current run's plan: the
+// magosproject.io/approved annotation, or an approval from the hub naming the run
+// (magosproject.io/approve-run).
+func approved(ws *magosv1.Workspace) bool {
+	run := ws.Annotations[keys.ApproveRun]
+	return ws.Annotations[keys.Approved] == "true" || run != "" && run == ws.Status.CurrentRunID
 }
 
 // applyGranted reports whether the grant of the current run allows its apply. On an agent
@@ -250,8 +262,8 @@ func (r *Reconciler) applyGranted(ctx context.Context, ws *magosv1.Workspace) bo
 func (r *Reconciler) waitingFor(ws *magosv1.Workspace) string {
 	a := ws.Annotations
 	switch {
-	case !ws.Spec.AutoApplies() && a[keys.Approved] != "true":
-		return "set magosproject.io/approved=true to apply"
+	case !ws.Spec.AutoApplies() && !approved(ws):
+		return "approve it to apply (magosctl approve, or magosproject.io/approved=true)"
 	case a[keys.GrantedRun] == ws.Status.CurrentRunID && a[keys.GrantedOperation] == keys.GrantedOperationPlan:
 		return fmt.Sprintf("plan %s waits for approval on the hub (its Rollout step requires approval)", messageOr(ws.Status.PlanDigest, "unknown"))
 	case a[keys.GrantedRun] == ws.Status.CurrentRunID && a[keys.GrantedPlan] != "" && a[keys.GrantedPlan] != ws.Status.PlanDigest:
@@ -370,8 +382,11 @@ func (r *Reconciler) startApply(ctx context.Context, ws *magosv1.Workspace, sche
 			"The inputs of run %s changed since its plan (inputs %s, planned %s: repository, path, tfvarsPath, binary, version or variables, or the key of planned inputs); not applying it, waiting for a grant to plan again",
 			ws.Status.CurrentRunID, got, messageOr(ws.Status.PlannedInputs, "unknown"))})
 	}
-	setPhase(ws, magosv1.PhaseApplying, magosv1.ReasonApplyJobCreated,
-		fmt.Sprintf("Applying commit %s (run %s)", short(ws.Status.CurrentRevision), ws.Status.CurrentRunID))
+	msg := fmt.Sprintf("Applying commit %s (run %s)", short(ws.Status.CurrentRevision), ws.Status.CurrentRunID)
+	if !ws.Spec.AutoApplies() && ws.Annotations[keys.Approved] != "true" {
+		msg += ", approved on the hub by " + messageOr(ws.Annotations[keys.RequestedBy], "an unnamed user")
+	}
+	setPhase(ws, magosv1.PhaseApplying, magosv1.ReasonApplyJobCreated, msg)
 	if err := r.commit(ctx, ws, sched, from); err != nil {
 		return step{}, err
 	}

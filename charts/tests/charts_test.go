@@ -162,10 +162,16 @@ func TestHubDefaults(t *testing.T) {
 	if objs["Service/magos-hub-metrics"] == nil {
 		t.Error("no metrics Service")
 	}
-	for _, name := range []string{"ValidatingAdmissionPolicy/magos-rollout-approvals", "ValidatingAdmissionPolicyBinding/magos-rollout-approvals", "ClusterRole/magos-hub-rollout-approver"} {
+	for _, name := range []string{"ValidatingAdmissionPolicy/magos-rollout-approvals", "ValidatingAdmissionPolicyBinding/magos-rollout-approvals", "ClusterRole/magos-hub-rollout-approver",
+		"ValidatingAdmissionPolicy/magos-workspace-requests", "ValidatingAdmissionPolicyBinding/magos-workspace-requests", "ClusterRole/magos-hub-workspace-operator"} {
 		if objs[name] == nil {
-			t.Errorf("no %s: approvals would need no approve verb", name)
+			t.Errorf("no %s: approvals and requests would need no verb of their own", name)
 		}
+	}
+	if !slices.ContainsFunc(as[rbacv1.ClusterRole](t, objs["ClusterRole/magos-hub"]).Rules, func(r rbacv1.PolicyRule) bool {
+		return slices.Contains(r.Resources, "workspaces") && slices.Contains(r.Verbs, "grant")
+	}) {
+		t.Error("the hub's ClusterRole lacks the verb grant on workspaces: the request policy would refuse its grants")
 	}
 	cm := as[corev1.ConfigMap](t, objs["ConfigMap/magos-hub-config"])
 	if !strings.Contains(cm.Data["config.yaml"], "clusters: []") {

@@ -359,3 +359,60 @@ func TestRolloutApprove(t *testing.T) {
 		t.Errorf("approve on a stale status: %v", err)
 	}
 }
+
+// TestRetryAndApproveFromTheHub: with --cluster, retry and approve write a request naming the
+// mirror's current run, in the caller's own name, and refuse a run that cannot take it.
+func TestRetryAndApproveFromTheHub(t *testing.T) {
+	f := setup(t)
+	setRun := func(cluster string, phase magosv1.Phase, run string) {
+		t.Helper()
+		var m magosv1.Workspace
+		key := client.ObjectKey{Namespace: mirror.Namespace(cluster), Name: mirror.Name("default", "edge")}
+		if err := f.hub.Client.Get(f.ctx, key, &m); err != nil {
+			t.Fatal(err)
+		}
+		m.Status.Phase, m.Status.CurrentRunID = phase, run
+		if err := f.hub.Client.Status().Update(f.ctx, &m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	annotations := func(cluster string) map[string]string {
+		t.Helper()
+		var m magosv1.Workspace
+		if err := f.hub.Client.Get(f.ctx, client.ObjectKey{Namespace: mirror.Namespace(cluster), Name: mirror.Name("default", "edge")}, &m); err != nil {
+			t.Fatal(err)
+		}
+		return m.Annotations
+	}
+	setRun("us-east-1", magosv1.PhaseFailed, "20261203T120000-aaaaaaaa")
+	setRun("eu-west-1", magosv1.PhasePlanning, "20261203T120000-bbbbbbbb")
+
+	out := mustRun(t, f.hub.Kubeconfig, "retry", "edge", "--cluster", "us-east-1", "-n", "default")
+	if !strings.Contains(out, "retry of run 20261203T120000-aaaaaaaa requested by magos-test-admin") {
+		t.Errorf("retry output: %s", out)
+	}
+	if a := annotations("us-east-1"); a[keys.RetryRun] != "20261203T120000-aaaaaaaa" || a[keys.RequestedBy] != "magos-test-admin" {
+		t.Errorf("mirror annotations %v, want the retry of the failed run by magos-test-admin", a)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"retry", "edge", "--cluster", "eu-west-1"}, "is Planning (run 20261203T120000-bbbbbbbb): only a run that ended can be retried"},
+		{[]string{"approve", "edge", "--cluster", "eu-west-1"}, "only a Planned run can be approved"},
+		{[]string{"retry", "nope", "--cluster", "us-east-1"}, "the hub has no mirror of it"},
+		{[]string{"retry", "edge"}, "from the hub, name its cluster: --cluster"},
+	} {
+		if _, err := run(t, f.hub.Kubeconfig, append(tc.args, "-n", "default")...); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("magosctl %v: %v, want an error saying %q", tc.args, err, tc.want)
+		}
+	}
+	if a := annotations("eu-west-1"); a[keys.RetryRun] != "" || a[keys.ApproveRun] != "" {
+		t.Errorf("refused requests left annotations %v", a)
+	}
+	setRun("eu-west-1", magosv1.PhasePlanned, "20261203T120000-bbbbbbbb")
+	mustRun(t, f.hub.Kubeconfig, "approve", "edge", "--cluster", "eu-west-1", "-n", "default")
+	if a := annotations("eu-west-1"); a[keys.ApproveRun] != "20261203T120000-bbbbbbbb" || a[keys.RequestedBy] != "magos-test-admin" {
+		t.Errorf("mirror annotations %v, want the approval of the planned run by magos-test-admin", a)
+	}
+}

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -15,31 +17,104 @@ import (
 )
 
 func newRetryCommand(o *Options) *cobra.Command {
-	return &cobra.Command{
-		Use:   "retry WORKSPACE",
-		Short: "Ask a Workspace for a fresh run now (sets magosproject.io/reconcile-request; run against the Workspace's cluster)",
-		Args:  cobra.ExactArgs(1),
+	var cluster string
+	cmd := &cobra.Command{
+		Use:   "retry WORKSPACE [--cluster CLUSTER]",
+		Short: "Ask a Workspace for a fresh run now",
+		Long: "Ask a Workspace for a fresh run now. Against the Workspace's own cluster it sets\n" +
+			"magosproject.io/reconcile-request. With --cluster, against the hub: it asks for a retry of the\n" +
+			"Workspace's current run (which must have ended) on the hub's mirror, and the cluster's agent\n" +
+			"carries it down; it needs the verb retry on the mirror (workspaces, in the cluster's hub\n" +
+			"namespace). The new run is granted as any other, by the Workspace's Rollout or Project.",
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if cluster != "" {
+				return o.requestFromHub(cmd, cluster, args[0], keys.RetryRun)
+			}
 			value := o.Now().UTC().Format(time.RFC3339Nano)
 			return o.annotateWorkspace(cmd, args[0], keys.ReconcileRequest, value,
 				"workspace %s/%s: fresh run requested at %s\n")
 		},
 	}
+	cmd.Flags().StringVar(&cluster, "cluster", "", "the registered cluster the Workspace lives in: act from the hub")
+	return cmd
 }
 
 func newApproveCommand(o *Options) *cobra.Command {
-	return &cobra.Command{
-		Use:   "approve WORKSPACE",
-		Short: "Approve applying a Workspace's plan (autoApply: false; run against the Workspace's cluster)",
-		Args:  cobra.ExactArgs(1),
+	var cluster string
+	cmd := &cobra.Command{
+		Use:   "approve WORKSPACE [--cluster CLUSTER]",
+		Short: "Approve applying a Workspace's plan (autoApply: false)",
+		Long: "Approve applying a Workspace's plan (autoApply: false). Against the Workspace's own\n" +
+			"cluster it sets magosproject.io/approved. With --cluster, against the hub: it approves the\n" +
+			"plan of the Workspace's current run (which must be Planned) on the hub's mirror, and the\n" +
+			"cluster's agent carries it down; it needs the verb approve on the mirror. It does not\n" +
+			"approve a Rollout step that requires approval: use magosctl rollout approve.",
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if cluster != "" {
+				return o.requestFromHub(cmd, cluster, args[0], keys.ApproveRun)
+			}
 			return o.annotateWorkspace(cmd, args[0], keys.Approved, "true", "workspace %s/%s: plan approved%.0s\n")
 		},
 	}
+	cmd.Flags().StringVar(&cluster, "cluster", "", "the registered cluster the Workspace lives in: act from the hub")
+	return cmd
+}
+
+// requestFromHub writes a request (keys.RetryRun or keys.ApproveRun) for the current run of
+// Workspace name (namespace -n) of cluster on its hub mirror, in the caller's own name, after
+// checking that the run can take it: a retry needs a run that ended (Applied, Failed,
+// ValidationFailed or Planned), an approval a Planned run. The write is conditional on the
+// mirror's version, so the request names the run it was checked against.
+func (o *Options) requestFromHub(cmd *cobra.Command, cluster, name, key string) error {
+	c, ns, err := o.clientInNamespace()
+	if err != nil {
+		return err
+	}
+	ctx := contextFor(cmd)
+	var m magosv1.Workspace
+	if err := c.Get(ctx, client.ObjectKey{Namespace: mirror.Namespace(cluster), Name: mirror.Name(ns, name)}, &m); err != nil {
+		if apierrors.IsNotFound(err) {
+			return fmt.Errorf("workspace %s/%s of cluster %s: the hub has no mirror of it (is %s an agent cluster, and does the Workspace exist there?)", ns, name, cluster, cluster)
+		}
+		return fmt.Errorf("workspace %s/%s of cluster %s: %w", ns, name, cluster, err)
+	}
+	run, phase := m.Status.CurrentRunID, m.Status.Phase
+	switch {
+	case run == "":
+		return fmt.Errorf("workspace %s/%s of cluster %s has no run yet", ns, name, cluster)
+	case key == keys.RetryRun && !phase.Settled():
+		return fmt.Errorf("workspace %s/%s of cluster %s is %s (run %s): only a run that ended can be retried", ns, name, cluster, orDash(string(phase)), run)
+	case key == keys.ApproveRun && phase != magosv1.PhasePlanned:
+		return fmt.Errorf("workspace %s/%s of cluster %s is %s (run %s): only a Planned run can be approved", ns, name, cluster, orDash(string(phase)), run)
+	}
+	review := &authenticationv1.SelfSubjectReview{}
+	if err := c.Create(ctx, review); err != nil {
+		return fmt.Errorf("finding out who you are (SelfSubjectReview): %w", err)
+	}
+	user := review.Status.UserInfo.Username
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{
+		"resourceVersion": m.ResourceVersion,
+		"annotations":     map[string]string{key: run, keys.RequestedBy: user},
+	}})
+	if err := c.Patch(ctx, &m, client.RawPatch(types.MergePatchType, patch)); err != nil {
+		if apierrors.IsConflict(err) {
+			return fmt.Errorf("workspace %s/%s of cluster %s changed while asking (its run may have moved on): run the command again", ns, name, cluster)
+		}
+		return fmt.Errorf("workspace %s/%s of cluster %s: %w", ns, name, cluster, err)
+	}
+	what := "retry"
+	if key == keys.ApproveRun {
+		what = "approval"
+	}
+	_, err = fmt.Fprintf(o.Out, "workspace %s/%s of cluster %s: %s of run %s requested by %s; the agent of %s carries it down\n",
+		ns, name, cluster, what, run, user, cluster)
+	return err
 }
 
 // annotateWorkspace sets one annotation on a Workspace with a merge patch, after checking that
-// the Workspace exists and is not a hub mirror (whose annotations the agent overwrites).
+// the Workspace exists and is not a hub mirror (a request on a mirror goes through --cluster).
 func (o *Options) annotateWorkspace(cmd *cobra.Command, name, key, value, done string) error {
 	c, ns, err := o.clientInNamespace()
 	if err != nil {
@@ -48,11 +123,14 @@ func (o *Options) annotateWorkspace(cmd *cobra.Command, name, key, value, done s
 	ctx := contextFor(cmd)
 	var ws magosv1.Workspace
 	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &ws); err != nil {
+		if apierrors.IsNotFound(err) {
+			return fmt.Errorf("workspace %s/%s: %w (from the hub, name its cluster: --cluster)", ns, name, err)
+		}
 		return fmt.Errorf("workspace %s/%s: %w", ns, name, err)
 	}
 	if mirror.IsMirror(&ws) {
-		return fmt.Errorf("workspace %s/%s is the hub's mirror of %s/%s in cluster %s: run this against that cluster (--context)",
-			ns, name, ws.Labels[keys.OriginNamespace], ws.Labels[keys.OriginName], ws.Labels[keys.Cluster])
+		return fmt.Errorf("workspace %s/%s is the hub's mirror of %s/%s in cluster %s: run this against that cluster (--context), or from the hub with -n %s --cluster %s",
+			ns, name, ws.Labels[keys.OriginNamespace], ws.Labels[keys.OriginName], ws.Labels[keys.Cluster], ws.Labels[keys.OriginNamespace], ws.Labels[keys.Cluster])
 	}
 	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{key: value}}})
 	if err := c.Patch(ctx, &ws, client.RawPatch(types.MergePatchType, patch)); err != nil {

@@ -167,7 +167,7 @@ func (s *Snapshot) writeOne(ctx context.Context, c decision.Change, grant bool, 
 		return nil, nil
 	}
 	annotations := map[string]any{}
-	for _, k := range mirror.DecisionKeys {
+	for _, k := range mirror.GrantKeys {
 		annotations[k] = nil
 	}
 	metadata := map[string]any{"annotations": annotations}
@@ -204,7 +204,7 @@ func (s *Snapshot) writeOne(ctx context.Context, c decision.Change, grant bool, 
 }
 
 // carries reports whether ws already carries the decision: the exact grant, or (for a
-// revocation) none of the decision annotations.
+// revocation) none of the grant annotations.
 func carries(ws *magosv1.Workspace, grant bool, c decision.Change, by string) bool {
 	a := ws.GetAnnotations()
 	if grant {
@@ -212,7 +212,7 @@ func carries(ws *magosv1.Workspace, grant bool, c decision.Change, by string) bo
 			a[keys.GrantedRevision] == c.Revision && (a[keys.GrantedOperation] == keys.GrantedOperationPlan) == c.PlanOnly &&
 			a[keys.GrantedPlan] == c.Plan
 	}
-	for _, k := range mirror.DecisionKeys {
+	for _, k := range mirror.GrantKeys {
 		if _, ok := a[k]; ok {
 			return false
 		}

@@ -47,6 +47,19 @@ const (
 // GrantedOperationPlan is the value of GrantedOperation on a grant that allows a plan only.
 const GrantedOperationPlan = "plan"
 
+// Requests people make on the hub, on a mirror, that the agent carries down to the Workspace.
+// Each names the run it is for: on any other run it does nothing.
+const (
+	// RetryRun asks for a new run of a Workspace whose run (the value) ended, failed or applied:
+	// magosctl retry WORKSPACE --cluster C.
+	RetryRun = Prefix + "retry-run"
+	// ApproveRun approves applying the plan of the run it names, as approved=true does:
+	// magosctl approve WORKSPACE --cluster C.
+	ApproveRun = Prefix + "approve-run"
+	// RequestedBy is the user who wrote the last request (the hub's admission policy checks it).
+	RequestedBy = Prefix + "requested-by"
+)
+
 // Orchestration, on a hub Project, set to OrchestrationParallel, runs the Project's Workspaces
 // in parallel without a Rollout at once: without the grace period a new Project otherwise waits
 // for its Rollout, and after its Rollout was deleted.

@@ -8,6 +8,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"maps"
+	"slices"
 	"strconv"
 	"time"
 
@@ -21,9 +22,16 @@ import (
 	"github.com/magosfleet/magos/pkg/keys"
 )
 
-// DecisionKeys are the annotations the hub decides. They travel down, from the mirror to the
-// spoke Workspace, and never up.
-var DecisionKeys = []string{keys.ExecutionAllowed, keys.GrantedRun, keys.GrantedBy, keys.GrantedRevision, keys.GrantedOperation, keys.GrantedPlan}
+// GrantKeys are the annotations of a grant, which the hub's controllers write.
+var GrantKeys = []string{keys.ExecutionAllowed, keys.GrantedRun, keys.GrantedBy, keys.GrantedRevision, keys.GrantedOperation, keys.GrantedPlan}
+
+// RequestKeys are the annotations of the requests people write on a mirror (a retry or an
+// approval from the hub).
+var RequestKeys = []string{keys.RetryRun, keys.ApproveRun, keys.RequestedBy}
+
+// DecisionKeys are the annotations decided on the hub: grants and requests. They travel down,
+// from the mirror to the spoke Workspace, and never up.
+var DecisionKeys = append(slices.Clone(GrantKeys), RequestKeys...)
 
 // Namespace is the hub namespace that holds the mirrors of a cluster.
 func Namespace(cluster string) string { return keys.ClusterNamespace(cluster) }

@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
@@ -752,4 +753,80 @@ func TestRolloutApprovalNeedsTheApproveVerb(t *testing.T) {
 		t.Errorf("an editor's pause of a Rollout with an approval was refused: %v", err)
 	}
 	refused("an editor cannot remove an approval", "editor-ed", nil, "needs the verb approve")
+}
+
+// TestWorkspaceRequestsNeedTheirVerbs: with the magos-hub chart's request policy (the local hub
+// loads it), asking for a retry or approving a plan on a mirror needs the verb retry or approve,
+// in the writer's own name; changing a grant needs the verb grant, which write access to the
+// mirror does not give.
+func TestWorkspaceRequestsNeedTheirVerbs(t *testing.T) {
+	hub := api
+	ns := "magos-cluster-requests"
+	if err := hub.Client.Create(ctx(t), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+		t.Fatal(err)
+	}
+	for name, verbs := range map[string][]string{"watcher-wes": {"get", "patch"}, "operator-olga": {"get", "patch", "retry", "approve"}} {
+		objs := []client.Object{
+			&rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Rules: []rbacv1.PolicyRule{
+				{APIGroups: []string{magosv1.GroupVersion.Group}, Resources: []string{"workspaces"}, Verbs: verbs}}},
+			&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+				RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: name},
+				Subjects: []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: name}}},
+		}
+		for _, o := range objs {
+			if err := hub.Client.Create(ctx(t), o); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	ws := validWorkspace("app")
+	ws.Namespace = ns
+	if err := hub.Client.Create(ctx(t), ws); err != nil {
+		t.Fatal(err)
+	}
+	annotate := func(user string, values map[string]any) error {
+		cfg := rest.CopyConfig(hub.Config)
+		cfg.Impersonate = rest.ImpersonationConfig{UserName: user}
+		c, err := client.New(cfg, client.Options{Scheme: hub.Client.Scheme()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": values}})
+		return c.Patch(ctx(t), ws.DeepCopy(), client.RawPatch(types.MergePatchType, patch))
+	}
+	for _, tc := range []struct {
+		name, user string
+		values     map[string]any
+		want       string // "" for accepted
+	}{
+		{"a retry needs the verb retry", "watcher-wes", map[string]any{"magosproject.io/retry-run": "r1", "magosproject.io/requested-by": "watcher-wes"},
+			"asking for a retry of app needs the verb retry on workspaces.magosproject.io in namespace " + ns + ", which user watcher-wes does not have"},
+		{"an approval needs the verb approve", "watcher-wes", map[string]any{"magosproject.io/approve-run": "r1", "magosproject.io/requested-by": "watcher-wes"},
+			"needs the verb approve"},
+		{"a request in another's name", "operator-olga", map[string]any{"magosproject.io/retry-run": "r1", "magosproject.io/requested-by": "someone-else"},
+			"magosproject.io/requested-by must be operator-olga"},
+		{"a grant needs the verb grant", "operator-olga", map[string]any{"magosproject.io/execution-allowed": "true", "magosproject.io/granted-run": "r1"},
+			"changing the grant of app needs the verb grant"},
+		{"a plan bound by hand needs the verb grant", "operator-olga", map[string]any{"magosproject.io/granted-plan": "a1b2c3d4e5f6"}, "needs the verb grant"},
+		{"an operator's retry", "operator-olga", map[string]any{"magosproject.io/retry-run": "r1", "magosproject.io/requested-by": "operator-olga"}, ""},
+		{"an operator's approval", "operator-olga", map[string]any{"magosproject.io/approve-run": "r1", "magosproject.io/requested-by": "operator-olga"}, ""},
+		{"other annotations need nothing more", "watcher-wes", map[string]any{"example.com/note": "hello"}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			testenv.Eventually(t, 30*time.Second, func() error {
+				err := annotate(tc.user, tc.values)
+				switch {
+				case tc.want == "" && err != nil:
+					return fmt.Errorf("refused: %v", err)
+				case tc.want == "":
+					return nil
+				case err == nil:
+					return fmt.Errorf("accepted, want a refusal mentioning %q", tc.want)
+				case !strings.Contains(err.Error(), tc.want):
+					return fmt.Errorf("error %q does not mention %q", err, tc.want)
+				}
+				return nil
+			})
+		})
+	}
 }

@@ -114,6 +114,29 @@ func TestRolloutControls(t *testing.T) {
 			}
 			return nil
 		})
+
+		// Retried from the hub alone (the module no longer fails): the agent carries the request
+		// down, the Rollout grants the new run, and the module applies it.
+		out := w.magosctl(t, "retry", "app", "--cluster", euWest, "-n", ns)
+		if !strings.Contains(out, "retry of run ") {
+			t.Errorf("magosctl retry --cluster: %s", out)
+		}
+		testenv.Eventually(t, wait, func() error {
+			ws := w.SpokeWorkspace(t, euWest, ns, "app")
+			if ws.Status.Phase != magosv1.PhaseApplied {
+				return fmt.Errorf("%s is %s/%s, want Applied after the retry", failed, ws.Status.Phase, ws.Status.Reason)
+			}
+			return nil
+		})
+		if applies := w.Applies(t, ns); len(applies) != 5 || applies[4] != failed {
+			t.Errorf("applies %v, want the retried %s last", applies, failed)
+		}
+		if notes := w.spokeEventNotes(t, euWest, ns, "app"); !slices.ContainsFunc(notes, func(n string) bool {
+			return strings.Contains(n, "requested on the hub by magos-test-admin")
+		}) {
+			t.Errorf("no Event on the spoke Workspace says who asked for the retry: %q", notes)
+		}
+		w.WaitRollout(t, ns, "budget", Completed)
 	})
 
 	t.Run("requireApproval: nothing applies before the approval, and a plan changed after it voids it", func(t *testing.T) {

@@ -423,6 +423,22 @@ func (w *world) eventNotes(t *testing.T, ns, kind, name string) []string {
 	return out
 }
 
+// spokeEventNotes returns "reason: note" of the Events regarding a spoke Workspace.
+func (w *world) spokeEventNotes(t *testing.T, cluster, ns, name string) []string {
+	t.Helper()
+	var list eventsv1.EventList
+	if err := w.f.Client(cluster).List(w.ctx, &list, client.InNamespace(ns)); err != nil {
+		t.Fatalf("listing Events in %s: %v", cluster, err)
+	}
+	var out []string
+	for _, e := range list.Items {
+		if e.Regarding.Kind == "Workspace" && e.Regarding.Name == name {
+			out = append(out, e.Reason+": "+e.Note)
+		}
+	}
+	return out
+}
+
 // Completed checks that a Rollout completed.
 func Completed(ro *magosv1.Rollout) error {
 	return phase(magosv1.PhaseApplied, magosv1.ReasonRolloutCompleted)(ro)

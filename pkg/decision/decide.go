@@ -746,8 +746,11 @@ func recount(steps []step, ms []member) {
 
 // freeze applies spec.targets Frozen: each step keeps only the members recorded for it when the
 // change started (status.steps[].targets, while recordedFor holds); the others are late and join
-// with the next change. A step without a valid record is recorded now, once the hub sees every
-// cluster it may select in (until then it goes on as a Dynamic step: nothing of it has passed).
+// with the next change. A step without a valid record is recorded now with the members the hub
+// knows, once it knows the Workspaces of every cluster the step may select in (none unknown; a
+// cluster synced but silent since counts with its last view, and what it gained meanwhile is
+// late). Until then the step goes on as a Dynamic step, and it cannot pass: a step passes only
+// with no unknown cluster, so every step that passes was recorded.
 func freeze(steps []step, ms []member, ro *magosv1.Rollout, revisions []magosv1.RolloutRevision, now time.Time) {
 	now = now.Truncate(time.Second) // as the API stores it
 	for i := range steps {
@@ -774,7 +777,7 @@ func freeze(steps []step, ms []member, ro *magosv1.Rollout, revisions []magosv1.
 			s.matched = kept
 			continue
 		}
-		if len(s.unknown) > 0 || len(s.blind) > 0 {
+		if len(s.unknown) > 0 {
 			continue
 		}
 		s.recordedAt = now

@@ -640,6 +640,9 @@ func checkInvariants(t *testing.T, in Input, d Decision) (tags []string) {
 				if n == 0 {
 					t.Fatalf("step %d counted done with no Workspace", i)
 				}
+				if in.Rollout.Spec.Targets == magosv1.TargetsFrozen && d.Steps[i].TargetsRecordedAt == nil {
+					t.Fatalf("step %d passed with frozen targets never recorded: a Workspace appearing later would slip into it", i)
+				}
 				if failed > budget(steps[i], n) {
 					t.Fatalf("step %d passed with %d of %d failed, maxFailures %v", i, failed, n, steps[i].MaxFailures)
 				}

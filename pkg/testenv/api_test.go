@@ -675,32 +675,9 @@ func TestRolloutApprovalNeedsTheApproveVerb(t *testing.T) {
 	if err := hub.Client.Create(ctx(t), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
 		t.Fatal(err)
 	}
-	role := func(name string, verbs ...string) {
-		t.Helper()
-		objs := []client.Object{
-			&rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Rules: []rbacv1.PolicyRule{
-				{APIGroups: []string{magosv1.GroupVersion.Group}, Resources: []string{"rollouts"}, Verbs: verbs}}},
-			&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
-				RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: name},
-				Subjects: []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: name}}},
-		}
-		for _, o := range objs {
-			if err := hub.Client.Create(ctx(t), o); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	role("editor-ed", "get", "update", "patch")
-	role("approver-amy", "get", "update", "patch", "approve")
-	as := func(user string) client.Client {
-		cfg := rest.CopyConfig(hub.Config)
-		cfg.Impersonate = rest.ImpersonationConfig{UserName: user}
-		c, err := client.New(cfg, client.Options{Scheme: hub.Client.Scheme()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return c
-	}
+	bindRole(t, ns, "editor-ed", "rollouts", "get", "update", "patch")
+	bindRole(t, ns, "approver-amy", "rollouts", "get", "update", "patch", "approve")
+	as := func(user string) client.Client { return impersonate(t, user) }
 	ro := &magosv1.Rollout{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: ns}, Spec: magosv1.RolloutSpec{ProjectRef: "web",
 		Strategy: magosv1.RolloutStrategy{Steps: []magosv1.RolloutStep{{Name: "prod", Selector: magosv1.MatchLabels(map[string]string{"env": "prod"}), RequireApproval: true}}}}}
 	if err := hub.Client.Create(ctx(t), ro); err != nil {
@@ -765,34 +742,16 @@ func TestWorkspaceRequestsNeedTheirVerbs(t *testing.T) {
 	if err := hub.Client.Create(ctx(t), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
 		t.Fatal(err)
 	}
-	for name, verbs := range map[string][]string{"watcher-wes": {"get", "patch"}, "operator-olga": {"get", "patch", "retry", "approve"}} {
-		objs := []client.Object{
-			&rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Rules: []rbacv1.PolicyRule{
-				{APIGroups: []string{magosv1.GroupVersion.Group}, Resources: []string{"workspaces"}, Verbs: verbs}}},
-			&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
-				RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: name},
-				Subjects: []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: name}}},
-		}
-		for _, o := range objs {
-			if err := hub.Client.Create(ctx(t), o); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
+	bindRole(t, ns, "watcher-wes", "workspaces", "get", "patch")
+	bindRole(t, ns, "operator-olga", "workspaces", "get", "patch", "retry", "approve")
 	ws := validWorkspace("app")
 	ws.Namespace = ns
 	if err := hub.Client.Create(ctx(t), ws); err != nil {
 		t.Fatal(err)
 	}
 	annotate := func(user string, values map[string]any) error {
-		cfg := rest.CopyConfig(hub.Config)
-		cfg.Impersonate = rest.ImpersonationConfig{UserName: user}
-		c, err := client.New(cfg, client.Options{Scheme: hub.Client.Scheme()})
-		if err != nil {
-			t.Fatal(err)
-		}
 		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": values}})
-		return c.Patch(ctx(t), ws.DeepCopy(), client.RawPatch(types.MergePatchType, patch))
+		return impersonate(t, user).Patch(ctx(t), ws.DeepCopy(), client.RawPatch(types.MergePatchType, patch))
 	}
 	for _, tc := range []struct {
 		name, user string
@@ -829,4 +788,34 @@ func TestWorkspaceRequestsNeedTheirVerbs(t *testing.T) {
 			})
 		})
 	}
+}
+
+// bindRole gives user the verbs on the Magos resource in namespace ns of the shared API server:
+// a Role and its RoleBinding, both named for the user.
+func bindRole(t *testing.T, ns, user, resource string, verbs ...string) {
+	t.Helper()
+	objs := []client.Object{
+		&rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: user, Namespace: ns}, Rules: []rbacv1.PolicyRule{
+			{APIGroups: []string{magosv1.GroupVersion.Group}, Resources: []string{resource}, Verbs: verbs}}},
+		&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: user, Namespace: ns},
+			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: user},
+			Subjects: []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: user}}},
+	}
+	for _, o := range objs {
+		if err := api.Client.Create(ctx(t), o); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// impersonate returns a client of the shared API server acting as user.
+func impersonate(t *testing.T, user string) client.Client {
+	t.Helper()
+	cfg := rest.CopyConfig(api.Config)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: user}
+	c, err := client.New(cfg, client.Options{Scheme: api.Client.Scheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }

@@ -297,3 +297,35 @@ func TestUnfencedGrantIgnoredWhenHubConnected(t *testing.T) {
 		t.Errorf("applied run %s, want %s", ws.Status.CurrentRunID, runID)
 	}
 }
+
+// TestRunKeepsItsGrantWhenAStaleOneIsReplayed: on an agent connected to a hub, a run granted in
+// full and planned keeps its grant: a stale grant replayed over it on the hub (another run)
+// does not stop its apply once it is approved. (A run granted its plan only would wait for an
+// apply grant of its own: TestPlanOnlyGrantWaitsForItsPlansApproval.)
+func TestRunKeepsItsGrantWhenAStaleOneIsReplayed(t *testing.T) {
+	t.Parallel()
+	const clusterName = "replayed"
+	c := startHubbedAgent(t, clusterName)
+
+	repo, _ := newRepo(t, map[string]string{"main.tf": moduleOK})
+	key := newWorkspace(t, c, "apps", "replayed", repo.URL(), func(ws *magosv1.Workspace) { ws.Spec.AutoApply = ptr.To(false) })
+	ws := pendingRun(t, c, key, magosv1.ReasonAwaitingRollout, "")
+	runID := ws.Status.CurrentRunID
+	mkey := mirrorKey(clusterName, key)
+	waitMirrorRun(t, c, mkey, runID)
+	annotate(t, c, mkey, map[string]any{keys.ExecutionAllowed: "true", keys.GrantedRun: runID, keys.GrantedBy: keys.GrantedByRollout})
+	waitFor(t, c, key, 120*time.Second, inPhase(magosv1.PhasePlanned, magosv1.ReasonPlanSucceeded))
+
+	annotate(t, c, mkey, map[string]any{keys.GrantedRun: "20260101T000000-0badc0de"})
+	waitFor(t, c, key, 30*time.Second, func(ws *magosv1.Workspace) error {
+		if ws.Annotations[keys.GrantedRun] != "20260101T000000-0badc0de" {
+			return fmt.Errorf("the replayed grant has not reached the Workspace")
+		}
+		return nil
+	})
+	annotate(t, c, key, map[string]any{keys.Approved: "true"})
+	ws = waitFor(t, c, key, 120*time.Second, inPhase(magosv1.PhaseApplied, magosv1.ReasonApplySucceeded))
+	if ws.Status.CurrentRunID != runID {
+		t.Errorf("applied run %s, want %s", ws.Status.CurrentRunID, runID)
+	}
+}

@@ -133,7 +133,7 @@ func (r *Reconciler) reset(ctx context.Context, ws *magosv1.Workspace, sched Sch
 	ws.Status.ObservedGeneration = ws.Generation
 	ws.Status.CurrentRunFor = runFor(ws)
 	ws.Status.PlannedInputs = ""
-	ws.Status.PlanDigest = ""
+	ws.Status.PlanDigest, ws.Status.PlanOnly = "", false
 	ws.Status.PolicyViolations = nil
 	setPhase(ws, magosv1.PhasePending, why.reason, why.message)
 	if err := r.commit(ctx, ws, sched, from); err != nil {
@@ -237,16 +237,17 @@ func approved(ws *magosv1.Workspace) bool {
 	return ws.Annotations[keys.Approved] == "true" || run != "" && run == ws.Status.CurrentRunID
 }
 
-// applyGranted reports whether the grant of the current run allows its apply. On an agent
-// connected to a hub the grant must be fenced to the run (granted-run), allow more than a plan
-// (granted-operation is not "plan": the hub waits for an approval) and, when it names a plan
-// (granted-plan), name this run's plan (status.planDigest); a grant naming another plan is
-// ignored, with an Event. A standalone agent applies as upstream does, unless such a grant
-// says otherwise.
+// applyGranted reports whether the grants allow the current run's apply. A run granted in full
+// applies: the grant is checked when a run starts, and a run in flight keeps it whatever grant
+// it holds later (a stale one replayed, say). A run granted its plan only (status.planOnly)
+// applies only under a grant fenced to it (granted-run) that allows more than a plan
+// (granted-operation is not "plan": the hub waits for an approval); and whenever the grant
+// fenced to the run names a plan (granted-plan), it must be this run's plan
+// (status.planDigest): a grant naming another plan is ignored, with an Event.
 func (r *Reconciler) applyGranted(ctx context.Context, ws *magosv1.Workspace) bool {
 	a := ws.Annotations
 	if a[keys.ExecutionAllowed] != "true" || a[keys.GrantedRun] != ws.Status.CurrentRunID || ws.Status.CurrentRunID == "" {
-		return !r.opts.HubConnected
+		return !ws.Status.PlanOnly
 	}
 	if a[keys.GrantedOperation] == keys.GrantedOperationPlan {
 		return false
@@ -300,6 +301,7 @@ func (r *Reconciler) startPlan(ctx context.Context, ws *magosv1.Workspace, sched
 	ws.Status.ObservedGeneration = ws.Generation
 	ws.Status.PlannedInputs = digest
 	ws.Status.PlanDigest = ""
+	ws.Status.PlanOnly = ws.Annotations[keys.GrantedOperation] == keys.GrantedOperationPlan
 	ws.Status.PolicyViolations = nil
 	ws.Status.ResourceChanges = nil
 	setPhase(ws, magosv1.PhasePlanning, magosv1.ReasonPlanJobCreated,

@@ -280,6 +280,11 @@ type WorkspaceStatus struct {
 	// (magosproject.io/granted-plan) applies only that plan. Set once the plan succeeded.
 	// +optional
 	PlanDigest string `json:"planDigest,omitempty"`
+	// PlanOnly is true when the current run was granted its plan only (its step requires
+	// approval): its apply needs a grant of its own, for this run, that allows the apply. A run
+	// granted in full applies whatever grant it holds later, as it always did.
+	// +optional
+	PlanOnly bool `json:"planOnly,omitempty"`
 
 	// Origin is set on the hub's mirrors: where the Workspace really lives.
 	// +optional

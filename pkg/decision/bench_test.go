@@ -69,7 +69,7 @@ func BenchmarkDecideControls(b *testing.B) {
 		if w.Labels["env"] != "staging" {
 			continue
 		}
-		w.Phase, w.PlanDigest, w.CurrentRevision = magosv1.PhasePlanned, "d-"+w.Key.Name, "rev-1"
+		w.Phase, w.PlanDigest, w.CurrentRevision, w.PlanOnly = magosv1.PhasePlanned, "d-"+w.Key.Name, "rev-1", true
 		w.Grant = Grant{Allowed: true, Run: w.RunID, PlanOnly: true}
 		a.Plans = append(a.Plans, magosv1.ApprovedPlan{Workspace: w.Key.String(), Revision: "rev-1", Digest: w.PlanDigest})
 	}

@@ -222,6 +222,7 @@ func (f *fleet) start() []Key {
 		if w.Grantable() && w.grantedCurrentRun() && f.clusters[w.Key.Cluster].Available {
 			w.Phase, w.Reason = magosv1.PhasePlanning, magosv1.ReasonPlanning
 			w.ObservedGeneration = w.Generation
+			w.PlanOnly = w.Grant.PlanOnly // as the agent records it
 			// The run plans the granted commit; else the detected one; else the ref's tip. A grant
 			// naming another commit than the detected one consumes the detection.
 			switch {
@@ -254,7 +255,7 @@ func (f *fleet) finish() int {
 			continue
 		}
 		n++
-		if w.Phase == magosv1.PhasePlanning && w.Grant.PlanOnly {
+		if w.Phase == magosv1.PhasePlanning && w.PlanOnly {
 			// The plan of a plan-only grant waits for its approval.
 			w.Phase, w.Reason, w.PlanDigest = magosv1.PhasePlanned, magosv1.ReasonPlanSucceeded, f.planOf(w)
 			continue
@@ -286,7 +287,7 @@ func (f *fleet) finish() int {
 func (f *fleet) reset(key Key, reason string) {
 	f.runs++
 	w := f.get(key)
-	w.Phase, w.Reason, w.PlanDigest = magosv1.PhasePending, reason, ""
+	w.Phase, w.Reason, w.PlanDigest, w.PlanOnly = magosv1.PhasePending, reason, "", false
 	w.RunID = fmt.Sprintf("run-%d-%s", f.runs+1, key.Name)
 }
 

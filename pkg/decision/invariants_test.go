@@ -75,7 +75,7 @@ func randomInput(rng *rand.Rand) Input {
 	// A settled fleet: every run finished well, so rollouts complete and rewind on the odd change.
 	settled := rng.Intn(4) == 0
 	// A gated fleet: settled, but with plans that wait for approval here and there.
-	gated := rng.Intn(4) == 0
+	gated := rng.Intn(3) == 0
 	settled = settled || gated
 	for i := 0; i < n; i++ {
 		w := Workspace{
@@ -126,6 +126,7 @@ func randomInput(rng *rand.Rand) Input {
 		}
 		if w.Phase == magosv1.PhasePlanned && rng.Intn(4) > 0 {
 			w.PlanDigest = pick(rng, []string{"d1", "d2"})
+			w.PlanOnly = rng.Intn(2) == 0
 		}
 		if w.Grant.Allowed && rng.Intn(3) == 0 {
 			w.Grant.PlanOnly = true
@@ -138,14 +139,18 @@ func randomInput(rng *rand.Rand) Input {
 			if rng.Intn(8) == 0 { // a failure a step's maxFailures may tolerate
 				w.Phase = magosv1.PhaseFailed
 			}
-			if gated && rng.Intn(2) == 0 { // a plan (mostly of the commit rolled out) waiting for approval
+			if gated && rng.Intn(3) > 0 { // a plan (mostly of the commit rolled out) waiting for approval
 				w.Phase, w.CurrentRevision, w.PlanDigest = magosv1.PhasePlanned, pick(rng, []string{"rev-1", "rev-1", "rev-1", "rev-2"}), pick(rng, []string{"d1", "d2"})
 				if w.RunID == "" {
 					w.RunID = "run-9"
 				}
+				w.PlanOnly = true
 				w.Grant = Grant{Allowed: true, Run: w.RunID, By: keys.GrantedByRollout, Revision: w.CurrentRevision, PlanOnly: rng.Intn(5) > 0}
-				if !w.Grant.PlanOnly {
+				switch rng.Intn(4) {
+				case 0:
 					w.Grant.Plan = "d3" // the plan changed since it was approved
+				case 1:
+					w.Grant.Run = "run-old" // a stale grant replayed over it
 				}
 			}
 		}
@@ -413,10 +418,11 @@ func checkInvariants(t *testing.T, in Input, d Decision) (tags []string) {
 		}
 		return revisionOf(d.Revisions, w.Source)
 	}
-	// parked: a plan that waits for an approval (granted a plan only, or bound to another plan).
+	// parked: a plan that waits for an approval: its run was granted its plan only, and it holds
+	// no grant its agent would apply it under.
 	parked := func(w Workspace) bool {
-		return w.Phase == magosv1.PhasePlanned && w.PlanDigest != "" && w.RunID != "" && w.Grant.Allowed && w.Grant.Run == w.RunID &&
-			(w.Grant.PlanOnly || w.Grant.Plan != "" && w.Grant.Plan != w.PlanDigest)
+		applies := w.Grant.Allowed && w.RunID != "" && w.Grant.Run == w.RunID && !w.Grant.PlanOnly && (w.Grant.Plan == "" || w.Grant.Plan == w.PlanDigest)
+		return w.Phase == magosv1.PhasePlanned && w.RunID != "" && w.PlanDigest != "" && w.PlanOnly && !applies
 	}
 	// gated: the decision's current step requires approval; approvalHolds: its approval names,
 	// with digest and commit, every plan of the step that waits for approval and is of the

@@ -77,6 +77,8 @@ type Workspace struct {
 	Grant Grant
 	// PlanDigest is status.planDigest: the digest of the current run's plan, once it succeeded.
 	PlanDigest string
+	// PlanOnly is status.planOnly: the current run was granted its plan only.
+	PlanOnly bool
 	// Changes are status.resourceChanges: what the last plan adds, changes and destroys.
 	Changes magosv1.ResourceChanges
 }

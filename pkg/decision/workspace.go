@@ -45,6 +45,7 @@ func FromWorkspace(cluster string, ws *magosv1.Workspace) Workspace {
 			Plan:     ann[keys.GrantedPlan],
 		},
 		PlanDigest: ws.Status.PlanDigest,
+		PlanOnly:   ws.Status.PlanOnly,
 		Changes:    ptr.Deref(ws.Status.ResourceChanges, magosv1.ResourceChanges{}),
 	}
 }
@@ -144,13 +145,13 @@ func (w Workspace) grantedCurrentRun() bool {
 	return w.Grant.Allowed && w.RunID != "" && w.Grant.Run == w.RunID
 }
 
-// AwaitingApproval reports whether the Workspace's plan waits for an approval: Planned, with a
-// plan digest, under a grant for its run that allows the plan only, or that is bound to
-// another plan (the plan changed since it was approved). Such a run is not counted as planning
-// or applying.
+// AwaitingApproval reports whether the Workspace's plan waits for an approval: its run was
+// granted its plan only (status.planOnly), it is Planned with a plan digest, and it holds no
+// grant the agent would apply it under (one for its run, allowing the apply, bound to no plan
+// or to this one). Such a run is not counted as planning or applying.
 func (w Workspace) AwaitingApproval() bool {
-	return w.Phase == magosv1.PhasePlanned && w.PlanDigest != "" && w.grantedCurrentRun() &&
-		(w.Grant.PlanOnly || w.Grant.Plan != "" && w.Grant.Plan != w.PlanDigest)
+	applies := w.grantedCurrentRun() && !w.Grant.PlanOnly && (w.Grant.Plan == "" || w.Grant.Plan == w.PlanDigest)
+	return w.Phase == magosv1.PhasePlanned && w.RunID != "" && w.PlanDigest != "" && w.PlanOnly && !applies
 }
 
 // Reported is the commit the Workspace reports for its source, and when its agent saw the

@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -83,6 +84,16 @@ func (o *Options) clientInNamespace() (client.Client, string, error) {
 	}
 	ns, err := o.Namespace()
 	return c, ns, err
+}
+
+// whoAmI returns the user name the API server knows the caller by (a SelfSubjectReview): the
+// name approvals and requests are written in, which the hub's admission policies check.
+func whoAmI(ctx context.Context, c client.Client) (string, error) {
+	review := &authenticationv1.SelfSubjectReview{}
+	if err := c.Create(ctx, review); err != nil {
+		return "", fmt.Errorf("finding out who you are (SelfSubjectReview): %w", err)
+	}
+	return review.Status.UserInfo.Username, nil
 }
 
 // Namespace returns the namespace of -n or of the current context.

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	authenticationv1 "k8s.io/api/authentication/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -89,11 +88,10 @@ func (o *Options) requestFromHub(cmd *cobra.Command, cluster, name, key string) 
 	case key == keys.ApproveRun && phase != magosv1.PhasePlanned:
 		return fmt.Errorf("workspace %s/%s of cluster %s is %s (run %s): only a Planned run can be approved", ns, name, cluster, orDash(string(phase)), run)
 	}
-	review := &authenticationv1.SelfSubjectReview{}
-	if err := c.Create(ctx, review); err != nil {
-		return fmt.Errorf("finding out who you are (SelfSubjectReview): %w", err)
+	user, err := whoAmI(ctx, c)
+	if err != nil {
+		return err
 	}
-	user := review.Status.UserInfo.Username
 	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{
 		"resourceVersion": m.ResourceVersion,
 		"annotations":     map[string]string{key: run, keys.RequestedBy: user},

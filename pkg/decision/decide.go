@@ -97,7 +97,7 @@ type step struct {
 
 // awaitingApproval reports whether every member of the step that has not applied or failed has
 // a plan waiting for an approval, and the step's approval (if any) does not cover them.
-func (s *step) awaitingApproval(ms []member) bool {
+func (s *step) awaitingApproval() bool {
 	return s.spec.RequireApproval && len(s.plans) > 0 && s.approval == nil &&
 		s.applied+s.failed+int32(len(s.plans)) == int32(len(s.matched))
 }
@@ -419,7 +419,7 @@ func decideRollout(d *Decision, in Input, ms []member) {
 		d.Message = fmt.Sprintf("Waiting for %s (step %s: %d/%d applied)",
 			strings.Join(waiting, "; "), s.spec.Name, s.applied, len(s.matched))
 		s.phase = magosv1.StepWaiting
-	} else if s.awaitingApproval(ms) {
+	} else if s.awaitingApproval() {
 		d.Reason = magosv1.ReasonAwaitingApproval
 		d.Message = fmt.Sprintf("Step %s awaits approval of %d plan(s): magosctl rollout approve %s --step %s",
 			s.spec.Name, len(s.plans), ro.Name, s.spec.Name)
@@ -483,7 +483,7 @@ func approvals(s *step, ms []member, ro *magosv1.Rollout) (voided string) {
 		case p.Digest != w.PlanDigest:
 			why = fmt.Sprintf("the plan of %s is now %s, it approved %s", w.Key, w.PlanDigest, p.Digest)
 		case p.Revision != w.CurrentRevision:
-			why = fmt.Sprintf("the plan of %s is of commit %s, it approved commit %s", w.Key, short(w.CurrentRevision), short(p.Revision))
+			why = fmt.Sprintf("the plan of %s is of commit %.12s, it approved commit %.12s", w.Key, w.CurrentRevision, p.Revision)
 		}
 		if why != "" {
 			return fmt.Sprintf("the approval by %s at %s no longer holds: %s", a.ApprovedBy, a.ApprovedAt.UTC().Format(time.RFC3339), why)
@@ -496,9 +496,6 @@ func approvals(s *step, ms []member, ro *magosv1.Rollout) (voided string) {
 	}
 	return ""
 }
-
-// short is the first 12 characters of a commit SHA.
-func short(sha string) string { return sha[:min(len(sha), 12)] }
 
 // grantMatched marks the grantable members of the current step in available clusters to be
 // granted, at most the step's maxConcurrency planning or applying at once: members in flight and

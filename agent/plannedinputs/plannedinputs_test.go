@@ -18,12 +18,13 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	"github.com/magosfleet/magos/agent/execution"
 	"github.com/magosfleet/magos/agent/plannedinputs"
+	"github.com/magosfleet/magos/pkg/localcluster"
 	"github.com/magosfleet/magos/pkg/runner"
+	"github.com/magosfleet/magos/pkg/testenv"
 )
 
 // secretValue is the sensitive literal of baseRun: a weak secret, the kind one guesses offline.
@@ -232,8 +233,33 @@ func guessAgainst(target string, candidates []string, digest func(*execution.Run
 
 var keySecret = types.NamespacedName{Namespace: "magos-system", Name: "magos-agent-inputs-key"}
 
-func newClient(objs ...client.Object) client.WithWatch {
-	return fake.NewClientBuilder().WithObjects(objs...).Build()
+// keysServer starts a real API server for TestKeys (the key is kept, raced for and refused as
+// an API server does it) and returns newClient: a client of it, on which the key's Secret is
+// gone and objs are created.
+func keysServer(t *testing.T) (newClient func(objs ...client.Object) client.WithWatch) {
+	fleet := testenv.Start(t, localcluster.Options{NoHub: true, Spokes: []string{"agent"}, Bare: true})
+	cfg := fleet.Cluster("agent").Config
+	c, err := client.NewWithWatch(cfg, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: keySecret.Namespace}}); err != nil {
+		t.Fatal(err)
+	}
+	return func(objs ...client.Object) client.WithWatch {
+		t.Helper()
+		ctx := context.Background()
+		old := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: keySecret.Namespace, Name: keySecret.Name}}
+		if err := c.Delete(ctx, old); err != nil && !apierrors.IsNotFound(err) {
+			t.Fatal(err)
+		}
+		for _, o := range objs {
+			if err := c.Create(ctx, o); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return c
+	}
 }
 
 func keyOf(t *testing.T, c client.Client, secret types.NamespacedName) []byte {
@@ -253,6 +279,7 @@ func keyOf(t *testing.T, c client.Client, secret types.NamespacedName) []byte {
 // empty, or a new Secret), and every later start, or another replica, reads the same.
 func TestKeys(t *testing.T) {
 	ctx := context.Background()
+	newClient := keysServer(t)
 	stored := func(c client.Client) []byte {
 		s := &corev1.Secret{}
 		if err := c.Get(ctx, keySecret, s); err != nil {

@@ -57,6 +57,29 @@ type ClusterSpec struct {
 	// Kubeconfig of a direct cluster.
 	// +optional
 	Kubeconfig *KubeconfigSource `json:"kubeconfig,omitempty"`
+
+	// Namespaces are the hub namespaces whose Projects and Rollouts this cluster's Workspaces
+	// may join, from the bindings of the hub's config file; "*" is every namespace. A cluster
+	// bound to none brings no Workspace into any Project: its Workspaces never count in, halt
+	// or receive a grant from one.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=1000
+	// +kubebuilder:validation:items:MaxLength=63
+	Namespaces []string `json:"namespaces,omitempty"`
+}
+
+// AllNamespaces in ClusterSpec.Namespaces binds a cluster to every hub namespace.
+const AllNamespaces = "*"
+
+// Binds reports whether the cluster may bring Workspaces into Projects of the hub namespace.
+func (c *Cluster) Binds(namespace string) bool {
+	for _, ns := range c.Spec.Namespaces {
+		if ns == AllNamespaces || ns == namespace {
+			return true
+		}
+	}
+	return false
 }
 
 // ClusterStatus is the health of a registered cluster.
@@ -106,6 +129,7 @@ type ClusterStatus struct {
 // +kubebuilder:printcolumn:name="Transport",type=string,JSONPath=`.spec.transport`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Available",type=string,JSONPath=`.status.conditions[?(@.type=="Available")].reason`
+// +kubebuilder:printcolumn:name="Namespaces",type=string,JSONPath=`.spec.namespaces`,priority=1
 // +kubebuilder:printcolumn:name="Workspaces",type=integer,JSONPath=`.status.workspaces`
 // +kubebuilder:printcolumn:name="Heartbeat",type=date,JSONPath=`.status.lastHeartbeatTime`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`

@@ -24,14 +24,15 @@ import (
 )
 
 // singleClusterHubValues are the hub's values of docs/install.md's single-cluster setup: the
-// cluster registered as a direct cluster of itself, with its kubeconfig in a Secret.
+// cluster registered as a direct cluster of itself, with its kubeconfig in a Secret, and bound to
+// every namespace.
 func singleClusterHubValues() map[string]any {
 	return map[string]any{
 		"config": map[string]any{"clusters": []any{map[string]any{
 			"name": "local",
 			"kubeconfig": map[string]any{"secretRef": map[string]any{
 				"namespace": namespace, "name": "local-kubeconfig", "key": "kubeconfig"}},
-		}}},
+		}}, "bindings": []any{map[string]any{"namespaces": []any{"*"}, "clusters": []any{"local"}}}},
 		"admissionPolicy": map[string]any{"enabled": false},
 	}
 }
@@ -233,7 +234,8 @@ func checkAccess(ctx context.Context, t *testing.T, cs kubernetes.Interface) {
 		{"magos-agent", namespace, "create", "", "secrets", "", "", false},
 		{"magos-agent", "", "list", "", "secrets", "", "", false},
 		{"magos-hub", "magos-cluster-x", "create", "rbac.authorization.k8s.io", "roles", "", "", true},
-		{"magos-hub", "magos-cluster-x", "create", "", "serviceaccounts", "token", "", true},
+		{"magos-hub", "magos-cluster-x", "create", "", "serviceaccounts", "token", "magos-agent", true},
+		{"magos-hub", "kube-system", "create", "", "serviceaccounts", "token", "default", false},
 		{"magos-hub", "payments", "create", "batch", "jobs", "", "", false},
 		// Secrets: get the direct cluster's kubeconfig Secret, and nothing else.
 		{"magos-hub", namespace, "get", "", "secrets", "", "local-kubeconfig", true},

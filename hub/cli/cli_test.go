@@ -60,7 +60,10 @@ func setup(t *testing.T) fixture {
 	for _, name := range []string{"us-east-1", "eu-west-1"} {
 		cl := &magosv1.Cluster{
 			ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"region": name}},
-			Spec:       magosv1.ClusterSpec{Transport: magosv1.TransportAgent},
+			Spec:       magosv1.ClusterSpec{Transport: magosv1.TransportAgent, Namespaces: []string{"default", "web"}},
+		}
+		if name == "eu-west-1" {
+			cl.Spec.Namespaces = []string{magosv1.AllNamespaces}
 		}
 		f.create(t, cl)
 		now := metav1.Now()
@@ -124,7 +127,7 @@ func (f fixture) mirror(t *testing.T, cluster, name, project string, phase magos
 func TestClusters(t *testing.T) {
 	f := setup(t)
 	out := mustRun(t, f.hub.Kubeconfig, "clusters")
-	for _, want := range []string{"NAME", "eu-west-1", "us-east-1", "agent", "AgentHeartbeating", "region=us-east-1"} {
+	for _, want := range []string{"NAME", "eu-west-1", "us-east-1", "agent", "AgentHeartbeating", "region=us-east-1", "NAMESPACES", "default,web", "*"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("clusters output lacks %q:\n%s", want, out)
 		}

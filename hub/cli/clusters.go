@@ -3,6 +3,7 @@ package cli
 import (
 	"fmt"
 	"sort"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
@@ -15,7 +16,7 @@ import (
 func newClustersCommand(o *Options) *cobra.Command {
 	return &cobra.Command{
 		Use:   "clusters",
-		Short: "List the registered clusters and their health (run against the hub)",
+		Short: "List the registered clusters, their health and the hub namespaces they are bound to (run against the hub)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c, err := o.Client()
@@ -37,7 +38,7 @@ func newClustersCommand(o *Options) *cobra.Command {
 
 func (o *Options) printClusters(clusters []magosv1.Cluster) error {
 	w := tabwriter.NewWriter(o.Out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "NAME\tTRANSPORT\tREADY\tAVAILABLE\tWORKSPACES\tHEARTBEAT\tLABELS")
+	fmt.Fprintln(w, "NAME\tTRANSPORT\tREADY\tAVAILABLE\tWORKSPACES\tHEARTBEAT\tNAMESPACES\tLABELS")
 	for _, cl := range clusters {
 		ready, available := "Unknown", "Unknown"
 		if c := meta.FindStatusCondition(cl.Status.Conditions, magosv1.ConditionReady); c != nil {
@@ -50,8 +51,12 @@ func (o *Options) printClusters(clusters []magosv1.Cluster) error {
 		if cl.Status.LastHeartbeatTime != nil {
 			heartbeat = duration.HumanDuration(o.Now().Sub(cl.Status.LastHeartbeatTime.Time)) + " ago"
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", cl.Name, cl.Spec.Transport, ready, available,
-			cl.Status.Workspaces, heartbeat, formatLabels(cl.Labels))
+		bound := "<none>"
+		if len(cl.Spec.Namespaces) > 0 {
+			bound = strings.Join(cl.Spec.Namespaces, ",")
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", cl.Name, cl.Spec.Transport, ready, available,
+			cl.Status.Workspaces, heartbeat, bound, formatLabels(cl.Labels))
 	}
 	return w.Flush()
 }

@@ -23,7 +23,6 @@ import (
 
 	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
 	"github.com/magosfleet/magos/pkg/decision"
-	"github.com/magosfleet/magos/pkg/keys"
 	"github.com/magosfleet/magos/pkg/mirror"
 )
 
@@ -259,14 +258,20 @@ type row struct {
 
 func renderRollout(r *magosv1.Rollout, clusters []magosv1.Cluster, mirrors []magosv1.Workspace, now time.Time) string {
 	clusterLabels := map[string]labels.Set{}
+	bound := map[string]bool{}
 	for _, cl := range clusters {
 		clusterLabels[cl.Name] = cl.Labels
+		bound[cl.Name] = cl.Binds(r.Namespace)
 	}
 	var members []decision.Workspace
 	byKey := map[decision.Key]*magosv1.Workspace{}
 	for i := range mirrors {
 		m := &mirrors[i]
-		w := decision.FromWorkspace(m.Labels[keys.Cluster], m)
+		cluster, ok := mirror.ClusterOf(m.Namespace)
+		if !ok || !bound[cluster] || mirror.Check(cluster, m) != nil {
+			continue // a mirror the hub leaves out of the decision (as fleetview.View does)
+		}
+		w := decision.FromWorkspace(cluster, m)
 		if !w.MemberOf(r.Namespace, r.Spec.ProjectRef) {
 			continue
 		}

@@ -38,6 +38,26 @@ const (
 	ReasonNotSynced = "NotSynced"
 )
 
+// Reasons the hub takes no part of a Workspace it reads (Refusal.Reason, and the reason of the
+// Warning Event recorded on it).
+const (
+	// ReasonClusterNotBound: the Workspace's cluster is not bound to the hub namespace of its
+	// Project (the bindings of the hub's config file).
+	ReasonClusterNotBound = "ClusterNotBound"
+	// ReasonMirrorRejected: the mirror fails mirror.Check (it claims another cluster or origin).
+	ReasonMirrorRejected = "MirrorRejected"
+)
+
+// Refusal is a Workspace the hub read and takes no part of: it never counts in, halts or
+// receives a grant from a Project or Rollout of the namespace.
+type Refusal struct {
+	Target Target
+	// Reason is ReasonClusterNotBound or ReasonMirrorRejected.
+	Reason string
+	// Message says why, in words.
+	Message string
+}
+
 // DefaultClusterTimeout bounds how long reading one cluster's Workspaces may take.
 const DefaultClusterTimeout = 5 * time.Second
 
@@ -65,6 +85,11 @@ type Snapshot struct {
 	Workspaces []decision.Workspace
 	// Targets tells where each Workspace can be written.
 	Targets map[decision.Key]Target
+	// Refused are the Workspaces read and left out of the decision: those of clusters not
+	// bound to the namespace, and mirrors that fail mirror.Check.
+	Refused []Refusal
+	// readmitted are Workspaces in the decision that still carry a refusal from before.
+	readmitted []Target
 
 	view    *View
 	engaged map[string]cluster.Cluster
@@ -150,6 +175,7 @@ func NewView(mgr mcmanager.Manager, opts ViewOptions) *View {
 type clusterRead struct {
 	cl        cluster.Cluster
 	seen      []seen
+	rejected  []Refusal
 	err       error
 	notEngage bool
 }
@@ -188,6 +214,23 @@ func (v *View) Snapshot(ctx context.Context, namespace string) (*Snapshot, error
 	live := make(map[lastKey]bool, len(reads))
 	for i := range registered.Items {
 		c, r := &registered.Items[i], reads[i]
+		answered := !r.notEngage && r.err == nil
+		if answered {
+			s.Refused = append(s.Refused, r.rejected...)
+		}
+		if !c.Binds(namespace) {
+			// Not part of this namespace's fleet: no Workspace of it counts, and the cluster
+			// itself neither (its health can hold no step here).
+			if answered {
+				s.engaged[c.Name] = r.cl
+				for _, f := range r.seen {
+					s.Refused = append(s.Refused, Refusal{Target: f.target, Reason: ReasonClusterNotBound, Message: fmt.Sprintf(
+						"cluster %s is not bound to hub namespace %s (the bindings of the hub's config file): this Workspace joins no Project or Rollout there",
+						c.Name, namespace)})
+				}
+			}
+			continue
+		}
 		rc := decision.Cluster{Name: c.Name, Labels: c.Labels}
 		rc.Available, rc.Reason = available(c)
 		// The hub knows an agent cluster's Workspaces once the agent completed a sync (the
@@ -226,6 +269,9 @@ func (v *View) Snapshot(ctx context.Context, namespace string) (*Snapshot, error
 			}
 			s.Targets[f.ws.Key] = f.target
 			s.Workspaces = append(s.Workspaces, f.ws)
+			if _, ok := f.target.Workspace.Annotations[keys.HubRefusal]; ok {
+				s.readmitted = append(s.readmitted, f.target)
+			}
 		}
 	}
 	// Forget removed clusters: their Workspaces drop out of every decision.
@@ -238,7 +284,8 @@ func (v *View) Snapshot(ctx context.Context, namespace string) (*Snapshot, error
 }
 
 // read lists the Workspaces of namespace the hub sees in cluster c. For an agent cluster these
-// are the mirrors of the cluster's Workspaces (in the cluster's hub namespace); for a direct
+// are the mirrors of the cluster's Workspaces: what lives in the cluster's hub namespace, the
+// only one its agent may write, and passes mirror.Check (the rest is rejected). For a direct
 // cluster, the spoke's own Workspaces (mirrors there belong to other clusters and are skipped).
 func (v *View) read(ctx context.Context, c *magosv1.Cluster, namespace string) clusterRead {
 	var r clusterRead
@@ -254,7 +301,7 @@ func (v *View) read(ctx context.Context, c *magosv1.Cluster, namespace string) c
 	var list magosv1.WorkspaceList
 	opts := []client.ListOption{client.UnsafeDisableDeepCopy}
 	if agent {
-		opts = append(opts, client.MatchingLabels{keys.Mirror: "true", keys.Cluster: c.Name, keys.OriginNamespace: namespace})
+		opts = append(opts, client.InNamespace(mirror.Namespace(c.Name)), client.MatchingLabels{keys.Mirror: "true", keys.OriginNamespace: namespace})
 	} else {
 		opts = append(opts, client.InNamespace(namespace))
 	}
@@ -268,14 +315,15 @@ func (v *View) read(ctx context.Context, c *magosv1.Cluster, namespace string) c
 		if agent != mirror.IsMirror(ws) {
 			continue
 		}
-		if agent && ws.Namespace != mirror.Namespace(c.Name) {
-			// Only the cluster's own hub namespace speaks for it.
-			continue
+		target := Target{Cluster: c.Name, Namespace: ws.Namespace, Name: ws.Name, Workspace: ws}
+		if agent {
+			if err := mirror.Check(c.Name, ws); err != nil {
+				r.rejected = append(r.rejected, Refusal{Target: target, Reason: ReasonMirrorRejected,
+					Message: "ignored: " + err.Error() + " (the hub believes a mirror only in its own cluster's namespace, with that cluster's label and its origin's name)"})
+				continue
+			}
 		}
-		r.seen = append(r.seen, seen{
-			ws:     decision.FromWorkspace(c.Name, ws),
-			target: Target{Cluster: c.Name, Namespace: ws.Namespace, Name: ws.Name, Workspace: ws},
-		})
+		r.seen = append(r.seen, seen{ws: decision.FromWorkspace(c.Name, ws), target: target})
 	}
 	return r
 }

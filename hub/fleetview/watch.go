@@ -3,6 +3,7 @@ package fleetview
 import (
 	"context"
 	"maps"
+	"slices"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/types"
@@ -82,7 +83,7 @@ func EnqueueAll(hub client.Reader, list client.ObjectList) mchandler.TypedEventH
 
 // ClusterChanged passes the Cluster events that can change a decision: creation, deletion,
 // and updates of the registered labels, the transport, the Available or Engaged condition, or
-// the agent's first complete sync. Heartbeat bookkeeping (lastHeartbeatTime, counts) does not
+// the agent's first complete sync, or the namespaces it is bound to. Heartbeat bookkeeping (lastHeartbeatTime, counts) does not
 // pass.
 func ClusterChanged() predicate.Predicate {
 	return predicate.Funcs{
@@ -92,7 +93,7 @@ func ClusterChanged() predicate.Predicate {
 			if !ok1 || !ok2 {
 				return true
 			}
-			if !maps.Equal(o.Labels, n.Labels) || o.Spec.Transport != n.Spec.Transport {
+			if !maps.Equal(o.Labels, n.Labels) || o.Spec.Transport != n.Spec.Transport || !slices.Equal(o.Spec.Namespaces, n.Spec.Namespaces) {
 				return true
 			}
 			if (o.Status.SyncedSince == nil) != (n.Status.SyncedSince == nil) {

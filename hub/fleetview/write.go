@@ -68,6 +68,7 @@ func (s *Snapshot) Write(ctx context.Context, d decision.Decision, opts WriteOpt
 	if opts.Concurrency <= 0 {
 		opts.Concurrency = DefaultWriteConcurrency
 	}
+	noticeErr := s.writeNotices(ctx, opts)
 	type job struct {
 		change decision.Change
 		grant  bool
@@ -80,7 +81,7 @@ func (s *Snapshot) Write(ctx context.Context, d decision.Decision, opts WriteOpt
 		jobs = append(jobs, job{r, false})
 	}
 	if len(jobs) == 0 {
-		return Outcome{}, nil
+		return Outcome{}, noticeErr
 	}
 	reacted := s.newestChange(d.Members)
 
@@ -128,7 +129,64 @@ func (s *Snapshot) Write(ctx context.Context, d decision.Decision, opts WriteOpt
 		revokesTotal.WithLabelValues(opts.By).Inc()
 		recordEvent(opts, written[r.Key], corev1.EventTypeNormal, EventRevoked, "Revoke", "Revoked the grant of %s", r.Key.String())
 	}
-	return out, errors.Join(errs...)
+	return out, errors.Join(append(errs, noticeErr)...)
+}
+
+// writeNotices tells what the hub refuses: a Warning Event on each refused Workspace and, where
+// its cluster is not bound to the namespace, keys.HubRefusal on it (with any grant it held
+// removed); a Workspace counted again loses its keys.HubRefusal. The Events API folds the
+// Event of every pass into one series per Workspace.
+func (s *Snapshot) writeNotices(ctx context.Context, opts WriteOptions) error {
+	var errs []error
+	for _, r := range s.Refused {
+		if opts.Recorder != nil {
+			opts.Recorder.Eventf(r.Target.Workspace, opts.Regarding, corev1.EventTypeWarning, r.Reason, "Refuse", "%s", r.Message)
+		}
+		if r.Reason != ReasonClusterNotBound || refusalShown(r.Target.Workspace, r.Message) {
+			continue
+		}
+		annotations := map[string]any{keys.HubRefusal: r.Message}
+		for _, k := range mirror.GrantKeys {
+			annotations[k] = nil
+		}
+		errs = append(errs, s.patchAnnotations(ctx, r.Target, annotations))
+	}
+	for _, t := range s.readmitted {
+		errs = append(errs, s.patchAnnotations(ctx, t, map[string]any{keys.HubRefusal: nil}))
+	}
+	return errors.Join(errs...)
+}
+
+// refusalShown reports whether ws already carries the refusal message and no grant.
+func refusalShown(ws *magosv1.Workspace, message string) bool {
+	a := ws.GetAnnotations()
+	if a[keys.HubRefusal] != message {
+		return false
+	}
+	for _, k := range mirror.GrantKeys {
+		if _, ok := a[k]; ok {
+			return false
+		}
+	}
+	return true
+}
+
+// patchAnnotations merges annotations (nil values remove) into the Workspace of t.
+func (s *Snapshot) patchAnnotations(ctx context.Context, t Target, annotations map[string]any) error {
+	cl, ok := s.engaged[t.Cluster]
+	if !ok {
+		return nil
+	}
+	body, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": annotations}})
+	if err != nil {
+		return fmt.Errorf("encoding the annotations of %s/%s: %w", t.Namespace, t.Name, err)
+	}
+	ws := &magosv1.Workspace{}
+	ws.Namespace, ws.Name = t.Namespace, t.Name
+	if err := cl.GetClient().Patch(ctx, ws, client.RawPatch(types.MergePatchType, body)); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("patching Workspace %s/%s in cluster %s: %w", t.Namespace, t.Name, t.Cluster, err)
+	}
+	return nil
 }
 
 // recordEvent records an Event on the deciding object, related to the Workspace as the hub sees it.

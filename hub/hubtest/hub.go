@@ -79,8 +79,8 @@ func Start(t testing.TB, spokes ...string) *Hub {
 	return h
 }
 
-// Register creates the hub Cluster object of a direct cluster with the given labels and marks
-// it Available.
+// Register creates the hub Cluster object of a direct cluster with the given labels, bound to
+// every hub namespace, and marks it Available.
 func (h *Hub) Register(t testing.TB, name string, labels map[string]string) {
 	t.Helper()
 	ctx := context.Background()
@@ -93,6 +93,7 @@ func (h *Hub) Register(t testing.TB, name string, labels map[string]string) {
 		Spec: magosv1.ClusterSpec{
 			Transport:  magosv1.TransportDirect,
 			Kubeconfig: &magosv1.KubeconfigSource{Path: kubeconfig},
+			Namespaces: []string{magosv1.AllNamespaces},
 		},
 	}
 	if err := h.Client.Create(ctx, c); err != nil {
@@ -101,12 +102,13 @@ func (h *Hub) Register(t testing.TB, name string, labels map[string]string) {
 	h.SetAvailable(t, name, true, magosv1.ReasonReachable)
 }
 
-// RegisterAgent creates the hub Cluster object of an agent cluster and marks it Available.
+// RegisterAgent creates the hub Cluster object of an agent cluster, bound to every hub
+// namespace, and marks it Available.
 func (h *Hub) RegisterAgent(t testing.TB, name string, labels map[string]string) {
 	t.Helper()
 	c := &magosv1.Cluster{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
-		Spec:       magosv1.ClusterSpec{Transport: magosv1.TransportAgent},
+		Spec:       magosv1.ClusterSpec{Transport: magosv1.TransportAgent, Namespaces: []string{magosv1.AllNamespaces}},
 	}
 	if err := h.Client.Create(context.Background(), c); err != nil {
 		t.Fatalf("registering agent cluster %s: %v", name, err)

@@ -6,10 +6,14 @@ package registry
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/spf13/pflag"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
@@ -30,6 +34,9 @@ const MaxClusterNameLength = 40
 type Config struct {
 	// Clusters are the registered clusters.
 	Clusters []ClusterConfig `mapstructure:"clusters"`
+	// Bindings say which clusters may bring Workspaces into the Projects of which hub
+	// namespaces. A cluster no binding names brings none into any.
+	Bindings []BindingConfig `mapstructure:"bindings"`
 
 	// LeaderElect runs one active hub among replicas.
 	LeaderElect bool `mapstructure:"leaderElect"`
@@ -62,6 +69,22 @@ type ClusterConfig struct {
 	Agent *AgentConfig `mapstructure:"agent"`
 	// Kubeconfig registers a direct cluster: the hub connects to the spoke with it.
 	Kubeconfig *KubeconfigConfig `mapstructure:"kubeconfig"`
+
+	// Namespaces are the hub namespaces the bindings give the cluster (sorted; "*" alone for
+	// every namespace). Validate fills them in; they are not a key of the file.
+	Namespaces []string `mapstructure:"-"`
+}
+
+// BindingConfig binds clusters, by name or by label, to hub namespaces: their Workspaces may
+// join the Projects and Rollouts there. At least one of Clusters and ClusterSelector is set;
+// a cluster either names is bound.
+type BindingConfig struct {
+	// Namespaces are hub namespace names, or "*" for every namespace.
+	Namespaces []string `mapstructure:"namespaces"`
+	// Clusters are registered cluster names.
+	Clusters []string `mapstructure:"clusters"`
+	// ClusterSelector selects registered clusters by their labels.
+	ClusterSelector *metav1.LabelSelector `mapstructure:"clusterSelector"`
 }
 
 // AgentConfig is the (empty) configuration of an agent cluster.
@@ -158,7 +181,68 @@ func (c *Config) Validate() error {
 			}
 		}
 	}
+	c.bind(&errs, seen)
 	return errs.Err()
+}
+
+// bind checks the bindings and fills in each cluster's Namespaces.
+func (c *Config) bind(errs *config.Errors, registered map[string]int) {
+	bound := make([]map[string]bool, len(c.Clusters))
+	for i, b := range c.Bindings {
+		key := fmt.Sprintf("bindings[%d]", i)
+		if len(b.Namespaces) == 0 {
+			errs.Add(key+".namespaces", "must name at least one hub namespace (or \"*\" for every namespace)")
+		}
+		for j, ns := range b.Namespaces {
+			if msgs := validation.IsDNS1123Label(ns); ns != magosv1.AllNamespaces && len(msgs) > 0 {
+				errs.Add(fmt.Sprintf("%s.namespaces[%d]", key, j), "must be a namespace name or \"*\", got %q", ns)
+			}
+		}
+		if len(b.Clusters) == 0 && b.ClusterSelector == nil {
+			errs.Add(key, "set clusters (registered cluster names), clusterSelector (cluster labels) or both")
+		}
+		var sel labels.Selector
+		if b.ClusterSelector != nil {
+			var err error
+			if sel, err = metav1.LabelSelectorAsSelector(b.ClusterSelector); err != nil {
+				errs.Add(key+".clusterSelector", "%v", err)
+				sel = labels.Nothing()
+			}
+		}
+		named := map[string]bool{}
+		for j, name := range b.Clusters {
+			if _, ok := registered[name]; !ok {
+				errs.Add(fmt.Sprintf("%s.clusters[%d]", key, j), "no registered cluster is named %q", name)
+			}
+			named[name] = true
+		}
+		for k := range c.Clusters {
+			cl := &c.Clusters[k]
+			if !named[cl.Name] && (sel == nil || !sel.Matches(labels.Set(cl.Labels))) {
+				continue
+			}
+			if bound[k] == nil {
+				bound[k] = map[string]bool{}
+			}
+			for _, ns := range b.Namespaces {
+				bound[k][ns] = true
+			}
+		}
+	}
+	for k := range c.Clusters {
+		c.Clusters[k].Namespaces = nil
+		switch {
+		case bound[k][magosv1.AllNamespaces]:
+			c.Clusters[k].Namespaces = []string{magosv1.AllNamespaces}
+		case len(bound[k]) > 0:
+			c.Clusters[k].Namespaces = slices.Sorted(maps.Keys(bound[k]))
+		}
+	}
+}
+
+// Spec is the Cluster object's spec for a registered cluster.
+func (c ClusterConfig) Spec() magosv1.ClusterSpec {
+	return magosv1.ClusterSpec{Transport: c.Transport(), Kubeconfig: c.KubeconfigSource(), Namespaces: c.Namespaces}
 }
 
 // Transport is the transport of a registered cluster: agent or direct.

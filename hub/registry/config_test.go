@@ -3,6 +3,7 @@ package registry_test
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -51,6 +52,43 @@ clusters:
 	}
 }
 
+// TestLoadConfigBindings: bindings by name and by label resolve into each cluster's bound
+// namespaces, "*" wins, and a cluster no binding names is bound to none.
+func TestLoadConfigBindings(t *testing.T) {
+	cfg, err := registry.LoadConfig(writeConfig(t, `
+clusters:
+  - {name: eu-1, labels: {team: payments}, agent: {}}
+  - {name: eu-2, labels: {team: payments, env: prod}, agent: {}}
+  - {name: us-1, labels: {team: search}, agent: {}}
+  - {name: lab, agent: {}}
+  - {name: local, kubeconfig: {path: /etc/magos/hub.kubeconfig}}
+bindings:
+  - namespaces: [payments, payments-staging]
+    clusterSelector: {matchLabels: {team: payments}}
+  - namespaces: [search]
+    clusters: [us-1, eu-2]
+  - namespaces: [payments]
+    clusterSelector: {matchExpressions: [{key: env, operator: In, values: [prod]}]}
+  - namespaces: ["*"]
+    clusters: [local]
+`), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string][]string{
+		"eu-1":  {"payments", "payments-staging"},
+		"eu-2":  {"payments", "payments-staging", "search"},
+		"us-1":  {"search"},
+		"lab":   nil,
+		"local": {"*"},
+	}
+	for _, cl := range cfg.Clusters {
+		if got := cl.Spec().Namespaces; !slices.Equal(got, want[cl.Name]) {
+			t.Errorf("%s bound to %v, want %v", cl.Name, got, want[cl.Name])
+		}
+	}
+}
+
 func TestLoadConfigErrorsNameTheKey(t *testing.T) {
 	long := strings.Repeat("a", 41)
 	cases := map[string]struct {
@@ -68,13 +106,21 @@ func TestLoadConfigErrorsNameTheKey(t *testing.T) {
 		"no transport":    {"clusters:\n  - name: a\n", "clusters[0]: set exactly one of agent: {}"},
 		"kubeconfig both": {"clusters:\n  - name: a\n    kubeconfig: {path: /x, secretRef: {namespace: n, name: s}}\n",
 			"clusters[0].kubeconfig: set exactly one of path and secretRef"},
-		"kubeconfig empty":     {"clusters:\n  - name: a\n    kubeconfig: {}\n", "clusters[0].kubeconfig: set exactly one of path"},
-		"secret no name":       {"clusters:\n  - name: a\n    kubeconfig: {secretRef: {namespace: n}}\n", "clusters[0].kubeconfig.secretRef.name"},
-		"bad label value":      {"clusters:\n  - name: a\n    agent: {}\n    labels: {env: 'not ok!'}\n", "clusters[0].labels[env]: must be a label value"},
-		"bad label key":        {"clusters:\n  - name: a\n    agent: {}\n    labels: {'-x': y}\n", "clusters[0].labels[-x]: must be a label key"},
-		"second entry only":    {"clusters:\n  - name: ok\n    agent: {}\n  - name: Bad\n    agent: {}\n", "clusters[1].name"},
-		"grace not a duration": {"projectParallelGracePeriod: soon\nclusters: []\n", "projectParallelGracePeriod"},
-		"grace zero":           {"projectParallelGracePeriod: 0s\nclusters: []\n", "projectParallelGracePeriod: must be a positive duration"},
+		"kubeconfig empty":      {"clusters:\n  - name: a\n    kubeconfig: {}\n", "clusters[0].kubeconfig: set exactly one of path"},
+		"secret no name":        {"clusters:\n  - name: a\n    kubeconfig: {secretRef: {namespace: n}}\n", "clusters[0].kubeconfig.secretRef.name"},
+		"bad label value":       {"clusters:\n  - name: a\n    agent: {}\n    labels: {env: 'not ok!'}\n", "clusters[0].labels[env]: must be a label value"},
+		"bad label key":         {"clusters:\n  - name: a\n    agent: {}\n    labels: {'-x': y}\n", "clusters[0].labels[-x]: must be a label key"},
+		"second entry only":     {"clusters:\n  - name: ok\n    agent: {}\n  - name: Bad\n    agent: {}\n", "clusters[1].name"},
+		"grace not a duration":  {"projectParallelGracePeriod: soon\nclusters: []\n", "projectParallelGracePeriod"},
+		"grace zero":            {"projectParallelGracePeriod: 0s\nclusters: []\n", "projectParallelGracePeriod: must be a positive duration"},
+		"binding no namespaces": {"clusters:\n  - name: a\n    agent: {}\nbindings:\n  - clusters: [a]\n", "bindings[0].namespaces: must name at least one"},
+		"binding bad namespace": {"clusters:\n  - name: a\n    agent: {}\nbindings:\n  - namespaces: [Pay]\n    clusters: [a]\n", "bindings[0].namespaces[0]: must be a namespace name"},
+		"binding no clusters":   {"clusters:\n  - name: a\n    agent: {}\nbindings:\n  - namespaces: [pay]\n", "bindings[0]: set clusters"},
+		"binding unknown cluster": {"clusters:\n  - name: a\n    agent: {}\nbindings:\n  - namespaces: [pay]\n    clusters: [b]\n",
+			`bindings[0].clusters[0]: no registered cluster is named "b"`},
+		"binding bad selector": {"clusters:\n  - name: a\n    agent: {}\nbindings:\n  - namespaces: [pay]\n    clusterSelector: {matchExpressions: [{key: env, operator: Near}]}\n",
+			"bindings[0].clusterSelector"},
+		"binding unknown key": {"clusters:\n  - name: a\n    agent: {}\nbindings:\n  - namespaces: [pay]\n    cluster: [a]\n", "cluster"},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {

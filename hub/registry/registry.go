@@ -341,7 +341,7 @@ func (r *Registry) ensure(ctx context.Context, c ClusterConfig) error {
 	obj := &magosv1.Cluster{ObjectMeta: metav1.ObjectMeta{Name: c.Name}}
 	if _, err := controllerutil.CreateOrPatch(ctx, r.client, obj, func() error {
 		obj.Labels = copyLabels(c.Labels)
-		obj.Spec = magosv1.ClusterSpec{Transport: c.Transport(), Kubeconfig: c.KubeconfigSource()}
+		obj.Spec = c.Spec()
 		return nil
 	}); err != nil {
 		return fmt.Errorf("Cluster object: %w", err)

@@ -103,7 +103,7 @@ func (r *Registry) reconcileStatus(ctx context.Context, req reconcile.Request) (
 		return ctrl.Result{RequeueAfter: time.Second}, r.repair(ctx, name)
 	}
 	if !maps.Equal(cl.Labels, entry.Labels) ||
-		!equality.Semantic.DeepEqual(cl.Spec, magosv1.ClusterSpec{Transport: entry.Transport(), Kubeconfig: entry.KubeconfigSource()}) {
+		!equality.Semantic.DeepEqual(cl.Spec, entry.Spec()) {
 		// Edited by hand: the config file is the truth.
 		return ctrl.Result{RequeueAfter: time.Second}, r.repair(ctx, name)
 	}

@@ -60,6 +60,11 @@ const (
 	RequestedBy = Prefix + "requested-by"
 )
 
+// HubRefusal is written by the hub on a Workspace it reads but takes no part of (its cluster
+// is not bound to the hub namespace of its Project): the reason, in words. The agent carries
+// it down to the spoke Workspace; it is removed once the Workspace counts again.
+const HubRefusal = Prefix + "hub-refusal"
+
 // Orchestration, on a hub Project, set to OrchestrationParallel, runs the Project's Workspaces
 // in parallel without a Rollout at once: without the grace period a new Project otherwise waits
 // for its Rollout, and after its Rollout was deleted.

@@ -7,14 +7,17 @@ package mirror
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"maps"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/selection"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
@@ -29,12 +32,48 @@ var GrantKeys = []string{keys.ExecutionAllowed, keys.GrantedRun, keys.GrantedBy,
 // approval from the hub).
 var RequestKeys = []string{keys.RetryRun, keys.ApproveRun, keys.RequestedBy}
 
-// DecisionKeys are the annotations decided on the hub: grants and requests. They travel down,
-// from the mirror to the spoke Workspace, and never up.
-var DecisionKeys = append(slices.Clone(GrantKeys), RequestKeys...)
+// NoticeKeys are the annotations by which the hub tells a spoke why it takes no part of a
+// Workspace (keys.HubRefusal).
+var NoticeKeys = []string{keys.HubRefusal}
+
+// DecisionKeys are the annotations decided on the hub: grants, requests and notices. They
+// travel down, from the mirror to the spoke Workspace, and never up.
+var DecisionKeys = slices.Concat(GrantKeys, RequestKeys, NoticeKeys)
 
 // Namespace is the hub namespace that holds the mirrors of a cluster.
 func Namespace(cluster string) string { return keys.ClusterNamespace(cluster) }
+
+// ClusterOf is the cluster whose mirrors a hub namespace holds: the inverse of Namespace. A
+// mirror's cluster is where it lives, never what its labels say (an agent writes those).
+func ClusterOf(namespace string) (string, bool) {
+	cluster, ok := strings.CutPrefix(namespace, keys.ClusterNamespacePrefix)
+	return cluster, ok && cluster != ""
+}
+
+// Check reports why the hub must not believe a mirror read in cluster's hub namespace: it is
+// not a mirror, lives in another cluster's namespace, claims another cluster, or names an
+// origin whose mirror would have another name (so two mirrors can never speak for one spoke
+// Workspace). An agent writes mirrors with its own credentials; the hub takes nothing from
+// one that fails this check. nil means the mirror is what it says it is.
+func Check(cluster string, ws *magosv1.Workspace) error {
+	if !IsMirror(ws) {
+		return fmt.Errorf("%s/%s is not labelled %s=true", ws.Namespace, ws.Name, keys.Mirror)
+	}
+	if want := Namespace(cluster); ws.Namespace != want {
+		return fmt.Errorf("mirror %s/%s is not in cluster %s's namespace %s", ws.Namespace, ws.Name, cluster, want)
+	}
+	if claimed := ws.Labels[keys.Cluster]; claimed != cluster {
+		return fmt.Errorf("mirror %s/%s lives in cluster %s's namespace but its label %s claims cluster %q", ws.Namespace, ws.Name, cluster, keys.Cluster, claimed)
+	}
+	ns, name := ws.Labels[keys.OriginNamespace], ws.Labels[keys.OriginName]
+	if len(validation.IsDNS1123Label(ns)) > 0 || len(validation.IsDNS1123Subdomain(name)) > 0 {
+		return fmt.Errorf("mirror %s/%s names no valid origin (%s=%q, %s=%q)", ws.Namespace, ws.Name, keys.OriginNamespace, ns, keys.OriginName, name)
+	}
+	if want := Name(ns, name); ws.Name != want {
+		return fmt.Errorf("mirror %s/%s claims origin %s/%s, whose mirror is named %s", ws.Namespace, ws.Name, ns, name, want)
+	}
+	return nil
+}
 
 // Name is the mirror's name for a spoke Workspace: readable, unique per namespace/name, and
 // valid under every rule for Workspace names (at most 63 characters).

@@ -93,3 +93,48 @@ func TestWatermarkRoundTrip(t *testing.T) {
 		t.Fatalf("malformed fields read as %+v", got)
 	}
 }
+
+// TestCheck: the hub believes a mirror only where it lives (its cluster's namespace), when its
+// labels claim that same cluster and its name is the one its origin's mirror has.
+func TestCheck(t *testing.T) {
+	spoke := &magosv1.Workspace{ObjectMeta: metav1.ObjectMeta{Namespace: "payments", Name: "api"}}
+	good := func() *magosv1.Workspace {
+		return &magosv1.Workspace{ObjectMeta: metav1.ObjectMeta{
+			Namespace: mirror.Namespace("eu-1"), Name: mirror.Name("payments", "api"), Labels: mirror.Labels("eu-1", spoke)}}
+	}
+	cases := map[string]struct {
+		edit func(*magosv1.Workspace)
+		want string
+	}{
+		"genuine":           {func(*magosv1.Workspace) {}, ""},
+		"not a mirror":      {func(m *magosv1.Workspace) { delete(m.Labels, keys.Mirror) }, "is not labelled"},
+		"other namespace":   {func(m *magosv1.Workspace) { m.Namespace = mirror.Namespace("us-1") }, "is not in cluster eu-1's namespace"},
+		"claims a cluster":  {func(m *magosv1.Workspace) { m.Labels[keys.Cluster] = "us-1" }, `claims cluster "us-1"`},
+		"claims no cluster": {func(m *magosv1.Workspace) { delete(m.Labels, keys.Cluster) }, `claims cluster ""`},
+		"other origin name": {func(m *magosv1.Workspace) { m.Labels[keys.OriginName] = "db" }, "claims origin payments/db"},
+		"other origin ns":   {func(m *magosv1.Workspace) { m.Labels[keys.OriginNamespace] = "billing" }, "claims origin billing/api"},
+		"no origin":         {func(m *magosv1.Workspace) { delete(m.Labels, keys.OriginNamespace) }, "names no valid origin"},
+		"invalid origin":    {func(m *magosv1.Workspace) { m.Labels[keys.OriginName] = "A/B" }, "names no valid origin"},
+	}
+	for name, c := range cases {
+		t.Run(name, func(t *testing.T) {
+			m := good()
+			c.edit(m)
+			err := mirror.Check("eu-1", m)
+			switch {
+			case c.want == "" && err != nil:
+				t.Fatalf("Check refused a genuine mirror: %v", err)
+			case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
+				t.Fatalf("Check = %v, want an error containing %q", err, c.want)
+			}
+		})
+	}
+	if c, ok := mirror.ClusterOf(mirror.Namespace("eu-1")); !ok || c != "eu-1" {
+		t.Errorf("ClusterOf(Namespace(eu-1)) = %q, %v", c, ok)
+	}
+	for _, ns := range []string{"payments", keys.ClusterNamespacePrefix} {
+		if c, ok := mirror.ClusterOf(ns); ok {
+			t.Errorf("ClusterOf(%q) = %q, want none", ns, c)
+		}
+	}
+}

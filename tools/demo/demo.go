@@ -25,6 +25,7 @@ import (
 	"github.com/magosfleet/magos/pkg/localcluster"
 	"github.com/magosfleet/magos/pkg/mirror"
 	"github.com/magosfleet/magos/tools/devfleet"
+	"github.com/magosfleet/magos/tools/workdir"
 )
 
 // Names of the demo's objects.
@@ -292,8 +293,8 @@ func repositoryDir(fleet *devfleet.Fleet) string { return filepath.Join(fleet.Di
 
 // makeRepository commits the module to a new repository and returns its URL and branch.
 func makeRepository(dir, module string) (url, branch string, err error) {
-	if err := os.RemoveAll(dir); err != nil {
-		return "", "", err
+	if err := workdir.Prepare(dir, "the Magos demo (its Git repository)"); err != nil {
+		return "", "", fmt.Errorf("the demo repository: %w", err)
 	}
 	r, err := git.PlainInit(dir, false)
 	if err != nil {

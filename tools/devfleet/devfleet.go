@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -65,6 +66,10 @@ type Options struct {
 	// HubLeaseDuration is how long an agent's heartbeat is valid (6s if zero, with a heartbeat
 	// every third of it): after it, the hub marks a stopped agent's cluster unavailable.
 	HubLeaseDuration time.Duration
+	// Bindings bind each named cluster to hub namespaces (the hub config's bindings); a cluster
+	// not named is bound to every namespace ("*"), as a local dev fleet needs. Bind changes them
+	// while the fleet runs.
+	Bindings map[string][]string
 }
 
 // Fleet is a running local fleet.
@@ -86,9 +91,10 @@ type Fleet struct {
 	hubs    []string                   // the hub replicas' process names
 	grace   time.Duration              // Options.ProjectParallelGracePeriod
 
-	// mu guards registered and the hub's config file.
+	// mu guards registered, bindings and the hub's config file.
 	mu         sync.Mutex
 	registered map[string]bool
+	bindings   map[string][]string
 }
 
 // process is a child process and a channel closed when it exits.
@@ -134,7 +140,10 @@ func Start(ctx context.Context, opts Options) (*Fleet, error) {
 	}
 	f := &Fleet{Dir: opts.Dir, Order: opts.Spokes, Spokes: map[string]*localcluster.Cluster{}, out: opts.Progress,
 		single: opts.Single, proxies: map[string]*transportProxy{}, registered: map[string]bool{},
-		grace: opts.ProjectParallelGracePeriod}
+		grace: opts.ProjectParallelGracePeriod, bindings: maps.Clone(opts.Bindings)}
+	if f.bindings == nil {
+		f.bindings = map[string][]string{}
+	}
 	for _, name := range opts.Spokes {
 		f.registered[name] = true
 	}
@@ -261,6 +270,12 @@ func (f *Fleet) Kubeconfig(name string) string { return f.path(name + ".kubeconf
 type hubConfig struct {
 	ProjectParallelGracePeriod string         `json:"projectParallelGracePeriod,omitempty"`
 	Clusters                   []clusterEntry `json:"clusters"`
+	Bindings                   []binding      `json:"bindings,omitempty"`
+}
+
+type binding struct {
+	Namespaces []string `json:"namespaces"`
+	Clusters   []string `json:"clusters"`
 }
 
 type clusterEntry struct {
@@ -291,6 +306,13 @@ func (f *Fleet) writeHubConfig() error {
 			e.Agent = &struct{}{}
 		}
 		cfg.Clusters = append(cfg.Clusters, e)
+		namespaces, ok := f.bindings[name]
+		if !ok {
+			namespaces = []string{magosv1.AllNamespaces}
+		}
+		if len(namespaces) > 0 {
+			cfg.Bindings = append(cfg.Bindings, binding{Namespaces: namespaces, Clusters: []string{name}})
+		}
 	}
 	raw, err := yaml.Marshal(cfg)
 	if err != nil {

@@ -3,6 +3,7 @@ package devfleet
 import (
 	"context"
 	"fmt"
+	"slices"
 	"syscall"
 	"time"
 
@@ -76,6 +77,41 @@ func (f *Fleet) Deregister(ctx context.Context, name string) error {
 		err = f.Hub.Client.Get(ctx, client.ObjectKey{Name: ns}, &corev1.Namespace{})
 		if !apierrors.IsNotFound(err) {
 			return fmt.Errorf("namespace %s is still on the hub (%v); namespace deletion needs Options.ControllerManager", ns, err)
+		}
+		return nil
+	})
+}
+
+// AgentHubKubeconfig is the bootstrap kubeconfig the fleet gave the agent of a spoke: the
+// agent's own credentials on the hub (its ServiceAccount in the cluster's hub namespace).
+func (f *Fleet) AgentHubKubeconfig(cluster string) string { return f.path(cluster + "-hub.kubeconfig") }
+
+// Bind binds a cluster of the fleet to exactly the given hub namespaces (none: to no namespace)
+// in the hub's config file, which the hub reloads; it returns once the Cluster object on the
+// hub shows the new binding.
+func (f *Fleet) Bind(ctx context.Context, name string, namespaces ...string) error {
+	f.mu.Lock()
+	if _, ok := f.registered[name]; !ok {
+		f.mu.Unlock()
+		return fmt.Errorf("binding %q: not a cluster of this fleet", name)
+	}
+	f.bindings[name] = slices.Clone(namespaces)
+	err := f.writeHubConfig()
+	f.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	want := slices.Sorted(slices.Values(namespaces))
+	return localcluster.Poll(time.Minute, func() error {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		cl := &magosv1.Cluster{}
+		if err := f.Hub.Client.Get(ctx, client.ObjectKey{Name: name}, cl); err != nil {
+			return err
+		}
+		if !slices.Equal(cl.Spec.Namespaces, want) {
+			return fmt.Errorf("Cluster %s is bound to %v on the hub, want %v", name, cl.Spec.Namespaces, want)
 		}
 		return nil
 	})

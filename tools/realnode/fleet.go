@@ -7,12 +7,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/cgi"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -255,17 +257,26 @@ func HelmInstall(ctx context.Context, cl *Cluster, chartDir, name, namespace str
 	return rel, nil
 }
 
+// Namespace is the namespace of the Projects, Rollouts and Workspaces of the real-node runs:
+// the hub binds every registered cluster to it, and to no other.
+const Namespace = "default"
+
 // HubValues are the magos-hub chart's values for one replica of the images of tag, registering
-// the clusters named, each with its labels.
+// the clusters named, each with its labels, and binding them to Namespace.
 func HubValues(tag string, clusters map[string]map[string]any) map[string]any {
-	var list []any
-	for name, labels := range clusters {
-		list = append(list, map[string]any{"name": name, "labels": labels, "agent": map[string]any{}})
+	var list, names []any
+	for _, name := range slices.Sorted(maps.Keys(clusters)) {
+		list = append(list, map[string]any{"name": name, "labels": clusters[name], "agent": map[string]any{}})
+		names = append(names, name)
+	}
+	cfg := map[string]any{"clusters": list}
+	if len(names) > 0 {
+		cfg["bindings"] = []any{map[string]any{"namespaces": []any{Namespace}, "clusters": names}}
 	}
 	return map[string]any{
 		"image":        map[string]any{"repository": "magos-hub", "tag": tag, "pullPolicy": "Never"},
 		"replicaCount": 1,
-		"config":       map[string]any{"clusters": list},
+		"config":       cfg,
 	}
 }
 

@@ -24,6 +24,7 @@ import (
 
 	"github.com/magosfleet/magos/tools/demo"
 	"github.com/magosfleet/magos/tools/devfleet"
+	"github.com/magosfleet/magos/tools/workdir"
 )
 
 func main() {
@@ -58,8 +59,15 @@ func run(ctx context.Context, args []string) error {
 	if cmd == "demo" && *single {
 		return errors.New("demo: --single has no regions to roll out to; use up --single")
 	}
-	if err := os.RemoveAll(*dir); err != nil {
-		return err
+	// --dir is emptied only when magos-dev made it: never a folder of the user's. The default
+	// folder is in Magos's own cache; an earlier magos-dev filled it without a marker.
+	if !fs.Changed("dir") {
+		if err := workdir.Claim(*dir, "magos-dev "+cmd); err != nil {
+			return err
+		}
+	}
+	if err := workdir.Prepare(*dir, "magos-dev "+cmd); err != nil {
+		return fmt.Errorf("--dir: %w", err)
 	}
 	started := time.Now()
 	fleet, err := devfleet.Start(ctx, devfleet.Options{Dir: *dir, Spokes: *spokes, Single: *single, Progress: os.Stderr})

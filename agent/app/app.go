@@ -116,6 +116,9 @@ type Options struct {
 	// Workspaces' status.plannedInputs (workspace.Options.InputsKeySecret); empty: a key in
 	// memory only.
 	InputsKeySecret types.NamespacedName
+	// MandatoryPolicies name the ValidatingPolicies every plan of the cluster is checked against,
+	// whatever the Workspace's or Project's policySelector (workspace.Options.MandatoryPolicies).
+	MandatoryPolicies []string
 }
 
 // CacheOptions are the agent's cache rules: Workspaces without the mirror label only (an
@@ -201,8 +204,9 @@ func NewManager(opts Options) (manager.Manager, error) {
 		MinReconcileInterval:     opts.MinReconcileInterval,
 		MaxConcurrentReconciles:  opts.MaxConcurrentReconciles,
 		// Connected to a hub, the hub is the only authority: no unfenced (manual) grants.
-		HubConnected:    opts.HubSync != nil,
-		InputsKeySecret: opts.InputsKeySecret,
+		HubConnected:      opts.HubSync != nil,
+		InputsKeySecret:   opts.InputsKeySecret,
+		MandatoryPolicies: opts.MandatoryPolicies,
 	}
 	ropts := revision.Options{DefaultInterval: opts.GitPollInterval, MinInterval: opts.MinGitPollInterval}
 	if opts.ResolveRevision != nil {

@@ -84,6 +84,10 @@ type Options struct {
 	// has none. Empty: a random key in memory, lost with the process (a run planned before an
 	// agent restart is then planned again instead of applied).
 	InputsKeySecret types.NamespacedName
+	// MandatoryPolicies name ValidatingPolicies every plan of the cluster is checked against, in
+	// addition to those its policySelector selects: no selector can narrow them. A name that
+	// does not exist in the cluster fails every plan closed (MandatoryPolicyMissing).
+	MandatoryPolicies []string
 }
 
 // Reconciler reconciles Workspaces.

@@ -135,6 +135,7 @@ func (r *Reconciler) reset(ctx context.Context, ws *magosv1.Workspace, sched Sch
 	ws.Status.PlannedInputs = ""
 	ws.Status.PlanDigest, ws.Status.PlanOnly = "", false
 	ws.Status.PolicyViolations = nil
+	ws.Status.Policies = nil
 	setPhase(ws, magosv1.PhasePending, why.reason, why.message)
 	if err := r.commit(ctx, ws, sched, from); err != nil {
 		return step{}, err
@@ -303,6 +304,7 @@ func (r *Reconciler) startPlan(ctx context.Context, ws *magosv1.Workspace, sched
 	ws.Status.PlanDigest = ""
 	ws.Status.PlanOnly = ws.Annotations[keys.GrantedOperation] == keys.GrantedOperationPlan
 	ws.Status.PolicyViolations = nil
+	ws.Status.Policies = r.evaluatedPolicies(run.Spec.Policies)
 	ws.Status.ResourceChanges = nil
 	setPhase(ws, magosv1.PhasePlanning, magosv1.ReasonPlanJobCreated,
 		fmt.Sprintf("Planning commit %s (run %s)", short(run.Spec.Revision), ws.Status.CurrentRunID))

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"sort"
+	"slices"
 	"strings"
 	"time"
 
@@ -26,8 +26,11 @@ import (
 	"github.com/magosfleet/magos/pkg/runner"
 )
 
-// PolicyListGVK is the list kind of Kyverno ValidatingPolicies the agent reads.
-var PolicyListGVK = schema.GroupVersionKind{Group: policy.Group, Version: "v1", Kind: policy.Kind + "List"}
+// PolicyGVK is the kind of Kyverno ValidatingPolicies the agent reads; PolicyListGVK its list.
+var (
+	PolicyGVK     = schema.GroupVersionKind{Group: policy.Group, Version: "v1", Kind: policy.Kind}
+	PolicyListGVK = schema.GroupVersionKind{Group: policy.Group, Version: "v1", Kind: policy.Kind + "List"}
+)
 
 // prepare builds the run of op for the Workspace's current run ID at revision (resolved when
 // empty). A *runFailure error is the user's to fix; any other error is transient.
@@ -175,46 +178,112 @@ func (r *Reconciler) project(ctx context.Context, ws *magosv1.Workspace) (*magos
 	}
 }
 
-// policies returns the policies the plan must satisfy: those selected by the Workspace's
-// policySelector, else the Project's; an empty selector selects every policy. A policy that
-// cannot be read travels with its error, so the runner fails the plan (fail closed); policies
-// that cannot be listed at all (no CRD) fail it here.
+// policies returns the policies the plan must satisfy, sorted by name: those the effective
+// policySelector selects (the Workspace's, else its Project's: upstream's rule; an empty
+// selector selects every policy) and the agent's mandatory ones, which no selector narrows. It
+// fails the run closed, before any plan, when a non-empty selector selects nothing
+// (NoPolicyMatched), when a mandatory policy does not exist (MandatoryPolicyMissing), when the
+// selector is invalid or policies cannot be read at all (no CRD), or when more than
+// MaxEvaluatedPolicies would run. A policy that cannot be compiled travels with its error, so
+// the runner fails the plan.
 func (r *Reconciler) policies(ctx context.Context, ws *magosv1.Workspace, project *magosv1.Project) ([]runner.Policy, error) {
-	var sel *magosv1.LabelSelector
-	switch {
-	case ws.Spec.Validation != nil && ws.Spec.Validation.PolicySelector != nil:
-		sel = ws.Spec.Validation.PolicySelector
-	case project != nil && project.Spec.Validation != nil:
-		sel = project.Spec.Validation.PolicySelector
-	}
-	if sel == nil {
-		return nil, nil
-	}
-	selector, err := sel.AsSelector()
-	if err != nil {
-		return nil, &runFailure{phase: magosv1.PhaseValidationFailed, reason: magosv1.ReasonPolicyViolation,
-			message:    "Plan not run: the policySelector is invalid",
-			violations: []magosv1.PolicyViolation{{Policy: "policySelector", Message: fmt.Sprintf("invalid policySelector: %v", err)}}}
-	}
-	list := &unstructured.UnstructuredList{}
-	list.SetGroupVersionKind(PolicyListGVK)
-	if err := r.reader.List(ctx, list, client.MatchingLabelsSelector{Selector: selector}); err != nil {
-		if apimeta.IsNoMatchError(err) || apierrors.IsNotFound(err) {
-			return nil, &runFailure{phase: magosv1.PhaseValidationFailed, reason: magosv1.ReasonPolicyViolation,
-				message: "Plan not run: policies are selected but cannot be read",
-				violations: []magosv1.PolicyViolation{{Policy: "validatingpolicies.policies.kyverno.io",
-					Message: "a policySelector is set but the ValidatingPolicy CRD (policies.kyverno.io/v1) is not installed in this cluster; no plan runs unchecked (fail closed)"}}}
-		}
-		return nil, transient(ReasonAPIError, fmt.Errorf("listing ValidatingPolicies: %w", err))
-	}
-	sort.Slice(list.Items, func(i, j int) bool { return list.Items[i].GetName() < list.Items[j].GetName() })
-	out := make([]runner.Policy, 0, len(list.Items))
-	for i := range list.Items {
-		p, err := policy.FromValidatingPolicy(&list.Items[i])
+	byName := map[string]*unstructured.Unstructured{}
+	sel, owner := effectiveSelector(ws, project)
+	if sel != nil {
+		selector, err := sel.AsSelector()
 		if err != nil {
-			p = runner.Policy{Name: list.Items[i].GetName(), Error: err.Error()}
+			return nil, &runFailure{phase: magosv1.PhaseValidationFailed, reason: magosv1.ReasonPolicyViolation,
+				message:    "Plan not run: the policySelector is invalid",
+				violations: []magosv1.PolicyViolation{{Policy: "policySelector", Message: fmt.Sprintf("invalid policySelector of %s: %v", owner, err)}}}
+		}
+		list := &unstructured.UnstructuredList{}
+		list.SetGroupVersionKind(PolicyListGVK)
+		if err := r.reader.List(ctx, list, client.MatchingLabelsSelector{Selector: selector}); err != nil {
+			if apimeta.IsNoMatchError(err) || apierrors.IsNotFound(err) {
+				return nil, noPolicyCRD("a policySelector is set")
+			}
+			return nil, transient(ReasonAPIError, fmt.Errorf("listing ValidatingPolicies: %w", err))
+		}
+		if len(list.Items) == 0 && !selector.Empty() {
+			return nil, &runFailure{phase: magosv1.PhaseValidationFailed, reason: magosv1.ReasonNoPolicyMatched, message: fmt.Sprintf(
+				"Plan not run: spec.validation.policySelector of %s (%q) matches no ValidatingPolicy; fix the selector or create the policy (a selector that selects nothing never runs a plan unchecked)",
+				owner, selector.String())}
+		}
+		for i := range list.Items {
+			byName[list.Items[i].GetName()] = &list.Items[i]
+		}
+	}
+	var missing []string
+	for _, name := range r.opts.MandatoryPolicies {
+		obj := &unstructured.Unstructured{}
+		obj.SetGroupVersionKind(PolicyGVK)
+		err := r.reader.Get(ctx, client.ObjectKey{Name: name}, obj)
+		switch {
+		case err == nil:
+			byName[name] = obj
+		case apimeta.IsNoMatchError(err):
+			return nil, noPolicyCRD("the agent has mandatory policies")
+		case apierrors.IsNotFound(err):
+			missing = append(missing, name)
+		default:
+			return nil, transient(ReasonAPIError, fmt.Errorf("reading mandatory ValidatingPolicy %s: %w", name, err))
+		}
+	}
+	if len(missing) > 0 {
+		return nil, &runFailure{phase: magosv1.PhaseValidationFailed, reason: magosv1.ReasonMandatoryPolicyMissing, message: fmt.Sprintf(
+			"Plan not run: the mandatory ValidatingPolicy %s of this cluster's agent (mandatoryPolicies) does not exist; every plan of the cluster fails until it does (fail closed)",
+			strings.Join(missing, ", "))}
+	}
+	if len(byName) > magosv1.MaxEvaluatedPolicies {
+		return nil, &runFailure{phase: magosv1.PhaseValidationFailed, reason: magosv1.ReasonPolicyViolation,
+			message: fmt.Sprintf("Plan not run: %d policies selected, more than the %d a plan is checked against; narrow the policySelector of %s",
+				len(byName), magosv1.MaxEvaluatedPolicies, owner)}
+	}
+	out := make([]runner.Policy, 0, len(byName))
+	for _, name := range slices.Sorted(maps.Keys(byName)) {
+		p, err := policy.FromValidatingPolicy(byName[name])
+		if err != nil {
+			p = runner.Policy{Name: name, Error: err.Error()}
 		}
 		out = append(out, p)
 	}
 	return out, nil
+}
+
+// effectiveSelector is the policySelector that applies to ws, and whose it is ("Workspace
+// ns/name" or "Project ns/name"): the Workspace's when set, else its Project's (upstream's rule).
+func effectiveSelector(ws *magosv1.Workspace, project *magosv1.Project) (*magosv1.LabelSelector, string) {
+	switch {
+	case ws.Spec.Validation != nil && ws.Spec.Validation.PolicySelector != nil:
+		return ws.Spec.Validation.PolicySelector, "Workspace " + ws.Namespace + "/" + ws.Name
+	case project != nil && project.Spec.Validation != nil && project.Spec.Validation.PolicySelector != nil:
+		return project.Spec.Validation.PolicySelector, "Project " + project.Namespace + "/" + project.Name
+	}
+	return nil, ""
+}
+
+// noPolicyCRD fails a run whose policies cannot be read because the ValidatingPolicy CRD is not
+// installed; why says what asks for policies.
+func noPolicyCRD(why string) error {
+	return &runFailure{phase: magosv1.PhaseValidationFailed, reason: magosv1.ReasonPolicyViolation,
+		message: "Plan not run: policies are selected but cannot be read",
+		violations: []magosv1.PolicyViolation{{Policy: "validatingpolicies.policies.kyverno.io",
+			Message: why + " but the ValidatingPolicy CRD (policies.kyverno.io/v1) is not installed in this cluster; no plan runs unchecked (fail closed)"}}}
+}
+
+// evaluatedPolicies is status.policies of a plan checked against policies: each with its
+// source, Mandatory when the agent's mandatory set names it.
+func (r *Reconciler) evaluatedPolicies(policies []runner.Policy) []magosv1.EvaluatedPolicy {
+	if len(policies) == 0 {
+		return nil
+	}
+	out := make([]magosv1.EvaluatedPolicy, 0, len(policies))
+	for _, p := range policies {
+		source := magosv1.PolicySourceSelector
+		if slices.Contains(r.opts.MandatoryPolicies, p.Name) {
+			source = magosv1.PolicySourceMandatory
+		}
+		out = append(out, magosv1.EvaluatedPolicy{Name: p.Name, Source: source})
+	}
+	return out
 }

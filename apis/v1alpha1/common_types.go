@@ -71,7 +71,9 @@ type LocalObjectReference struct {
 type ValidationSpec struct {
 	// PolicySelector selects ValidatingPolicy objects (policies.kyverno.io/v1) by label. An empty
 	// selector ({}) selects every policy; leaving it out selects none (on a Workspace: inherit the
-	// Project's).
+	// Project's). A Workspace's selector replaces its Project's. A selector that is not empty but
+	// selects no policy fails the run before its plan (ValidationFailed, reason NoPolicyMatched).
+	// The agent's mandatory policies check every plan whatever the selector.
 	// +optional
 	PolicySelector *LabelSelector `json:"policySelector,omitempty"`
 }

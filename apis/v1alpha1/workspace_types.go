@@ -29,7 +29,27 @@ const (
 	// minted its destroy run and waits for the hub's grant of that run before destroying.
 	ReasonDestroyPending = "DestroyPending"
 	ReasonDestroyFailed  = "DestroyFailed"
+	// ReasonNoPolicyMatched (Magos Fleet, not upstream), with phase ValidationFailed: the
+	// effective policySelector is not empty but selects no ValidatingPolicy (a typo must never
+	// run a plan unchecked). The message names the selector and whose it is. Nothing runs.
+	ReasonNoPolicyMatched = "NoPolicyMatched"
+	// ReasonMandatoryPolicyMissing (Magos Fleet, not upstream), with phase ValidationFailed: a
+	// policy of the agent's mandatory set does not exist in the cluster. Nothing runs.
+	ReasonMandatoryPolicyMissing = "MandatoryPolicyMissing"
 )
+
+// Why a policy is in status.policies.
+const (
+	// PolicySourceSelector: the effective policySelector (the Workspace's, else its
+	// Project's) selected the policy.
+	PolicySourceSelector = "Selector"
+	// PolicySourceMandatory: the agent's mandatory policy set names the policy; it runs for
+	// every Workspace of the cluster, whatever the selector.
+	PolicySourceMandatory = "Mandatory"
+)
+
+// MaxEvaluatedPolicies is the most policies one plan is checked against (status.policies).
+const MaxEvaluatedPolicies = 128
 
 // Run triggers recorded in status.currentRunTrigger.
 const (
@@ -182,6 +202,18 @@ type PolicyViolation struct {
 	Message string `json:"message"`
 }
 
+// EvaluatedPolicy is a policy a run's plan is checked against.
+type EvaluatedPolicy struct {
+	// Name of the ValidatingPolicy (policies.kyverno.io/v1, cluster-scoped).
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+	// Source is why it runs: Selector (the effective policySelector selects it) or Mandatory
+	// (the agent's mandatory policy set names it; a policy that is both is Mandatory).
+	// +kubebuilder:validation:Enum=Selector;Mandatory
+	Source string `json:"source"`
+}
+
 // ResourceChanges counts the changes of a plan.
 type ResourceChanges struct {
 	Add     int32 `json:"add"`
@@ -244,6 +276,17 @@ type WorkspaceStatus struct {
 	// +optional
 	// +listType=atomic
 	PolicyViolations []PolicyViolation `json:"policyViolations,omitempty"`
+
+	// Policies (Magos Fleet, not upstream) are the ValidatingPolicies the current run's plan is
+	// checked against, sorted by name: those the effective policySelector selects and the
+	// agent's mandatory ones. Written when the plan starts, cleared when a new run is minted;
+	// empty while no plan of the run started (a run that failed before its plan, for example
+	// NoPolicyMatched, lists none).
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=128
+	Policies []EvaluatedPolicy `json:"policies,omitempty"`
 
 	// ResourceChanges of the last plan.
 	// +optional

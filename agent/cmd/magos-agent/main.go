@@ -94,6 +94,11 @@ type Config struct {
 	// SecretNamespaces is a comma-separated list of the namespaces whose Secrets the agent reads
 	// (repository credentials, the Secrets VariableSets name); empty: every namespace.
 	SecretNamespaces string `mapstructure:"secretNamespaces"`
+	// MandatoryPolicies is a comma-separated list of the names of ValidatingPolicies
+	// (policies.kyverno.io/v1) every plan in this cluster is checked against, in addition to
+	// what the Workspace's or Project's policySelector selects; a name that does not exist fails
+	// every plan (MandatoryPolicyMissing). Empty: none.
+	MandatoryPolicies string `mapstructure:"mandatoryPolicies"`
 	// Runner says how runs execute.
 	Runner RunnerConfig `mapstructure:"runner"`
 	// Log configures logging.
@@ -179,6 +184,19 @@ func (c *Config) Validate() error {
 			errs.Add("secretNamespaces", "%q is not a namespace name: %s", ns, strings.Join(msgs, "; "))
 		}
 	}
+	seen := map[string]bool{}
+	for _, name := range c.mandatoryPolicies() {
+		if msgs := validation.IsDNS1123Subdomain(name); len(msgs) > 0 {
+			errs.Add("mandatoryPolicies", "%q is not a ValidatingPolicy name: %s", name, strings.Join(msgs, "; "))
+		}
+		if seen[name] {
+			errs.Add("mandatoryPolicies", "%q is listed twice", name)
+		}
+		seen[name] = true
+	}
+	if n := len(c.mandatoryPolicies()); n > magosv1.MaxEvaluatedPolicies {
+		errs.Add("mandatoryPolicies", "%d policies: at most %d (the most a plan is checked against)", n, magosv1.MaxEvaluatedPolicies)
+	}
 	if c.HubKubeconfig != "" {
 		if msgs := validation.IsDNS1123Label(c.ClusterName); len(msgs) > 0 || len(c.ClusterName) > 40 {
 			errs.Add("clusterName", "%q: with a hub kubeconfig the agent needs the name its cluster is registered under (a DNS label of at most 40 characters)", c.ClusterName)
@@ -250,11 +268,17 @@ func (c *Config) validateResources(errs *config.Errors) {
 }
 
 // secretNamespaces returns SecretNamespaces as a list (nil: every namespace).
-func (c *Config) secretNamespaces() []string {
+func (c *Config) secretNamespaces() []string { return splitList(c.SecretNamespaces) }
+
+// mandatoryPolicies returns MandatoryPolicies as a list (nil: none).
+func (c *Config) mandatoryPolicies() []string { return splitList(c.MandatoryPolicies) }
+
+// splitList splits a comma-separated list, dropping blanks and spaces around its items.
+func splitList(s string) []string {
 	var out []string
-	for ns := range strings.SplitSeq(c.SecretNamespaces, ",") {
-		if ns = strings.TrimSpace(ns); ns != "" {
-			out = append(out, ns)
+	for item := range strings.SplitSeq(s, ",") {
+		if item = strings.TrimSpace(item); item != "" {
+			out = append(out, item)
 		}
 	}
 	return out
@@ -375,6 +399,7 @@ func controllerFlags(def *Config) (*pflag.FlagSet, *string) {
 	flags.Duration("reconcile-interval", def.ReconcileInterval, "default Workspace re-plan/retry interval")
 	flags.Duration("git-poll-interval", def.GitPollInterval, "default git ref poll interval")
 	flags.String("secret-namespaces", "", "comma-separated namespaces whose Secrets the agent reads (repository credentials, VariableSet Secrets); empty: all")
+	flags.String("mandatory-policies", "", "comma-separated names of ValidatingPolicies every plan in this cluster is checked against, whatever the policySelector (a missing one fails every plan)")
 	flags.String("runner-mode", def.Runner.Mode, "job (a Kubernetes Job per run) or local (a child process per run)")
 	flags.String("runner-image", "", "image of run Jobs (the agent's own image)")
 	flags.String("runner-image-pull-policy", def.Runner.ImagePullPolicy, "image pull policy of run Jobs: Always, IfNotPresent or Never")
@@ -439,6 +464,7 @@ func controller(ctx context.Context, args []string) error {
 		GitPollInterval:          cfg.GitPollInterval,
 		SecretNamespaces:         cfg.secretNamespaces(),
 		InputsKeySecret:          cfg.inputsKeySecret(),
+		MandatoryPolicies:        cfg.mandatoryPolicies(),
 		Logger:                   logger,
 		Runner:                   cfg.runnerOptions(),
 	})
@@ -446,7 +472,7 @@ func controller(ctx context.Context, args []string) error {
 		return err
 	}
 	logger.Info("starting magos-agent", "runnerMode", cfg.Runner.Mode, "secretNamespaces", cfg.secretNamespaces(),
-		"inputsKeySecret", cfg.inputsKeySecret().String())
+		"inputsKeySecret", cfg.inputsKeySecret().String(), "mandatoryPolicies", cfg.mandatoryPolicies())
 	return mgr.Start(ctx)
 }
 

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -29,6 +30,38 @@ import (
 	"github.com/magosfleet/magos/pkg/mirror"
 	"github.com/magosfleet/magos/pkg/testenv"
 )
+
+// TestMandatoryPoliciesConfigFile: mandatoryPolicies in the config file is a comma-separated
+// list; a bad name, or a YAML list, is refused at load with the key named.
+func TestMandatoryPoliciesConfigFile(t *testing.T) {
+	for _, tt := range []struct {
+		name, value, want, wantErr string
+	}{
+		{name: "names", value: `"org-audit, org-deny-data"`, want: "org-audit|org-deny-data"},
+		{name: "bad name", value: `"org-audit, Org Tags"`, wantErr: `mandatoryPolicies: "Org Tags" is not a ValidatingPolicy name`},
+		{name: "a YAML list", value: `[org-audit]`, wantErr: "'mandatoryPolicies' expected type 'string'"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			file := filepath.Join(t.TempDir(), "agent.yaml")
+			if err := os.WriteFile(file, []byte("runner: {image: x}\nmandatoryPolicies: "+tt.value+"\n"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			cfg, err := loadConfig([]string{"--config=" + file})
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("error %v, want %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := strings.Join(cfg.mandatoryPolicies(), "|"); got != tt.want {
+				t.Errorf("mandatory policies %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
 
 // TestConfig parses the controller's real flags (and MAGOS_* variables) into its configuration.
 func TestConfig(t *testing.T) {
@@ -220,6 +253,38 @@ func TestConfig(t *testing.T) {
 			name:    "hub token expiry below the API server's minimum",
 			args:    []string{"--runner-image=x", "--hub-kubeconfig=/k", "--cluster-name=eu-west-1", "--hub-token-expiry=5m"},
 			wantErr: "hubTokenExpiry: 5m0s: must be 0 (no renewal) or at least 10m0s",
+		},
+		{
+			name: "mandatory policies",
+			env:  map[string]string{"MAGOS_MANDATORY_POLICIES": "ignored"},
+			args: []string{"--runner-image=x", "--mandatory-policies=org-deny-public-buckets, org.require-tags"},
+			check: func(c *Config) string {
+				if got := c.mandatoryPolicies(); !reflect.DeepEqual(got, []string{"org-deny-public-buckets", "org.require-tags"}) {
+					return "mandatory policies " + strings.Join(got, "|")
+				}
+				return ""
+			},
+		},
+		{
+			name: "mandatory policies from the environment",
+			env:  map[string]string{"MAGOS_MANDATORY_POLICIES": "org-audit"},
+			args: []string{"--runner-image=x"},
+			check: func(c *Config) string {
+				if got := c.mandatoryPolicies(); !reflect.DeepEqual(got, []string{"org-audit"}) {
+					return "mandatory policies " + strings.Join(got, "|")
+				}
+				return ""
+			},
+		},
+		{
+			name:    "bad mandatory policy name",
+			args:    []string{"--runner-image=x", "--mandatory-policies=org-audit,Org_Tags"},
+			wantErr: `mandatoryPolicies: "Org_Tags" is not a ValidatingPolicy name`,
+		},
+		{
+			name:    "mandatory policy listed twice",
+			args:    []string{"--runner-image=x", "--mandatory-policies=org-audit,org-audit"},
+			wantErr: `mandatoryPolicies: "org-audit" is listed twice`,
 		},
 		{
 			name:    "non-positive interval",

@@ -117,6 +117,19 @@ chaos: ## Roll commits out under injected faults (CHAOS_TRIALS=10 CHAOS_SEED=<n>
 	if [[ -s "$$summary" ]]; then cat "$$summary"; else echo "chaos: no summary: the test ended before writing it (see its output above)"; fi; \
 	rm -f "$$summary"; exit $$rc
 
+# make fuzz runs each Go fuzz target for FUZZTIME, one after the other (make test runs their seed
+# corpora). A crash stops it and leaves the input under the package's testdata/fuzz.
+FUZZTIME     ?= 30s
+FUZZ_FLAGS   ?=
+FUZZ_TARGETS := FuzzLoadConfig:./hub/registry FuzzDecodeSpec:./pkg/runner FuzzPolicy:./pkg/policy FuzzMirrorReader:./pkg/mirror
+
+.PHONY: fuzz
+fuzz: ## Fuzz the hub config, the run spec, CEL policies and mirrors (FUZZTIME=30s each).
+	@for t in $(FUZZ_TARGETS); do \
+		echo "fuzz: $${t%%:*} ($${t#*:}) for $(FUZZTIME)"; \
+		go test -run '^$$' -fuzz "^$${t%%:*}$$" -fuzztime $(FUZZTIME) $(FUZZ_FLAGS) "$${t#*:}"; \
+	done
+
 .PHONY: bench
 bench: ## Run the benchmarks and print their numbers.
 	$(WITH_ASSETS) go test -run '^$$' -bench . -benchmem $(PACKAGES)

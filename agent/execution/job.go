@@ -272,14 +272,20 @@ func (l *JobLauncher) build(run *Run) (*batchv1.Job, *corev1.Secret, error) {
 		keys.JobType:   string(spec.Operation),
 		keys.RunID:     spec.RunID,
 	}
-	env := []corev1.EnvVar{
+	// The runner's own entries come last and no user entry has their names, so nothing a
+	// VariableSet holds (one stored under an older CRD included) can replace them.
+	own := []corev1.EnvVar{
 		{Name: runner.EnvSpec, Value: string(raw)},
 		{Name: "HOME", Value: "/tmp"},
 		{Name: "TMPDIR", Value: "/tmp"},
 	}
 	name := JobName(ws.Name, spec.Operation, spec.RunID)
 	var secret *corev1.Secret
+	env := make([]corev1.EnvVar, 0, len(run.Env)+len(own))
 	for _, e := range run.Env {
+		if slices.ContainsFunc(own, func(o corev1.EnvVar) bool { return o.Name == e.Name }) {
+			continue
+		}
 		if e.ValueFrom == nil && slices.Contains(run.Sensitive, e.Name) {
 			if secret == nil {
 				secret = &corev1.Secret{
@@ -295,6 +301,7 @@ func (l *JobLauncher) build(run *Run) (*batchv1.Job, *corev1.Secret, error) {
 		}
 		env = append(env, e)
 	}
+	env = append(env, own...)
 	sa := run.ServiceAccountName
 	if sa == "" {
 		sa = magosv1.DefaultServiceAccountName

@@ -243,10 +243,13 @@ func (l *LocalLauncher) command(ctx context.Context, run *Run, ref Ref) (*exec.C
 	if err != nil {
 		return nil, nil, err
 	}
+	// The run's own entries come after the user's, so they win (exec keeps the last of
+	// duplicate names): a VariableSet stored under an older CRD that names MAGOS_RUN_SPEC or
+	// MAGOS_RESULT_FILE cannot replace the run spec or move the result.
 	env := inheritedEnv()
+	env = append(env, resolved...)
 	env = append(env, l.opts.Env...)
 	env = append(env, runner.EnvSpec+"="+string(raw), runner.EnvResultFile+"="+l.ResultPath(ref))
-	env = append(env, resolved...)
 
 	_ = os.Remove(l.ResultPath(ref))
 	logFile, err := os.OpenFile(l.LogPath(ref), os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)

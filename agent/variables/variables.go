@@ -5,7 +5,10 @@
 // of the cluster where the Workspace runs; none when there is no such Project), in order, then
 // the Workspace's own variableSetRef list, in order. Input variables become TF_VAR_<name> (or
 // MAGOS_HCL_VAR_<name> when hcl is true); environment entries keep their name. A variable wins
-// over an environment entry that spells the same environment variable.
+// over an environment entry that spells the same environment variable. An environment entry
+// with a reserved name (runner.IsReservedEnv: one that steers the runner) is a ConfigError:
+// the CRD refuses such names, and Build refuses them again for VariableSets stored under an
+// older CRD, so the run never starts.
 //
 // Values from Secrets and ConfigMaps stay references (corev1.EnvVarSource): a Job reads them
 // through valueFrom, and only the local runner resolves them, in memory (Resolve). Literals
@@ -83,6 +86,10 @@ func Build(ctx context.Context, r client.Reader, ws *magosv1.Workspace, project 
 			varFrom[v.Name] = set.Name
 		}
 		for _, e := range set.Spec.Env {
+			// The CRD refuses reserved names; an older CRD may not, and the run must not start.
+			if runner.IsReservedEnv(e.Name) {
+				return nil, nil, configErrorf("VariableSet %q (referenced by %s): %v", set.Name, kinds[i], runner.ReservedEnvError(e.Name))
+			}
 			entries[e.Name] = e
 			envFrom[e.Name] = set.Name
 		}

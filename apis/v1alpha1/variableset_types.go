@@ -46,7 +46,11 @@ type Variable struct {
 	Sensitive bool `json:"sensitive,omitempty"`
 }
 
-// EnvironmentVariable is one variable of the plan and apply environment.
+// EnvironmentVariable is one variable of the plan and apply environment. Names that steer the
+// runner, OpenTofu or the state backend are reserved and refused (pkg/runner.IsReservedEnv
+// defines them; this rule must say the same, which TestReservedEnvNamesRefused in pkg/testenv
+// checks).
+// +kubebuilder:validation:XValidation:rule="!(self.name.startsWith('MAGOS_') || self.name.startsWith('TF_CLI_ARGS') || self.name.startsWith('TF_LOG') || self.name.startsWith('KUBE_') || self.name in ['TF_DATA_DIR', 'TF_CLI_CONFIG_FILE', 'TERRAFORM_CONFIG', 'TF_PLUGIN_CACHE_DIR', 'TF_IN_AUTOMATION', 'TF_INPUT', 'TF_WORKSPACE', 'TF_REATTACH_PROVIDERS', 'HOME', 'TMPDIR', 'PATH', 'KUBERNETES_SERVICE_HOST', 'KUBERNETES_SERVICE_PORT', 'GIT_USERNAME', 'GIT_PASSWORD', 'GIT_SSH_PRIVATE_KEY', 'GIT_SSH_KNOWN_HOSTS'])",messageExpression="'env name ' + self.name + ' is reserved: names starting MAGOS_, TF_CLI_ARGS, TF_LOG, KUBE_, and TF_DATA_DIR, TF_CLI_CONFIG_FILE, TERRAFORM_CONFIG, TF_PLUGIN_CACHE_DIR, TF_IN_AUTOMATION, TF_INPUT, TF_WORKSPACE, TF_REATTACH_PROVIDERS, HOME, TMPDIR, PATH, KUBERNETES_SERVICE_HOST, KUBERNETES_SERVICE_PORT, GIT_USERNAME, GIT_PASSWORD, GIT_SSH_PRIVATE_KEY, GIT_SSH_KNOWN_HOSTS steer the runner'"
 // +kubebuilder:validation:XValidation:rule="has(self.value) != has(self.valueFrom)",message="an environment variable needs exactly one of value and valueFrom"
 type EnvironmentVariable struct {
 	// Name of the environment variable.

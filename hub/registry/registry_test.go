@@ -3,6 +3,7 @@ package registry_test
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -40,6 +41,12 @@ import (
 var env *localcluster.Fleet
 
 func TestMain(m *testing.M) {
+	// go test -fuzz starts worker processes that run only the fuzz target (FuzzLoadConfig),
+	// which needs no cluster; so does a fuzzing run that runs no tests (-run '^$').
+	flag.Parse()
+	if flagValue("test.fuzzworker") == "true" || (flagValue("test.fuzz") != "" && flagValue("test.run") == "^$") {
+		os.Exit(m.Run())
+	}
 	level := zapcore.ErrorLevel
 	if os.Getenv("MAGOS_TEST_DEBUG") != "" {
 		level = zapcore.DebugLevel
@@ -56,6 +63,14 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "stopping test clusters:", err)
 	}
 	os.Exit(code)
+}
+
+// flagValue is the value of a registered command-line flag ("" when there is none).
+func flagValue(name string) string {
+	if f := flag.Lookup(name); f != nil {
+		return f.Value.String()
+	}
+	return ""
 }
 
 // configDir is a config file mounted the way Kubernetes mounts a ConfigMap: config.yaml is a

@@ -204,11 +204,15 @@ func (w Watermark) Annotations() map[string]string {
 	return out
 }
 
-// WatermarkOf reads a watermark from Lease annotations; a missing or malformed field is zero.
+// WatermarkOf reads a watermark from Lease annotations; a missing or malformed field is zero,
+// and so is a count that is negative or too large for the Cluster's status.
 func WatermarkOf(annotations map[string]string) Watermark {
 	var w Watermark
 	w.Since, _ = time.Parse(time.RFC3339Nano, annotations[keys.SyncedSince])
 	w.At, _ = time.Parse(time.RFC3339Nano, annotations[keys.SyncedAt])
-	w.Mirrored, _ = strconv.Atoi(annotations[keys.Mirrored])
+	// An agent writes the count: anything but a count an int32 holds reads as zero.
+	if n, err := strconv.ParseInt(annotations[keys.Mirrored], 10, 32); err == nil && n >= 0 {
+		w.Mirrored = int(n)
+	}
 	return w
 }

@@ -92,6 +92,11 @@ func TestWatermarkRoundTrip(t *testing.T) {
 	if got := mirror.WatermarkOf(map[string]string{keys.SyncedAt: "soon", keys.Mirrored: "many"}); !got.At.IsZero() || got.Mirrored != 0 {
 		t.Fatalf("malformed fields read as %+v", got)
 	}
+	for _, n := range []string{"-3", "99999999999999999999", "2147483648"} {
+		if got := mirror.WatermarkOf(map[string]string{keys.Mirrored: n}); got.Mirrored != 0 {
+			t.Errorf("mirrored %q read as %d, want 0", n, got.Mirrored)
+		}
+	}
 }
 
 // TestCheck: the hub believes a mirror only where it lives (its cluster's namespace), when its

@@ -55,20 +55,9 @@ func Main(ctx context.Context) int {
 }
 
 func mainRun(ctx context.Context) (Result, int) {
-	raw := os.Getenv(EnvSpec)
-	invalid := func(spec Spec, format string, args ...any) (Result, int) {
-		return Result{Operation: spec.Operation, RunID: spec.RunID, Outcome: OutcomeFailed,
-			Message: fmt.Sprintf(format, args...)}, ExitInvalidSpec
-	}
-	if raw == "" {
-		return invalid(Spec{}, "%s is empty: want the run spec as JSON", EnvSpec)
-	}
-	var spec Spec
-	if err := json.Unmarshal([]byte(raw), &spec); err != nil {
-		return invalid(Spec{}, "%s is not a run spec: %v", EnvSpec, err)
-	}
-	if err := spec.Validate(); err != nil {
-		return invalid(spec, "invalid run spec: %v", err)
+	spec, err := DecodeSpec(os.Getenv(EnvSpec))
+	if err != nil {
+		return Result{Operation: spec.Operation, RunID: spec.RunID, Outcome: OutcomeFailed, Message: err.Error()}, ExitInvalidSpec
 	}
 	res := Run(ctx, spec, Options{
 		Stdout: os.Stdout,
@@ -80,6 +69,23 @@ func mainRun(ctx context.Context) (Result, int) {
 		return res, ExitSucceeded
 	}
 	return res, ExitFailed
+}
+
+// DecodeSpec reads a Spec from raw, the value of MAGOS_RUN_SPEC, and validates it. On a
+// validation error it returns the decoded Spec too, so the result can name its operation and
+// run ID. It runs nothing.
+func DecodeSpec(raw string) (Spec, error) {
+	if raw == "" {
+		return Spec{}, fmt.Errorf("%s is empty: want the run spec as JSON", EnvSpec)
+	}
+	var spec Spec
+	if err := json.Unmarshal([]byte(raw), &spec); err != nil {
+		return Spec{}, fmt.Errorf("%s is not a run spec: %w", EnvSpec, err)
+	}
+	if err := spec.Validate(); err != nil {
+		return spec, fmt.Errorf("invalid run spec: %w", err)
+	}
+	return spec, nil
 }
 
 // summaryLine is the one line Main prints about a result.

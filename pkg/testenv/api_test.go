@@ -491,7 +491,7 @@ func TestRoundTrip(t *testing.T) {
 				{Name: "token", ValueFrom: &magosv1.ValueSource{SecretKeyRef: &magosv1.KeyReference{Name: "s", Key: "k"}}, Sensitive: true},
 			},
 			Env: []magosv1.EnvironmentVariable{
-				{Name: "TF_LOG", Value: ptr.To("info")},
+				{Name: "TF_REGISTRY_CLIENT_TIMEOUT", Value: ptr.To("15")},
 				{Name: "AWS_PROFILE", ValueFrom: &magosv1.ValueSource{ConfigMapKeyRef: &magosv1.KeyReference{Name: "c", Key: "k"}}},
 			},
 		},

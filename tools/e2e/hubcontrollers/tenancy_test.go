@@ -8,6 +8,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -140,6 +141,17 @@ func TestTenancy(t *testing.T) {
 		}
 		if err := agent.Update(w.ctx, other); !apierrors.IsForbidden(err) {
 			t.Errorf("the agent of %s updating a mirror in %s's namespace: %v, want Forbidden", usEast, euWest, err)
+		}
+
+		// Nor can it grant itself a run: a grant on a mirror needs the verb grant, which only
+		// the hub holds (the magos-workspace-requests admission policy).
+		own, err := w.Mirror(usEast, ns, "web")
+		if err != nil {
+			t.Fatal(err)
+		}
+		patch := client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"annotations":{"`+keys.ExecutionAllowed+`":"true","`+keys.GrantedRun+`":"`+own.Status.CurrentRunID+`"}}}`))
+		if err := agent.Patch(w.ctx, own, patch); !apierrors.IsInvalid(err) && !apierrors.IsForbidden(err) {
+			t.Errorf("the agent of %s granting its own mirror a run: %v, want refused by admission", usEast, err)
 		}
 
 		// Every mirror event makes the Rollout decide again; the forged mirrors take no part.

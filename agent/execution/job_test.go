@@ -271,15 +271,8 @@ func startLauncher(t *testing.T, opts localcluster.Options, ns string) (client.C
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- cl.Start(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("cluster: %v", err)
-		}
-	})
+	ctx := context.Background()
+	testenv.Background(t, ctx, "cluster", cl.Start)
 	launcher, err := execution.NewJobLauncher(cl, execution.JobOptions{Image: "runner", Resources: corev1.ResourceRequirements{
 		Limits: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("1Gi")},
 	}})

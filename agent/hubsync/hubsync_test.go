@@ -165,22 +165,7 @@ func startAgent(t testing.TB, cluster string, o agentOptions) (stop func()) {
 	if err := hubsync.SetupWithManager(mgr, opts); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(ctx) }()
-	stopped := false
-	stop = func() {
-		if stopped {
-			return
-		}
-		stopped = true
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("agent %s: %v", cluster, err)
-		}
-	}
-	t.Cleanup(stop)
-	return stop
+	return testenv.Background(t, context.Background(), "agent "+cluster, mgr.Start)
 }
 
 func newWorkspace(ns, name string) *magosv1.Workspace {

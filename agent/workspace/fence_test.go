@@ -232,15 +232,7 @@ func startHubbedAgent(t *testing.T, clusterName string) client.Client {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(mctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("agent: %v", err)
-		}
-	})
+	testenv.Background(t, ctx, "agent", mgr.Start)
 	return c
 }
 

@@ -56,22 +56,7 @@ func TestPlannedInputsSurviveAnAgentRestart(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		mctx, cancel := context.WithCancel(ctx)
-		done := make(chan error, 1)
-		go func() { done <- mgr.Start(mctx) }()
-		stopped := false
-		stop = func() {
-			if stopped {
-				return
-			}
-			stopped = true
-			cancel()
-			if err := <-done; err != nil {
-				t.Errorf("agent: %v", err)
-			}
-		}
-		t.Cleanup(stop)
-		return stop
+		return testenv.Background(t, ctx, "agent", mgr.Start)
 	}
 
 	for _, o := range []client.Object{

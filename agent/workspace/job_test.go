@@ -56,15 +56,8 @@ func TestJobLauncher(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("agent: %v", err)
-		}
-	})
+	ctx := context.Background()
+	testenv.Background(t, ctx, "agent", mgr.Start)
 
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "jobs"}}
 	if err := createWithRetry(ctx, c, ns); err != nil {

@@ -111,15 +111,7 @@ func TestMandatoryPolicies(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(mctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("agent: %v", err)
-		}
-	})
+	testenv.Background(t, ctx, "agent", mgr.Start)
 
 	const ns = "apps"
 	label := func(v string) *magosv1.ValidationSpec {

@@ -3,7 +3,6 @@ package workspace_test
 import (
 	"context"
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
@@ -51,20 +50,7 @@ func TestAgentTakeover(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		mctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		go func() { done <- mgr.Start(mctx) }()
-		var once sync.Once
-		stop = func() {
-			once.Do(func() {
-				cancel()
-				if err := <-done; err != nil {
-					t.Errorf("agent %s: %v", name, err)
-				}
-			})
-		}
-		t.Cleanup(stop)
-		return stop
+		return testenv.Background(t, context.Background(), "agent "+name, mgr.Start)
 	}
 	leaseKey := client.ObjectKey{Namespace: "default", Name: app.LeaderElectionID}
 	holder := func() (string, error) {

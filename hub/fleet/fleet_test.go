@@ -130,15 +130,7 @@ func startHub(t *testing.T, opts fleet.Options, setup func(mcmanager.Manager)) *
 	if setup != nil {
 		setup(mgr)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("hub manager: %v", err)
-		}
-	})
+	testenv.Background(t, context.Background(), "hub manager", mgr.Start)
 	return &hub{mgr: mgr, fleet: fl, rec: rec}
 }
 

@@ -144,15 +144,7 @@ func startHub(t *testing.T, file string, mutate ...func(*app.Options)) *app.Hub 
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- hub.Manager.Start(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("hub: %v", err)
-		}
-	})
+	testenv.Background(t, context.Background(), "hub", hub.Manager.Start)
 	return hub
 }
 

@@ -158,7 +158,9 @@ func TestTenancy(t *testing.T) {
 		testenv.Eventually(t, wait, func() error {
 			for what, m := range forged {
 				notes := w.eventNotes(t, mirror.Namespace(usEast), "Workspace", m.Name)
-				if !slices.ContainsFunc(notes, func(n string) bool { return strings.HasPrefix(n, "MirrorRejected: ignored: mirror "+m.Namespace+"/"+m.Name) }) {
+				if !slices.ContainsFunc(notes, func(n string) bool {
+					return strings.HasPrefix(n, "MirrorRejected: ignored: mirror "+m.Namespace+"/"+m.Name)
+				}) {
 					return fmt.Errorf("no MirrorRejected Event on the mirror that %s in %q", what, notes)
 				}
 			}

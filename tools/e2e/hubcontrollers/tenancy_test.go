@@ -94,6 +94,35 @@ func TestTenancy(t *testing.T) {
 		})
 	})
 
+	t.Run("a Project runs the Workspaces of the clusters bound to its namespace, and only those", func(t *testing.T) {
+		// "search" is bound to eu-west-1 and ap-south-1 only.
+		const search = "search"
+		w.Namespace(t, search)
+		var ks []string
+		for _, r := range regions {
+			w.Workspace(t, r, search, "index", "search", nil)
+			ks = append(ks, key(r, search, "index"))
+		}
+		w.WaitMirrored(t, ks...)
+		w.CreateHub(t, projectOf(search, "search", map[string]string{keys.Orchestration: keys.OrchestrationParallel}))
+		w.granted(t, keys.GrantedByProject, key(euWest, search, "index"), key(apSouth, search, "index"))
+		w.waitProject(t, search, "search", func(p *magosv1.Project) error {
+			if p.Status.Workspaces != 2 || !slices.Equal(p.Status.Clusters, []string{apSouth, euWest}) {
+				return fmt.Errorf("status counts %d Workspaces in %v, want 2 in [%s %s]", p.Status.Workspaces, p.Status.Clusters, apSouth, euWest)
+			}
+			return nil
+		})
+		testenv.Eventually(t, wait, func() error {
+			if got := w.SpokeWorkspace(t, usEast, search, "index").Annotations[keys.HubRefusal]; !strings.Contains(got, "cluster us-east-1 is not bound to hub namespace search") {
+				return fmt.Errorf("us-east-1's Workspace carries %s = %q", keys.HubRefusal, got)
+			}
+			return nil
+		})
+		if got := w.grants.For(key(usEast, search, "index")); len(got) > 0 {
+			t.Errorf("the Workspace of the unbound cluster was granted by the Project: %v", keysOf(got))
+		}
+	})
+
 	t.Run("mirrors an agent forges are ignored with an Event, and it cannot write another cluster's", func(t *testing.T) {
 		cfg, err := clientcmd.BuildConfigFromFlags("", w.f.AgentHubKubeconfig(usEast))
 		if err != nil {

@@ -2,9 +2,11 @@ package tests
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
@@ -183,6 +185,25 @@ func checkOwnSecretAccess(t *testing.T, objs map[string]*unstructured.Unstructur
 		}
 	}
 	cs := kubernetes.NewForConfigOrDie(c.Config)
+	review := func(verb, name string) (*authorizationv1.SubjectAccessReview, error) {
+		return cs.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+			User:   "system:serviceaccount:" + namespace + ":magos-agent",
+			Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + namespace, "system:authenticated"},
+			ResourceAttributes: &authorizationv1.ResourceAttributes{
+				Namespace: namespace, Verb: verb, Resource: "secrets", Name: name,
+			},
+		}}, metav1.CreateOptions{})
+	}
+	// The API server's RBAC authorizer reads Roles and RoleBindings from its own informers, so
+	// a binding created a moment ago may not decide yet: wait until it grants what it grants,
+	// then judge every case.
+	testenv.Eventually(t, 30*time.Second, func() error {
+		got, err := review("get", secret)
+		if err == nil && !got.Status.Allowed {
+			err = fmt.Errorf("get secrets %q not allowed yet: %s", secret, got.Status.Reason)
+		}
+		return err
+	})
 	for _, tc := range []struct {
 		verb, name string
 		allowed    bool
@@ -199,14 +220,7 @@ func checkOwnSecretAccess(t *testing.T, objs map[string]*unstructured.Unstructur
 		{"list", "", false},
 		{"watch", "", false},
 	} {
-		review := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
-			User:   "system:serviceaccount:" + namespace + ":magos-agent",
-			Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + namespace, "system:authenticated"},
-			ResourceAttributes: &authorizationv1.ResourceAttributes{
-				Namespace: namespace, Verb: tc.verb, Resource: "secrets", Name: tc.name,
-			},
-		}}
-		got, err := cs.AuthorizationV1().SubjectAccessReviews().Create(ctx, review, metav1.CreateOptions{})
+		got, err := review(tc.verb, tc.name)
 		if err != nil {
 			t.Fatal(err)
 		}

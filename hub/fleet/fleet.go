@@ -130,6 +130,7 @@ type Fleet struct {
 	infos    map[string]*Info
 	indexers []indexer
 	hubIndex map[indexKey]bool
+	fanouts  *fanouts
 }
 
 type indexKey struct {
@@ -173,6 +174,7 @@ func New(opts Options) (*Fleet, error) {
 		engaged:  map[string]*engagement{},
 		infos:    map[string]*Info{},
 		hubIndex: map[indexKey]bool{},
+		fanouts:  newFanouts(opts.Hub.GetCache(), opts.Hub.GetScheme()),
 		log:      logr.Discard(),
 	}, nil
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"slices"
 	"sort"
 	"strings"
@@ -18,6 +19,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -96,12 +98,19 @@ type hub struct {
 
 // startHub runs a hub manager with a fleet provider on the test hub until the test ends.
 // setup, when given, adds controllers before the manager starts.
-func startHub(t *testing.T, opts fleet.Options, setup func(mcmanager.Manager)) *hub {
+func startHub(t testing.TB, opts fleet.Options, setup func(mcmanager.Manager)) *hub {
+	t.Helper()
+	return startHubWith(t, env.Hub.Config, opts, setup)
+}
+
+// startHubWith is startHub with the hub's client built from cfg, and its cache set as the
+// hub binary sets it.
+func startHubWith(t testing.TB, cfg *rest.Config, opts fleet.Options, setup func(mcmanager.Manager)) *hub {
 	t.Helper()
 	skip := true
-	local, err := ctrl.NewManager(env.Hub.Config, ctrl.Options{
+	local, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:     magosscheme.New(),
-		Cache:      cache.Options{ByObject: fleet.HubCacheByObject()},
+		Cache:      cache.Options{ByObject: fleet.HubCacheByObject(), DefaultTransform: cache.TransformStripManagedFields()},
 		Metrics:    metricsserver.Options{BindAddress: "0"},
 		Controller: config.Controller{SkipNameValidation: &skip},
 	})
@@ -623,10 +632,138 @@ func TestAgentViewIsConfinedToItsNamespace(t *testing.T) {
 		return nil
 	})
 	mu.Lock()
-	defer mu.Unlock()
 	for _, k := range added {
 		if !strings.HasPrefix(k, nsA+"/") {
 			t.Errorf("the view's informer passed on %s, outside its namespace", k)
 		}
 	}
+	if !slices.Contains(added, nsA+"/"+a1.Name) {
+		t.Errorf("a handler added late was not sent the mirror %s already there: saw %v", a1.Name, added)
+	}
+	mu.Unlock()
+
+	// A removed handler is sent nothing more.
+	reg, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{AddFunc: func(o any) {
+		mu.Lock()
+		defer mu.Unlock()
+		added = append(added, "removed:"+o.(*magosv1.Workspace).Name)
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := inf.RemoveEventHandler(reg); err != nil {
+		t.Fatal(err)
+	}
+	a3 := newMirror("t5-a", "team", "three")
+	create(t, env.Hub.Client, a3)
+	testenv.Eventually(t, 30*time.Second, func() error {
+		mu.Lock()
+		defer mu.Unlock()
+		if !slices.Contains(added, nsA+"/"+a3.Name) {
+			return fmt.Errorf("events seen: %v, want %s", added, a3.Name)
+		}
+		return nil
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	if slices.Contains(added, "removed:"+a3.Name) {
+		t.Errorf("a removed handler was sent %s", a3.Name)
+	}
+}
+
+// informerListeners counts the goroutines client-go runs for the listeners of shared informers
+// (two per handler added to an informer), read from the goroutine profile: an observer that
+// does not depend on the fleet's code.
+func informerListeners(t testing.TB) int {
+	t.Helper()
+	var buf strings.Builder
+	if err := pprof.Lookup("goroutine").WriteTo(&buf, 2); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for g := range strings.SplitSeq(buf.String(), "\n\n") {
+		if strings.Contains(g, "cache.(*processorListener).run") {
+			n++
+		}
+	}
+	return n
+}
+
+// TestAgentViewsShareOneInformerHandler engages 60 agent clusters under two multi-cluster
+// controllers watching Workspaces and checks that the hub's informers gain no listener per
+// cluster: the views share one handler per informer, which passes each event to the views of
+// its namespace (fails with a handler per view: 120 listeners).
+func TestAgentViewsShareOneInformerHandler(t *testing.T) {
+	ctx := context.Background()
+	const clusters = 60
+	var mu sync.Mutex
+	seen := map[string]bool{}
+	h := startHub(t, fleet.Options{}, func(mgr mcmanager.Manager) {
+		for _, name := range []string{"first", "second"} {
+			err := mcbuilder.ControllerManagedBy(mgr).Named("t6-" + name).
+				For(&magosv1.Workspace{}).
+				WithOptions(controller.TypedOptions[mcreconcile.Request]{SkipNameValidation: ptr(true)}).
+				Complete(mcreconcile.Func(func(_ context.Context, req mcreconcile.Request) (ctrl.Result, error) {
+					mu.Lock()
+					defer mu.Unlock()
+					seen[name+" "+req.String()] = true
+					return ctrl.Result{}, nil
+				}))
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+	var specs []fleet.Spec
+	for i := range clusters {
+		name := fmt.Sprintf("t6-%02d", i)
+		specs = append(specs, agent(name))
+		ensureNamespace(t, env.Hub.Client, mirror.Namespace(name))
+		create(t, env.Hub.Client, newMirror(name, "team", "app"))
+	}
+	// One cluster first, so that every informer the controllers use is there.
+	h.fleet.Set(specs[:1])
+	reconciled := func(n int) func() error {
+		return func() error {
+			mu.Lock()
+			defer mu.Unlock()
+			for _, s := range specs[:n] {
+				for _, c := range []string{"first", "second"} {
+					k := c + " cluster://" + s.Name + "/" + mirror.Namespace(s.Name) + "/" + mirror.Name("team", "app")
+					if !seen[k] {
+						return fmt.Errorf("%s not reconciled", k)
+					}
+				}
+			}
+			return nil
+		}
+	}
+	testenv.Eventually(t, 60*time.Second, reconciled(1))
+	before := informerListeners(t)
+	h.fleet.Set(specs)
+	testenv.Eventually(t, 2*time.Minute, reconciled(clusters))
+	if grown := informerListeners(t) - before; grown >= clusters/10 {
+		t.Errorf("engaging %d more agent clusters added %d informer listeners, want none per cluster", clusters-1, grown)
+	}
+
+	// Every cluster's controllers are still told of a change in its namespace.
+	last := specs[clusters-1].Name
+	patch := client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"labels":{"t6":"changed"}}}`))
+	mu.Lock()
+	clear(seen)
+	mu.Unlock()
+	if err := env.Hub.Client.Patch(ctx, newMirror(last, "team", "app"), patch); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 30*time.Second, func() error {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range []string{"first", "second"} {
+			if k := c + " cluster://" + last + "/" + mirror.Namespace(last) + "/" + mirror.Name("team", "app"); !seen[k] {
+				return fmt.Errorf("%s not reconciled after the change (saw %d requests)", k, len(seen))
+			}
+		}
+		return nil
+	})
+
 }

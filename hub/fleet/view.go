@@ -48,23 +48,21 @@ func (f *Fleet) newView(ctx context.Context, name string) (cluster.Cluster, <-ch
 	if _, err := f.opts.Hub.GetCache().GetInformer(ctx, &magosv1.Workspace{}); err != nil {
 		return nil, nil, fmt.Errorf("waiting for the hub's Workspace informer: %w", err)
 	}
-	return NewView(f.opts.Hub, name, f.indexHub), nil, nil
+	return makeView(f.opts.Hub, name, f.indexHub, f.fanouts), nil, nil
 }
 
-// NewView returns the view of agent cluster name over the hub cluster. index, when not nil,
-// receives the IndexField calls made through the view (the fleet deduplicates them, since all
-// views share one cache).
-func NewView(hub cluster.Cluster, name string, index func(context.Context, client.Object, string, client.IndexerFunc) error) *View {
+// makeView returns the view of agent cluster name over the hub cluster. index receives the
+// IndexField calls made through the view and fanouts the event handlers added to its informers
+// (all views share one cache, so the fleet indexes each field once and adds one handler per
+// informer).
+func makeView(hub cluster.Cluster, name string, index func(context.Context, client.Object, string, client.IndexerFunc) error, fanouts *fanouts) *View {
 	s := scope{cluster: name, namespace: mirror.Namespace(name), types: hub.GetClient()}
-	if index == nil {
-		index = hub.GetCache().IndexField
-	}
 	return &View{
 		name:      name,
 		namespace: s.namespace,
 		hub:       hub,
 		client:    &viewClient{scope: s, c: hub.GetClient()},
-		cache:     &viewCache{scope: s, c: hub.GetCache(), index: index},
+		cache:     &viewCache{scope: s, c: hub.GetCache(), index: index, fanouts: fanouts},
 		reader:    &viewReader{scope: s, r: hub.GetAPIReader()},
 	}
 }
@@ -373,8 +371,9 @@ func (v *viewSubResource) Apply(ctx context.Context, obj runtime.ApplyConfigurat
 // are not seen.
 type viewCache struct {
 	scope
-	c     cache.Cache
-	index func(context.Context, client.Object, string, client.IndexerFunc) error
+	c       cache.Cache
+	index   func(context.Context, client.Object, string, client.IndexerFunc) error
+	fanouts *fanouts
 }
 
 var _ cache.Cache = &viewCache{}
@@ -396,11 +395,11 @@ func (v *viewCache) List(ctx context.Context, list client.ObjectList, opts ...cl
 }
 
 func (v *viewCache) GetInformer(ctx context.Context, obj client.Object, opts ...cache.InformerGetOption) (cache.Informer, error) {
-	inf, err := v.c.GetInformer(ctx, obj, opts...)
+	gvk, err := v.types.GroupVersionKindFor(obj)
 	if err != nil {
 		return nil, err
 	}
-	return &viewInformer{Informer: inf, namespace: v.namespace}, nil
+	return v.GetInformerForKind(ctx, gvk, opts...)
 }
 
 func (v *viewCache) GetInformerForKind(ctx context.Context, gvk schema.GroupVersionKind, opts ...cache.InformerGetOption) (cache.Informer, error) {
@@ -408,7 +407,7 @@ func (v *viewCache) GetInformerForKind(ctx context.Context, gvk schema.GroupVers
 	if err != nil {
 		return nil, err
 	}
-	return &viewInformer{Informer: inf, namespace: v.namespace}, nil
+	return &viewInformer{Informer: inf, namespace: v.namespace, fanout: v.fanouts.of(gvk, inf)}, nil
 }
 
 // RemoveInformer is refused: the informers are shared by every agent cluster.
@@ -428,22 +427,44 @@ func (v *viewCache) IndexField(ctx context.Context, obj client.Object, field str
 	return v.index(ctx, obj, field, fn)
 }
 
-// viewInformer passes on only the events of objects in its namespace.
+// viewInformer passes on only the events of objects in its namespace. Handlers go through the
+// informer's fanout; only a handler that asks for periodic resyncs gets a listener of its own.
 type viewInformer struct {
 	cache.Informer
 	namespace string
+	fanout    *fanout
 }
 
+// addTimeout bounds reading a namespace's objects for a new handler: the informer has synced
+// by then (GetInformer waits for it), so the read is from memory.
+const addTimeout = time.Minute
+
 func (i *viewInformer) AddEventHandler(h toolscache.ResourceEventHandler) (toolscache.ResourceEventHandlerRegistration, error) {
-	return i.Informer.AddEventHandler(namespaceFilter{ns: i.namespace, h: h})
+	ctx, cancel := context.WithTimeout(context.Background(), addTimeout)
+	defer cancel()
+	return i.fanout.add(ctx, i.namespace, h)
 }
 
 func (i *viewInformer) AddEventHandlerWithResyncPeriod(h toolscache.ResourceEventHandler, resync time.Duration) (toolscache.ResourceEventHandlerRegistration, error) {
-	return i.Informer.AddEventHandlerWithResyncPeriod(namespaceFilter{ns: i.namespace, h: h}, resync)
+	if resync > 0 {
+		return i.Informer.AddEventHandlerWithResyncPeriod(namespaceFilter{ns: i.namespace, h: h}, resync)
+	}
+	return i.AddEventHandler(h)
 }
 
 func (i *viewInformer) AddEventHandlerWithOptions(h toolscache.ResourceEventHandler, opts toolscache.HandlerOptions) (toolscache.ResourceEventHandlerRegistration, error) {
-	return i.Informer.AddEventHandlerWithOptions(namespaceFilter{ns: i.namespace, h: h}, opts)
+	if opts.ResyncPeriod != nil && *opts.ResyncPeriod > 0 {
+		return i.Informer.AddEventHandlerWithOptions(namespaceFilter{ns: i.namespace, h: h}, opts)
+	}
+	return i.AddEventHandler(h)
+}
+
+func (i *viewInformer) RemoveEventHandler(reg toolscache.ResourceEventHandlerRegistration) error {
+	if r, ok := reg.(*fanoutHandler); ok {
+		r.fanout.remove(r)
+		return nil
+	}
+	return i.Informer.RemoveEventHandler(reg)
 }
 
 // namespaceFilter forwards the events of objects in one namespace.
@@ -471,14 +492,6 @@ func (n namespaceFilter) OnDelete(obj any) {
 }
 
 func inNamespace(obj any, ns string) bool {
-	if tomb, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
-		if tomb.Obj != nil {
-			obj = tomb.Obj
-		} else {
-			objNS, _, err := toolscache.SplitMetaNamespaceKey(tomb.Key)
-			return err == nil && objNS == ns
-		}
-	}
-	m, err := meta.Accessor(obj)
-	return err == nil && m.GetNamespace() == ns
+	objNS, ok := namespaceOf(obj)
+	return ok && objNS == ns
 }

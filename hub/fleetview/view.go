@@ -180,9 +180,14 @@ type clusterRead struct {
 	notEngage bool
 }
 
+// maxDirectReads bounds how many direct clusters a Snapshot reads at once.
+const maxDirectReads = 32
+
 // Snapshot reads the registered clusters from the hub and the Workspaces of namespace from
-// every one of them, concurrently, each bounded by ClusterTimeout. A cluster that is not
-// engaged or fails is counted unavailable for this pass; it never blocks the others.
+// every one of them, each bounded by ClusterTimeout. Agent clusters are read from the hub's own
+// cache, in memory, one after the other; direct clusters from their caches, at most
+// maxDirectReads at once, since one that has not synced makes its read wait. A cluster that is
+// not engaged or fails is counted unavailable for this pass; it never blocks the others.
 func (v *View) Snapshot(ctx context.Context, namespace string) (*Snapshot, error) {
 	var registered magosv1.ClusterList
 	if err := v.hub.List(ctx, &registered); err != nil {
@@ -190,9 +195,18 @@ func (v *View) Snapshot(ctx context.Context, namespace string) (*Snapshot, error
 	}
 	reads := make([]clusterRead, len(registered.Items))
 	var wg sync.WaitGroup
+	direct := make(chan struct{}, maxDirectReads)
 	for i := range registered.Items {
 		c := &registered.Items[i]
-		wg.Go(func() { reads[i] = v.read(ctx, c, namespace) })
+		if c.Spec.Transport != magosv1.TransportDirect {
+			reads[i] = v.read(ctx, c, namespace)
+			continue
+		}
+		direct <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-direct }()
+			reads[i] = v.read(ctx, c, namespace)
+		})
 	}
 	wg.Wait()
 

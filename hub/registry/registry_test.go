@@ -708,3 +708,84 @@ func TestHeartbeatMakesAgentClusterAvailable(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// reconciles is controller-runtime's own count of the reconciles of a controller, all results.
+func reconciles(t *testing.T, controller string) float64 {
+	t.Helper()
+	families, err := metrics.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	total := 0.0
+	for _, f := range families {
+		if f.GetName() != "controller_runtime_reconcile_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "controller" && l.GetValue() == controller {
+					total += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return total
+}
+
+// TestRoutineRenewalsAreNotReevaluated renews an agent's Lease every 200 ms for 2 s, moving its
+// renew time and its sync time as the agent does, and counts the Cluster status reconciles
+// (controller-runtime's metric): a routine renewal changes nothing the status shows, so it
+// triggers none (fails without the Lease predicate: 10 or more). A renewal after the Lease
+// expired is not routine: the Cluster is Available again at once, although the hub re-evaluates
+// Clusters on its own only every 10 minutes here.
+func TestRoutineRenewalsAreNotReevaluated(t *testing.T) {
+	ctx := context.Background()
+	cfg := newConfigDir(t, clusterYAML(agentEntry("renew", "")))
+	startHub(t, cfg.file(), func(o *app.Options) { o.HealthInterval = 10 * time.Minute })
+	ns := mirror.Namespace("renew")
+	testenv.Eventually(t, 60*time.Second, func() error {
+		return env.Hub.Client.Get(ctx, client.ObjectKey{Name: ns}, &corev1.Namespace{})
+	})
+	const leaseSeconds = 4
+	since := time.Now().Add(-time.Hour).Truncate(time.Second)
+	renew := func() error {
+		now := time.Now()
+		lease := &coordinationv1.Lease{}
+		err := env.Hub.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: keys.AgentLease}, lease)
+		if apierrors.IsNotFound(err) {
+			lease = &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: keys.AgentLease}}
+			lease.Spec.HolderIdentity, lease.Spec.LeaseDurationSeconds = ptr("renew/test"), ptr(int32(leaseSeconds))
+		} else if err != nil {
+			return err
+		}
+		lease.Spec.RenewTime = &metav1.MicroTime{Time: now}
+		lease.Annotations = mirror.Watermark{Since: since, At: now, Mirrored: 3}.Annotations()
+		if lease.ResourceVersion == "" {
+			return env.Hub.Client.Create(ctx, lease)
+		}
+		return env.Hub.Client.Update(ctx, lease)
+	}
+	testenv.Eventually(t, 60*time.Second, func() error {
+		if err := renew(); err != nil {
+			return err
+		}
+		return wantCondition("renew", magosv1.ConditionAvailable, metav1.ConditionTrue, magosv1.ReasonAgentHeartbeating)()
+	})
+
+	before := reconciles(t, "cluster-status")
+	for range 10 {
+		if err := renew(); err != nil {
+			t.Fatal(err)
+		}
+		<-time.After(200 * time.Millisecond) // the agent's pace, not a synchronisation
+	}
+	if n := reconciles(t, "cluster-status") - before; n > 3 {
+		t.Errorf("10 routine renewals caused %v Cluster status reconciles, want at most the Lease's own expiry checks (3)", n)
+	}
+
+	testenv.Eventually(t, 30*time.Second, wantCondition("renew", magosv1.ConditionAvailable, metav1.ConditionFalse, magosv1.ReasonAgentSilent))
+	if err := renew(); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 5*time.Second, wantCondition("renew", magosv1.ConditionAvailable, metav1.ConditionTrue, magosv1.ReasonAgentHeartbeating))
+}

@@ -16,10 +16,13 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 	"sigs.k8s.io/multicluster-runtime/pkg/multicluster"
@@ -61,11 +64,43 @@ func (r *Registry) setupStatus(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("cluster-status").
 		For(&magosv1.Cluster{}).
-		Watches(&coordinationv1.Lease{}, handler.EnqueueRequestsFromMapFunc(leaseToCluster)).
-		Watches(&magosv1.Workspace{}, handler.EnqueueRequestsFromMapFunc(mirrorToCluster)).
+		Watches(&coordinationv1.Lease{}, handler.EnqueueRequestsFromMapFunc(leaseToCluster), builder.WithPredicates(leaseChanged())).
+		Watches(&magosv1.Workspace{}, handler.EnqueueRequestsFromMapFunc(mirrorToCluster), builder.WithPredicates(countChanged())).
 		WatchesRawSource(source.Channel(r.changes, &handler.EnqueueRequestForObject{})).
 		WithOptions(controller.Options{MaxConcurrentReconciles: r.opts.MaxConcurrentReconciles, SkipNameValidation: &skip}).
 		Complete(reconcile.Func(r.reconcileStatus))
+}
+
+// leaseChanged passes the events of an agent's Lease that change what a Cluster's status shows:
+// its creation and deletion, a new holder or duration, the watermark and version it carries, and
+// the renewal of a Lease that had expired (the agent is back). A routine renewal passes nothing:
+// the status controller reads the Lease again when it would expire, so with a thousand agents
+// renewing every few seconds, the hub does not re-evaluate a Cluster on each renewal.
+func leaseChanged() predicate.Funcs {
+	return predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
+		old, okOld := e.ObjectOld.(*coordinationv1.Lease)
+		cur, okNew := e.ObjectNew.(*coordinationv1.Lease)
+		if !okOld || !okNew {
+			return true
+		}
+		if _, expires := leaseTimes(old); !time.Now().Before(expires) {
+			return true
+		}
+		for _, k := range []string{keys.SyncedSince, keys.Mirrored, keys.AgentVersion} {
+			if old.Annotations[k] != cur.Annotations[k] {
+				return true
+			}
+		}
+		return !equality.Semantic.DeepEqual(old.Spec.HolderIdentity, cur.Spec.HolderIdentity) ||
+			!equality.Semantic.DeepEqual(old.Spec.LeaseDurationSeconds, cur.Spec.LeaseDurationSeconds) ||
+			old.DeletionTimestamp.IsZero() != cur.DeletionTimestamp.IsZero()
+	}}
+}
+
+// countChanged passes the mirror events that change how many Workspaces a Cluster's status
+// counts: creations and deletions.
+func countChanged() predicate.Funcs {
+	return predicate.Funcs{UpdateFunc: func(event.UpdateEvent) bool { return false }}
 }
 
 func leaseToCluster(_ context.Context, o client.Object) []reconcile.Request {

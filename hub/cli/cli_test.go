@@ -6,13 +6,18 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"net/http"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -183,13 +188,95 @@ func TestRolloutWatchEndsWithTheRollout(t *testing.T) {
 	}
 	set(magosv1.PhaseFailed, magosv1.ReasonStepFailed)
 	var buf bytes.Buffer
-	err := cli.WatchRollout(f.ctx, f.hub.Client, key, &buf, 10*time.Millisecond)
+	err := cli.WatchRollout(f.ctx, f.hub.Config, key, &buf, cli.WatchOptions{Redraw: 10 * time.Millisecond})
 	if !errors.Is(err, cli.ErrRolloutFailed) || !strings.Contains(err.Error(), "StepFailed") {
 		t.Fatalf("watch on a failed rollout: %v", err)
 	}
 	set(magosv1.PhaseApplied, magosv1.ReasonRolloutCompleted)
 	if _, err := run(t, f.hub.Kubeconfig, "rollout", "status", "cdn", "-n", "default", "--watch"); err != nil {
 		t.Fatalf("watch on a completed rollout: %v", err)
+	}
+}
+
+// requestCounter counts the requests for Workspaces a client makes: lists and watches.
+type requestCounter struct {
+	next           http.RoundTripper
+	lists, watches atomic.Int64
+}
+
+func (c *requestCounter) RoundTrip(r *http.Request) (*http.Response, error) {
+	if strings.HasSuffix(r.URL.Path, "/workspaces") {
+		if r.URL.Query().Get("watch") == "true" {
+			c.watches.Add(1)
+		} else {
+			c.lists.Add(1)
+		}
+	}
+	return c.next.RoundTrip(r)
+}
+
+// lockedBuffer is a bytes.Buffer safe for a writer and a reader on different goroutines.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// TestRolloutWatchFollowsTheHub watches a Rollout while a mirror changes phase: the watch
+// redraws with the new phase, and reads the Workspaces from the hub with one list and one
+// watch, though it redraws every 10 ms (polling would list them on every redraw).
+func TestRolloutWatchFollowsTheHub(t *testing.T) {
+	f := setup(t)
+	key := client.ObjectKey{Namespace: "default", Name: "cdn"}
+	cfg := rest.CopyConfig(f.hub.Config)
+	counter := &requestCounter{}
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { counter.next = rt; return counter })
+	ctx, cancel := context.WithCancel(f.ctx)
+	out := &lockedBuffer{}
+	stop := testenv.Background(t, ctx, "rollout watch", func(ctx context.Context) error {
+		err := cli.WatchRollout(ctx, cfg, key, out, cli.WatchOptions{Redraw: 10 * time.Millisecond})
+		if errors.Is(err, context.Canceled) {
+			return nil
+		}
+		return err
+	})
+	testenv.Eventually(t, 30*time.Second, func() error {
+		if !strings.Contains(out.String(), "Planning") {
+			return fmt.Errorf("no status drawn yet:\n%s", out.String())
+		}
+		return nil
+	})
+	m := &magosv1.Workspace{}
+	if err := f.hub.Client.Get(f.ctx, client.ObjectKey{Namespace: mirror.Namespace("eu-west-1"), Name: mirror.Name("default", "edge")}, m); err != nil {
+		t.Fatal(err)
+	}
+	m.Status.Phase = magosv1.PhaseApplying
+	if err := f.hub.Client.Status().Update(f.ctx, m); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 30*time.Second, func() error {
+		if !strings.Contains(out.String(), "Applying") {
+			return fmt.Errorf("the watch did not redraw the new phase:\n%s", out.String())
+		}
+		return nil
+	})
+	// A measurement window, not a synchronisation: about 100 redraws, none of which may read the hub.
+	<-time.After(time.Second)
+	cancel()
+	stop()
+	if lists, watches := counter.lists.Load(), counter.watches.Load(); lists > 2 || watches > 2 {
+		t.Errorf("the watch read the Workspaces with %d lists and %d watches, want 1 of each", lists, watches)
 	}
 }
 

@@ -17,13 +17,18 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
+	toolscache "k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
 	"github.com/magosfleet/magos/pkg/decision"
 	"github.com/magosfleet/magos/pkg/mirror"
+	"github.com/magosfleet/magos/pkg/scheme"
 )
 
 // ErrRolloutFailed is returned by `rollout status --watch` when the Rollout halts.
@@ -70,7 +75,11 @@ func newRolloutCommand(o *Options) *cobra.Command {
 				ctx, cancel = context.WithTimeout(ctx, timeout)
 				defer cancel()
 			}
-			return WatchRollout(ctx, c, key, o.Out, time.Second)
+			cfg, err := o.Config.ToRESTConfig()
+			if err != nil {
+				return fmt.Errorf("loading kubeconfig: %w", err)
+			}
+			return WatchRollout(ctx, cfg, key, o.Out, WatchOptions{})
 		},
 	}
 	status.Flags().BoolVarP(&watch, "watch", "w", false, "redraw on change until the Rollout completes or halts")
@@ -197,14 +206,71 @@ func (o *Options) setPaused(cmd *cobra.Command, name string, paused bool) error 
 	return err
 }
 
-// WatchRollout redraws the Rollout's status on w whenever it changes, polling every interval,
-// until the Rollout completes (nil), halts (ErrRolloutFailed) or ctx ends.
-func WatchRollout(ctx context.Context, c client.Client, key client.ObjectKey, w io.Writer, interval time.Duration) error {
-	tick := time.NewTicker(interval)
-	defer tick.Stop()
+// WatchOptions tunes WatchRollout.
+type WatchOptions struct {
+	// Redraw is how often the status is rendered again from memory with no event, for what
+	// changes with time alone (a soak's time left). Default 1s.
+	Redraw time.Duration
+}
+
+// WatchRollout redraws the Rollout's status on w whenever it changes, until the Rollout
+// completes (nil), halts (ErrRolloutFailed) or ctx ends. It watches the hub: one list and one
+// watch each of the Rollout, the Clusters and the mirrors, then renders from memory on every
+// event (and every Redraw), so a watch costs the hub nothing per redraw whatever the number of
+// mirrors.
+func WatchRollout(ctx context.Context, cfg *rest.Config, key client.ObjectKey, w io.Writer, opts WatchOptions) error {
+	if opts.Redraw <= 0 {
+		opts.Redraw = time.Second
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	informers, err := cache.New(cfg, cache.Options{
+		Scheme: scheme.New(),
+		ByObject: map[client.Object]cache.ByObject{
+			&magosv1.Rollout{}: {Namespaces: map[string]cache.Config{key.Namespace: {}},
+				Field: fields.OneTermEqualSelector("metadata.name", key.Name)},
+			&magosv1.Workspace{}: {Label: mirror.OnlyMirrors()},
+		},
+		DefaultTransform: cache.TransformStripManagedFields(),
+	})
+	if err != nil {
+		return fmt.Errorf("watching the hub: %w", err)
+	}
+	changed := make(chan struct{}, 1)
+	signal := func() {
+		select {
+		case changed <- struct{}{}:
+		default:
+		}
+	}
+	for _, obj := range []client.Object{&magosv1.Rollout{}, &magosv1.Cluster{}, &magosv1.Workspace{}} {
+		inf, err := informers.GetInformer(ctx, obj, cache.BlockUntilSynced(false))
+		if err != nil {
+			return fmt.Errorf("watching the hub: %w", err)
+		}
+		if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+			AddFunc:    func(any) { signal() },
+			UpdateFunc: func(any, any) { signal() },
+			DeleteFunc: func(any) { signal() },
+		}); err != nil {
+			return fmt.Errorf("watching the hub: %w", err)
+		}
+	}
+	stopped := make(chan error, 1)
+	go func() { stopped <- informers.Start(ctx) }()
+	defer func() { cancel(); <-stopped }()
+	if !informers.WaitForCacheSync(ctx) {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return errors.New("watching the hub: the watches did not sync")
+	}
+
+	redraw := time.NewTicker(opts.Redraw)
+	defer redraw.Stop()
 	last := ""
 	for {
-		text, r, err := RolloutStatus(ctx, c, key)
+		text, r, err := RolloutStatus(ctx, informers, key)
 		if err != nil && ctx.Err() == nil {
 			text = "error: " + err.Error() + "\n"
 		}
@@ -228,15 +294,16 @@ func WatchRollout(ctx context.Context, c client.Client, key client.ObjectKey, w 
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-tick.C:
+		case <-changed:
+		case <-redraw.C:
 		}
 	}
 }
 
 // RolloutStatus renders where a Rollout stands: its phase and message, then one row per step
 // and Workspace with the Workspace's cluster, phase and revision. It reads the Rollout, the
-// Cluster objects and the mirrors from the hub.
-func RolloutStatus(ctx context.Context, c client.Client, key client.ObjectKey) (string, *magosv1.Rollout, error) {
+// Cluster objects and the mirrors from c: the hub, or a cache of it.
+func RolloutStatus(ctx context.Context, c client.Reader, key client.ObjectKey) (string, *magosv1.Rollout, error) {
 	var r magosv1.Rollout
 	if err := c.Get(ctx, key, &r); err != nil {
 		return "", nil, fmt.Errorf("rollout %s: %w", key, err)

@@ -3,7 +3,8 @@
 // client and cache read and patch that cluster's Workspaces:
 //
 //   - an agent cluster is a view of its hub namespace magos-cluster-<name> (the agent's mirrors),
-//     served from ONE shared informer of the hub manager's cache, whatever the number of clusters;
+//     served from ONE shared informer of the hub manager's cache, whatever the number of clusters,
+//     with one handler on it that passes each event to the views of the object's namespace;
 //   - a direct cluster is the spoke's API server, reached with a kubeconfig (a file or a Secret
 //     on the hub), with a cache limited to Workspaces.
 //

@@ -10,14 +10,12 @@ import (
 	"net/http"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -198,23 +196,6 @@ func TestRolloutWatchEndsWithTheRollout(t *testing.T) {
 	}
 }
 
-// requestCounter counts the requests for Workspaces a client makes: lists and watches.
-type requestCounter struct {
-	next           http.RoundTripper
-	lists, watches atomic.Int64
-}
-
-func (c *requestCounter) RoundTrip(r *http.Request) (*http.Response, error) {
-	if strings.HasSuffix(r.URL.Path, "/workspaces") {
-		if r.URL.Query().Get("watch") == "true" {
-			c.watches.Add(1)
-		} else {
-			c.lists.Add(1)
-		}
-	}
-	return c.next.RoundTrip(r)
-}
-
 // lockedBuffer is a bytes.Buffer safe for a writer and a reader on different goroutines.
 type lockedBuffer struct {
 	mu  sync.Mutex
@@ -239,9 +220,13 @@ func (b *lockedBuffer) String() string {
 func TestRolloutWatchFollowsTheHub(t *testing.T) {
 	f := setup(t)
 	key := client.ObjectKey{Namespace: "default", Name: "cdn"}
-	cfg := rest.CopyConfig(f.hub.Config)
-	counter := &requestCounter{}
-	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { counter.next = rt; return counter })
+	workspaces := func(watch bool) func(*http.Request) bool {
+		return func(r *http.Request) bool {
+			return strings.HasSuffix(r.URL.Path, "/workspaces") && (r.URL.Query().Get("watch") == "true") == watch
+		}
+	}
+	cfg, lists := testenv.CountRequests(f.hub.Config, workspaces(false))
+	cfg, watches := testenv.CountRequests(cfg, workspaces(true))
 	ctx, cancel := context.WithCancel(f.ctx)
 	out := &lockedBuffer{}
 	stop := testenv.Background(t, ctx, "rollout watch", func(ctx context.Context) error {
@@ -275,7 +260,7 @@ func TestRolloutWatchFollowsTheHub(t *testing.T) {
 	<-time.After(time.Second)
 	cancel()
 	stop()
-	if lists, watches := counter.lists.Load(), counter.watches.Load(); lists > 2 || watches > 2 {
+	if lists, watches := lists.Load(), watches.Load(); lists > 2 || watches > 2 {
 		t.Errorf("the watch read the Workspaces with %d lists and %d watches, want 1 of each", lists, watches)
 	}
 }

@@ -1,14 +1,11 @@
 package fleet_test
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"net/http"
-	"os"
 	"runtime"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -19,7 +16,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
@@ -32,20 +28,8 @@ import (
 	"github.com/magosfleet/magos/hub/fleet"
 	"github.com/magosfleet/magos/pkg/localcluster"
 	"github.com/magosfleet/magos/pkg/mirror"
+	"github.com/magosfleet/magos/pkg/testenv"
 )
-
-// watchCounter counts the WATCH requests for Workspaces a client makes.
-type watchCounter struct {
-	next    http.RoundTripper
-	watches atomic.Int64
-}
-
-func (w *watchCounter) RoundTrip(r *http.Request) (*http.Response, error) {
-	if strings.HasSuffix(r.URL.Path, "/workspaces") && r.URL.Query().Get("watch") == "true" {
-		w.watches.Add(1)
-	}
-	return w.next.RoundTrip(r)
-}
 
 // BenchmarkAgentClusters engages 20 agent clusters of 50 mirrors each, with a multi-cluster
 // controller watching Workspaces in every one of them, and reports the hub's heap growth and the
@@ -80,10 +64,9 @@ func BenchmarkAgentClusters(b *testing.B) {
 	var before runtime.MemStats
 	runtime.ReadMemStats(&before)
 
-	counter := &watchCounter{}
 	var reconciled sync.Map
 	start := time.Now()
-	mgr := startBenchHub(b, specs, counter, 1, func(_ int, req mcreconcile.Request) { reconciled.Store(req.String(), true) })
+	mgr, watches := startBenchHub(b, specs, 1, func(_ int, req mcreconcile.Request) { reconciled.Store(req.String(), true) })
 	if err := localcluster.Poll(120*time.Second, func() error {
 		n := 0
 		reconciled.Range(func(k, _ any) bool {
@@ -123,20 +106,21 @@ func BenchmarkAgentClusters(b *testing.B) {
 	}
 	b.StopTimer()
 	b.ReportMetric(float64(int64(after.HeapInuse)-int64(before.HeapInuse))/(1<<20), "hub-heap-MB")
-	b.ReportMetric(float64(counter.watches.Load()), "workspace-watches")
+	b.ReportMetric(float64(watches.Load()), "workspace-watches")
 	b.ReportMetric(engaged.Seconds(), "s-to-reconcile-all")
 	b.ReportMetric(float64(len(specs)), "clusters")
 }
 
 // startBenchHub starts a hub manager with the fleet provider engaging specs, its client
-// unthrottled and counting Workspace watches in counter, and controllers multi-cluster
-// controllers watching Workspaces in every engaged cluster, each calling seen(controller,
-// request) from its reconciler.
-func startBenchHub(b *testing.B, specs []fleet.Spec, counter *watchCounter, controllers int, seen func(int, mcreconcile.Request)) mcmanager.Manager {
+// unthrottled, and controllers multi-cluster controllers watching Workspaces in every engaged
+// cluster, each calling seen(controller, request) from its reconciler. It returns the manager
+// and the count of the Workspace watches the hub opens.
+func startBenchHub(b *testing.B, specs []fleet.Spec, controllers int, seen func(int, mcreconcile.Request)) (mcmanager.Manager, *atomic.Int64) {
 	b.Helper()
-	cfg := rest.CopyConfig(env.Hub.Config)
+	cfg, watches := testenv.CountRequests(env.Hub.Config, func(r *http.Request) bool {
+		return strings.HasSuffix(r.URL.Path, "/workspaces") && r.URL.Query().Get("watch") == "true"
+	})
 	cfg.QPS, cfg.Burst = -1, 0 // no client-side throttling: the benchmark measures the hub
-	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { counter.next = rt; return counter })
 	h := startHubWith(b, cfg, fleet.Options{MaxConcurrentEngagements: 64, EngageTimeout: 5 * time.Minute}, func(mgr mcmanager.Manager) {
 		for i := range controllers {
 			err := mcbuilder.ControllerManagedBy(mgr).Named(fmt.Sprintf("bench-%d", i)).For(&magosv1.Workspace{}).
@@ -151,34 +135,19 @@ func startBenchHub(b *testing.B, specs []fleet.Spec, counter *watchCounter, cont
 		}
 	})
 	h.fleet.Set(specs)
-	return h.mgr
+	return h.mgr, watches
 }
 
-// scaleSizes are the numbers of agent clusters BenchmarkAgentClusterEvents engages:
-// MAGOS_BENCH_CLUSTERS (comma-separated), default 100 and 300.
-func scaleSizes(b *testing.B) []int {
-	spec := cmp.Or(os.Getenv("MAGOS_BENCH_CLUSTERS"), "100,300")
-	var sizes []int
-	for _, f := range strings.Split(spec, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || n <= 0 {
-			b.Fatalf("MAGOS_BENCH_CLUSTERS=%q: %q is not a positive number", spec, f)
-		}
-		sizes = append(sizes, n)
-	}
-	return sizes
-}
-
-// BenchmarkAgentClusterEvents engages N agent clusters of 10 mirrors each with two
-// multi-cluster controllers watching Workspaces in every cluster (as the Rollout and Project
-// controllers do), then changes one mirror per iteration and waits until both controllers have
-// reconciled it. It reports the time from the manager's start until both controllers have
-// reconciled every mirror (engage-s); the hub's goroutines, informer listeners and heap growth
-// once engaged; and the p50/p90/p99 latency from a mirror's change to both reconciles
-// (event-ms), work that should depend on what changed, not on N.
+// BenchmarkAgentClusterEvents engages N agent clusters (MAGOS_BENCH_CLUSTERS, default 100 and
+// 300) of 10 mirrors each, with two multi-cluster controllers watching Workspaces in every
+// cluster (as the Rollout and Project controllers do), then changes one mirror per iteration and
+// waits until both controllers have reconciled it. It reports the time from the manager's start
+// until both controllers have reconciled every mirror (engage-s); the hub's goroutines, informer
+// listeners and heap growth once engaged; and the p50/p90/p99 latency from a mirror's change to
+// both reconciles (event-ms), work that should depend on what changed, not on N.
 func BenchmarkAgentClusterEvents(b *testing.B) {
 	const perCluster = 10
-	for _, n := range scaleSizes(b) {
+	for _, n := range testenv.BenchClusters(b, "100,300") {
 		b.Run(fmt.Sprintf("clusters=%d", n), func(b *testing.B) {
 			ctx := context.Background()
 			specs := make([]fleet.Spec, n)
@@ -225,7 +194,7 @@ func BenchmarkAgentClusterEvents(b *testing.B) {
 			changed := make(chan key, 1024)
 			watching := atomic.Bool{}
 			start := time.Now()
-			startBenchHub(b, specs, &watchCounter{}, 2, func(c int, req mcreconcile.Request) {
+			startBenchHub(b, specs, 2, func(c int, req mcreconcile.Request) {
 				k := key{c, req.String()}
 				mu.Lock()
 				count[k]++

@@ -178,8 +178,10 @@ func (r *Registry) Start(ctx context.Context) error {
 	resync := time.NewTicker(r.opts.Resync)
 	defer resync.Stop()
 	failures := 0
-	applyNow := func() {
-		if err := r.apply(ctx, r.Config()); err != nil {
+	// applyNow applies the configuration in force: the clusters of only, when it is not nil,
+	// else all of them; and the removal of deregistered ones in both cases.
+	applyNow := func(only map[string]bool) {
+		if err := r.apply(ctx, r.Config(), only); err != nil {
 			failures++
 			wait := min(time.Duration(1<<min(failures-1, 7))*time.Second, r.opts.Resync)
 			log.Error(err, "applying the cluster registry failed; retrying", "retryIn", wait.String())
@@ -188,7 +190,7 @@ func (r *Registry) Start(ctx context.Context) error {
 		}
 		failures = 0
 	}
-	applyNow()
+	applyNow(nil)
 	for {
 		select {
 		case <-ctx.Done():
@@ -205,15 +207,15 @@ func (r *Registry) Start(ctx context.Context) error {
 			}
 			log.Error(err, "watching the config file")
 		case <-debounce.C:
-			if r.reload(ctx) {
-				applyNow()
+			if changed, ok := r.reload(ctx); ok {
+				applyNow(changed)
 			}
 			r.opts.Fleet.Refresh()
 			r.watchDirs(log, watcher, watched)
 		case <-retry.C:
-			applyNow()
+			applyNow(nil)
 		case <-resync.C:
-			applyNow()
+			applyNow(nil)
 		}
 	}
 }
@@ -241,12 +243,13 @@ func (r *Registry) watchDirs(log logr.Logger, w *fsnotify.Watcher, watched map[s
 	}
 }
 
-// reload reads the config file again. It returns true when a new, valid configuration took
-// effect.
-func (r *Registry) reload(ctx context.Context) bool {
+// reload reads the config file again. It reports whether a new, valid configuration took
+// effect and, if so, the clusters it adds or changes: only those need applying (with the removal
+// of the deregistered ones), so a reload costs what it changed, not what the fleet holds.
+func (r *Registry) reload(ctx context.Context) (map[string]bool, bool) {
 	log := ctrl.LoggerFrom(ctx)
 	if r.opts.ConfigFile == "" {
-		return false
+		return nil, false
 	}
 	cfg, err := LoadConfig(r.opts.ConfigFile, r.opts.Flags)
 	if err != nil {
@@ -256,25 +259,31 @@ func (r *Registry) reload(ctx context.Context) bool {
 		r.configErr = err
 		r.mu.Unlock()
 		r.reportConfigError(ctx, err)
-		return false
+		return nil, false
 	}
 	r.mu.Lock()
 	hadErr := r.configErr != nil
 	r.configErr = nil
 	unchanged := reflect.DeepEqual(r.current.Clusters, cfg.Clusters)
+	changed := map[string]bool{}
+	for _, c := range cfg.Clusters {
+		if old, ok := r.byName[c.Name]; !ok || !reflect.DeepEqual(old, c) {
+			changed[c.Name] = true
+		}
+	}
 	r.mu.Unlock()
 	if hadErr {
 		r.touchAll()
 	}
 	if unchanged {
 		configReloads.WithLabelValues("unchanged").Inc()
-		return false
+		return nil, false
 	}
 	configReloads.WithLabelValues("applied").Inc()
 	r.setConfig(cfg)
 	r.opts.Fleet.Set(cfg.FleetSpecs())
-	log.Info("cluster registry reloaded", "clusters", len(cfg.Clusters))
-	return true
+	log.Info("cluster registry reloaded", "clusters", len(cfg.Clusters), "addedOrChanged", len(changed))
+	return changed, true
 }
 
 // reportConfigError records a Warning Event on every Cluster and lets their status show it.
@@ -308,10 +317,10 @@ func (r *Registry) Touch(name string) {
 	}
 }
 
-// apply makes the hub match cfg: a Cluster object per entry, the namespace and credentials of
-// every agent cluster, and nothing for removed entries (their Cluster and namespace are deleted;
-// the fleet has already disengaged them).
-func (r *Registry) apply(ctx context.Context, cfg Config) error {
+// apply makes the hub match cfg: a Cluster object per entry (of only, when it is not nil), the
+// namespace and credentials of every such agent cluster, and nothing for removed entries (their
+// Cluster and namespace are deleted; the fleet has already disengaged them).
+func (r *Registry) apply(ctx context.Context, cfg Config, only map[string]bool) error {
 	r.applyMu.Lock()
 	defer r.applyMu.Unlock()
 	var (
@@ -321,6 +330,9 @@ func (r *Registry) apply(ctx context.Context, cfg Config) error {
 		sem  = make(chan struct{}, 8)
 	)
 	for _, c := range cfg.Clusters {
+		if only != nil && !only[c.Name] {
+			continue
+		}
 		wg.Go(func() {
 			sem <- struct{}{}
 			defer func() { <-sem }()

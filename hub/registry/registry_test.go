@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -76,12 +77,12 @@ func flagValue(name string) string {
 // configDir is a config file mounted the way Kubernetes mounts a ConfigMap: config.yaml is a
 // symlink to ..data/config.yaml, and ..data a symlink swapped atomically on every update.
 type configDir struct {
-	t       *testing.T
+	t       testing.TB
 	dir     string
 	version int
 }
 
-func newConfigDir(t *testing.T, body string) *configDir {
+func newConfigDir(t testing.TB, body string) *configDir {
 	c := &configDir{t: t, dir: t.TempDir()}
 	c.write(body)
 	if err := os.Symlink(filepath.Join("..data", "config.yaml"), c.file()); err != nil {
@@ -120,7 +121,7 @@ func (c *configDir) write(body string) {
 
 // startHub runs a hub (app.New) on the test hub with the config file until the test ends;
 // mutate, if any, changes its options first.
-func startHub(t *testing.T, file string, mutate ...func(*app.Options)) *app.Hub {
+func startHub(t testing.TB, file string, mutate ...func(*app.Options)) *app.Hub {
 	t.Helper()
 	cfg, err := registry.LoadConfig(file, nil)
 	if err != nil {
@@ -788,4 +789,32 @@ func TestRoutineRenewalsAreNotReevaluated(t *testing.T) {
 		t.Fatal(err)
 	}
 	testenv.Eventually(t, 5*time.Second, wantCondition("renew", magosv1.ConditionAvailable, metav1.ConditionTrue, magosv1.ReasonAgentHeartbeating))
+}
+
+// TestReloadAppliesWhatChanged registers 20 agent clusters, then adds one by rewriting the config
+// file: the hub sets up the new cluster's access (its ServiceAccount read once) and leaves the 20
+// others alone, so a reload costs what it changed (fails when a reload re-applies every cluster:
+// 21 reads).
+func TestReloadAppliesWhatChanged(t *testing.T) {
+	var entries []string
+	for i := range 20 {
+		entries = append(entries, agentEntry(fmt.Sprintf("rw-%02d", i), ""))
+	}
+	cfg := newConfigDir(t, clusterYAML(entries...))
+	rc, reads := testenv.CountRequests(env.Hub.Config, func(r *http.Request) bool {
+		return r.Method == http.MethodGet && strings.HasSuffix(r.URL.Path, "/serviceaccounts/"+registry.AgentServiceAccount)
+	})
+	startHub(t, cfg.file(), func(o *app.Options) { o.RestConfig = rc; o.HealthInterval = time.Minute })
+	for i := range 20 {
+		testenv.Eventually(t, 60*time.Second, wantCondition(fmt.Sprintf("rw-%02d", i), magosv1.ConditionEngaged, metav1.ConditionTrue, magosv1.ReasonEngaged))
+	}
+	before := reads.Load()
+	cfg.write(clusterYAML(append(entries, agentEntry("rw-new", ""))...))
+	testenv.Eventually(t, 60*time.Second, wantCondition("rw-new", magosv1.ConditionEngaged, metav1.ConditionTrue, magosv1.ReasonEngaged))
+	testenv.Eventually(t, 60*time.Second, func() error {
+		return env.Hub.Client.Get(context.Background(), client.ObjectKey{Namespace: mirror.Namespace("rw-new"), Name: registry.AgentServiceAccount}, &corev1.ServiceAccount{})
+	})
+	if n := reads.Load() - before; n > 2 {
+		t.Errorf("adding one cluster read %d agent ServiceAccounts, want the new one's only", n)
+	}
 }

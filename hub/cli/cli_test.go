@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -196,24 +195,6 @@ func TestRolloutWatchEndsWithTheRollout(t *testing.T) {
 	}
 }
 
-// lockedBuffer is a bytes.Buffer safe for a writer and a reader on different goroutines.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // TestRolloutWatchFollowsTheHub watches a Rollout while a mirror changes phase: the watch
 // redraws with the new phase, and reads the Workspaces from the hub with one list and one
 // watch, though it redraws every 10 ms (polling would list them on every redraw).
@@ -228,7 +209,7 @@ func TestRolloutWatchFollowsTheHub(t *testing.T) {
 	cfg, lists := testenv.CountRequests(f.hub.Config, workspaces(false))
 	cfg, watches := testenv.CountRequests(cfg, workspaces(true))
 	ctx, cancel := context.WithCancel(f.ctx)
-	out := &lockedBuffer{}
+	out := &testenv.Buffer{}
 	stop := testenv.Background(t, ctx, "rollout watch", func(ctx context.Context) error {
 		err := cli.WatchRollout(ctx, cfg, key, out, cli.WatchOptions{Redraw: 10 * time.Millisecond})
 		if errors.Is(err, context.Canceled) {

@@ -1,13 +1,11 @@
 package runner_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/go-logr/logr/testr"
@@ -67,7 +65,7 @@ type fixture struct {
 	sha   string
 	dir   string // plan file and local state live here
 	tofu  string
-	out   *syncBuffer
+	out   *testenv.Buffer
 	state string
 }
 
@@ -75,7 +73,7 @@ func newFixture(t *testing.T, files map[string]string) *fixture {
 	t.Helper()
 	repo := gitrepotest.New(t)
 	dir := t.TempDir()
-	f := &fixture{repo: repo, dir: dir, tofu: tofu(t), out: &syncBuffer{}, state: filepath.Join(dir, "state", "terraform.tfstate")}
+	f := &fixture{repo: repo, dir: dir, tofu: tofu(t), out: &testenv.Buffer{}, state: filepath.Join(dir, "state", "terraform.tfstate")}
 	f.sha = repo.Commit(t, "module", files)
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -469,24 +467,6 @@ func TestMainEntrypoint(t *testing.T) {
 			}
 		})
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for the tool's concurrent stdout and stderr copies.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // TestRunPlanDigest checks the plan digest with real tofu: the same plan made twice (at

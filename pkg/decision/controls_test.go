@@ -268,6 +268,23 @@ func TestDecideSoak(t *testing.T) {
 		}
 	})
 
+	t.Run("a step seen done within a second soaks no less than minSuccessTime", func(t *testing.T) {
+		f := newFleet()
+		settleDev(f)
+		seen := t0.Add(1900 * time.Millisecond)
+		f.now = seen
+		d := f.decide()
+		if want := t0.Add(2 * time.Second); !d.Steps[0].SucceededAt.Time.Equal(want) {
+			t.Fatalf("succeededAt %v, want %v (rounded up, as the API stores it)", d.Steps[0].SucceededAt, want)
+		}
+		f.now = seen.Add(20*time.Second - 50*time.Millisecond)
+		if d := f.decide(); len(d.Grants) != 0 {
+			t.Fatalf("granted %v %v after the step was seen done, before minSuccessTime (20s)", d.Grants, f.now.Sub(seen))
+		}
+		f.now = t0.Add(22 * time.Second)
+		assertKeys(t, "grants", keysOf(f.decide().Grants), []Key{k("c2", "app")})
+	})
+
 	t.Run("new work during the soak starts it over", func(t *testing.T) {
 		f := newFleet()
 		settleDev(f)

@@ -527,7 +527,8 @@ func grantMatched(s *step, ms []member, unavailable func(cluster string)) {
 }
 
 // soaks finds when each step succeeded for the change, and when its soak (minSuccessTime) ends
-// (times to the second, as the API stores them).
+// (times to the second, as the API stores them: rounded up, so that a soak never ends before
+// minSuccessTime has passed since the step was seen done).
 // A step done now keeps the time recorded in the Rollout's status when it was recorded after
 // every commit the step's members roll out started (a later commit is new work: the soak starts
 // again); otherwise it succeeded now.
@@ -537,11 +538,11 @@ func soaks(steps []step, ms []member, ro *magosv1.Rollout, revisions []magosv1.R
 		if !s.done() {
 			continue
 		}
-		s.succeededAt = now.Truncate(time.Second) // as the API stores it
+		s.succeededAt = ceilSecond(now) // as the API stores it, never earlier than now
 		j := slices.IndexFunc(ro.Status.Steps, func(st magosv1.StepStatus) bool { return st.Name == s.spec.Name })
 		if j >= 0 && ro.Status.Steps[j].SucceededAt != nil {
 			at := ro.Status.Steps[j].SucceededAt.Time
-			valid := !at.After(now)
+			valid := !at.After(ceilSecond(now))
 			for _, mi := range s.matched {
 				for _, r := range revisions {
 					if r.RepoURL == ms[mi].ws.Source.RepoURL && r.TargetRevision == ms[mi].ws.Source.Ref && at.Before(r.Since.Time.Truncate(time.Second)) {
@@ -557,6 +558,14 @@ func soaks(steps []step, ms []member, ro *magosv1.Rollout, revisions []magosv1.R
 			s.soakEnds = s.succeededAt.Add(d.Duration)
 		}
 	}
+}
+
+// ceilSecond rounds t up to a whole second.
+func ceilSecond(t time.Time) time.Time {
+	if down := t.Truncate(time.Second); down.Before(t) {
+		return down.Add(time.Second)
+	}
+	return t
 }
 
 // tolerated returns, per step up to the current one, the failed members whose failures the

@@ -407,7 +407,11 @@ func (v *viewCache) GetInformerForKind(ctx context.Context, gvk schema.GroupVers
 	if err != nil {
 		return nil, err
 	}
-	return &viewInformer{Informer: inf, namespace: v.namespace, fanout: v.fanouts.of(gvk, inf)}, nil
+	fo := v.fanouts.of(gvk, inf)
+	if fo.informer != inf {
+		fo = nil // another informer of the kind (metadata only, say): handlers are added to it directly
+	}
+	return &viewInformer{Informer: inf, namespace: v.namespace, fanout: fo}, nil
 }
 
 // RemoveInformer is refused: the informers are shared by every agent cluster.
@@ -428,7 +432,8 @@ func (v *viewCache) IndexField(ctx context.Context, obj client.Object, field str
 }
 
 // viewInformer passes on only the events of objects in its namespace. Handlers go through the
-// informer's fanout; only a handler that asks for periodic resyncs gets a listener of its own.
+// informer's fanout; only a handler that asks for periodic resyncs, or one added to an informer
+// the fanout does not serve, gets a listener of its own.
 type viewInformer struct {
 	cache.Informer
 	namespace string
@@ -440,6 +445,9 @@ type viewInformer struct {
 const addTimeout = time.Minute
 
 func (i *viewInformer) AddEventHandler(h toolscache.ResourceEventHandler) (toolscache.ResourceEventHandlerRegistration, error) {
+	if i.fanout == nil {
+		return i.Informer.AddEventHandler(namespaceFilter{ns: i.namespace, h: h})
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), addTimeout)
 	defer cancel()
 	return i.fanout.add(ctx, i.namespace, h)

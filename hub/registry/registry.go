@@ -51,8 +51,9 @@ type Options struct {
 	// Resync re-applies the configuration (repairs deleted namespaces, Roles, Clusters).
 	// Default 10m.
 	Resync time.Duration
-	// HealthInterval is how often a Cluster's status is re-evaluated without any event (direct
-	// clusters are probed that often). Default 15s.
+	// HealthInterval is how often a Cluster's status is re-evaluated without any event: direct
+	// clusters are probed that often. An agent cluster whose Lease is live is re-evaluated
+	// when the Lease would expire instead. Default 15s.
 	HealthInterval time.Duration
 	// MaxConcurrentReconciles of the Cluster status controller. Default 4.
 	MaxConcurrentReconciles int

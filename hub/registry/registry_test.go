@@ -818,3 +818,30 @@ func TestReloadAppliesWhatChanged(t *testing.T) {
 		t.Errorf("adding one cluster read %d agent ServiceAccounts, want the new one's only", n)
 	}
 }
+
+// TestLiveLeaseIsNotPolled gives the hub a 200 ms health interval and an agent Lease valid for
+// 10 s: while the Lease is live and nothing changes, the hub does not re-evaluate the Cluster
+// every interval but when the Lease would expire (fails when the interval caps the wait: about 10
+// reconciles in 2 s; 2 with the fix, echoes of the last status write).
+func TestLiveLeaseIsNotPolled(t *testing.T) {
+	ctx := context.Background()
+	cfg := newConfigDir(t, clusterYAML(agentEntry("live", "")))
+	startHub(t, cfg.file(), func(o *app.Options) { o.HealthInterval = 200 * time.Millisecond })
+	ns := mirror.Namespace("live")
+	testenv.Eventually(t, 60*time.Second, func() error {
+		return env.Hub.Client.Get(ctx, client.ObjectKey{Name: ns}, &corev1.Namespace{})
+	})
+	lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: keys.AgentLease}}
+	lease.Spec.HolderIdentity, lease.Spec.LeaseDurationSeconds = ptr("live/test"), ptr(int32(10))
+	lease.Spec.RenewTime = &metav1.MicroTime{Time: time.Now()}
+	if err := env.Hub.Client.Create(ctx, lease); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 30*time.Second, wantCondition("live", magosv1.ConditionAvailable, metav1.ConditionTrue, magosv1.ReasonAgentHeartbeating))
+	before := reconciles(t, "cluster-status")
+	<-time.After(2 * time.Second) // a measurement window, not a synchronisation
+	// The last status write of the flip to Available may still echo back as an event or two.
+	if n := reconciles(t, "cluster-status") - before; n > 3 {
+		t.Errorf("%v Cluster status reconciles in 2 s of a live Lease with nothing changing, want none until it would expire (at most the echo of the last status write)", n)
+	}
+}

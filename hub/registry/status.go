@@ -179,7 +179,9 @@ func (r *Registry) reconcileStatus(ctx context.Context, req reconcile.Request) (
 			if now.Before(expires) {
 				available.Status, available.Reason = metav1.ConditionTrue, magosv1.ReasonAgentHeartbeating
 				available.Message = fmt.Sprintf("the agent heartbeats (last at %s)", renewed.UTC().Format(time.RFC3339))
-				requeue = min(requeue, expires.Sub(now)+250*time.Millisecond)
+				// Renewals pass no event (leaseChanged): read the Lease again when it would
+				// expire, and not before, however short HealthInterval is.
+				requeue = expires.Sub(now) + 250*time.Millisecond
 			} else {
 				available.Status, available.Reason = metav1.ConditionFalse, magosv1.ReasonAgentSilent
 				available.Message = fmt.Sprintf("the agent's last heartbeat was at %s; its lease expired at %s",

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"os"
+	"reflect"
 	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
@@ -77,11 +78,12 @@ func managedLabels(cluster string) map[string]string {
 }
 
 // ensureAgentAccess creates (or repairs) an agent cluster's namespace, ServiceAccount, Role and
-// RoleBinding.
-func ensureAgentAccess(ctx context.Context, c client.Client, cluster string) error {
+// RoleBinding. fresh says the cluster is probably new to the hub: each object is then created
+// outright, one request instead of a read and a create, and read and patched only if it exists.
+func ensureAgentAccess(ctx context.Context, c client.Client, cluster string, fresh bool) error {
 	ns := mirror.Namespace(cluster)
 	namespace := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}
-	if _, err := controllerutil.CreateOrPatch(ctx, c, namespace, func() error {
+	if _, err := createOrPatch(ctx, c, fresh, namespace, func() error {
 		if namespace.DeletionTimestamp != nil {
 			return fmt.Errorf("namespace %s is still being deleted; it is created again once it is gone", ns)
 		}
@@ -91,14 +93,14 @@ func ensureAgentAccess(ctx context.Context, c client.Client, cluster string) err
 		return fmt.Errorf("namespace %s: %w", ns, err)
 	}
 	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: AgentServiceAccount}}
-	if _, err := controllerutil.CreateOrPatch(ctx, c, sa, func() error {
+	if _, err := createOrPatch(ctx, c, fresh, sa, func() error {
 		sa.Labels = mergeLabels(sa.Labels, managedLabels(cluster))
 		return nil
 	}); err != nil {
 		return fmt.Errorf("ServiceAccount %s/%s: %w", ns, AgentServiceAccount, err)
 	}
 	role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: AgentServiceAccount}}
-	if _, err := controllerutil.CreateOrPatch(ctx, c, role, func() error {
+	if _, err := createOrPatch(ctx, c, fresh, role, func() error {
 		role.Labels = mergeLabels(role.Labels, managedLabels(cluster))
 		role.Rules = AgentRules()
 		return nil
@@ -106,7 +108,7 @@ func ensureAgentAccess(ctx context.Context, c client.Client, cluster string) err
 		return fmt.Errorf("Role %s/%s: %w", ns, AgentServiceAccount, err)
 	}
 	binding := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: AgentServiceAccount}}
-	if _, err := controllerutil.CreateOrPatch(ctx, c, binding, func() error {
+	if _, err := createOrPatch(ctx, c, fresh, binding, func() error {
 		binding.Labels = mergeLabels(binding.Labels, managedLabels(cluster))
 		binding.RoleRef = rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: AgentServiceAccount}
 		binding.Subjects = []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: ns, Name: AgentServiceAccount}}
@@ -115,6 +117,27 @@ func ensureAgentAccess(ctx context.Context, c client.Client, cluster string) err
 		return fmt.Errorf("RoleBinding %s/%s: %w", ns, AgentServiceAccount, err)
 	}
 	return nil
+}
+
+// createOrPatch is controllerutil.CreateOrPatch; with fresh, it first tries to create obj as
+// mutate makes it, and falls back to reading and patching only when obj exists already.
+func createOrPatch(ctx context.Context, c client.Client, fresh bool, obj client.Object, mutate controllerutil.MutateFn) (controllerutil.OperationResult, error) {
+	if fresh {
+		blank := obj.DeepCopyObject()
+		if err := mutate(); err != nil {
+			return controllerutil.OperationResultNone, err
+		}
+		err := c.Create(ctx, obj)
+		if err == nil {
+			return controllerutil.OperationResultCreated, nil
+		}
+		if !apierrors.IsAlreadyExists(err) {
+			return controllerutil.OperationResultNone, err
+		}
+		// Start over from the object as it was given, then read what is there.
+		reflect.ValueOf(obj).Elem().Set(reflect.ValueOf(blank).Elem())
+	}
+	return controllerutil.CreateOrPatch(ctx, c, obj, mutate)
 }
 
 func mergeLabels(have, want map[string]string) map[string]string {

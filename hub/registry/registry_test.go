@@ -792,9 +792,10 @@ func TestRoutineRenewalsAreNotReevaluated(t *testing.T) {
 }
 
 // TestReloadAppliesWhatChanged registers 20 agent clusters, then adds one by rewriting the config
-// file: the hub sets up the new cluster's access (its ServiceAccount read once) and leaves the 20
-// others alone, so a reload costs what it changed (fails when a reload re-applies every cluster:
-// 21 reads).
+// file: the hub sets up the new cluster's access and leaves the 20 others alone, so a reload
+// costs what it changed (fails when a reload re-applies every cluster: 22 reads). The new
+// cluster's objects are created outright; the registration and the status controller's repair
+// may both set them up, and the second reads the ServiceAccount once.
 func TestReloadAppliesWhatChanged(t *testing.T) {
 	var entries []string
 	for i := range 20 {
@@ -814,8 +815,8 @@ func TestReloadAppliesWhatChanged(t *testing.T) {
 	testenv.Eventually(t, 60*time.Second, func() error {
 		return env.Hub.Client.Get(context.Background(), client.ObjectKey{Namespace: mirror.Namespace("rw-new"), Name: registry.AgentServiceAccount}, &corev1.ServiceAccount{})
 	})
-	if n := reads.Load() - before; n > 2 {
-		t.Errorf("adding one cluster read %d agent ServiceAccounts, want the new one's only", n)
+	if n := reads.Load() - before; n > 1 {
+		t.Errorf("adding one cluster read %d agent ServiceAccounts, want at most the new one's, the others left alone", n)
 	}
 }
 

@@ -134,7 +134,11 @@ func (r *Registry) reconcileStatus(ctx context.Context, req reconcile.Request) (
 		if !apierrors.IsNotFound(err) {
 			return ctrl.Result{}, err
 		}
-		// Registered but missing (deleted by hand, or not created yet): put it back.
+		// Registered but missing from the cache: created a moment ago (the cache has not seen
+		// it yet), or deleted by hand or not created yet, which the API server tells.
+		if err := r.client.Get(ctx, client.ObjectKey{Name: name}, &magosv1.Cluster{}); err == nil || !apierrors.IsNotFound(err) {
+			return ctrl.Result{RequeueAfter: time.Second}, client.IgnoreNotFound(err)
+		}
 		return ctrl.Result{RequeueAfter: time.Second}, r.repair(ctx, name)
 	}
 	if !maps.Equal(cl.Labels, entry.Labels) ||

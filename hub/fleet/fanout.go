@@ -116,8 +116,8 @@ func (fo *fanout) add(ctx context.Context, ns string, h toolscache.ResourceEvent
 	return r, nil
 }
 
-// remove unregisters r; it reports false if r was not registered.
-func (fo *fanout) remove(r *fanoutHandler) bool {
+// remove unregisters r, if it is registered.
+func (fo *fanout) remove(r *fanoutHandler) {
 	fo.mu.Lock()
 	defer fo.mu.Unlock()
 	hs := fo.byNamespace[r.namespace]
@@ -130,10 +130,9 @@ func (fo *fanout) remove(r *fanoutHandler) bool {
 			} else {
 				fo.byNamespace[r.namespace] = rest
 			}
-			return true
+			return
 		}
 	}
-	return false
 }
 
 // handlers returns the handlers of obj's namespace.

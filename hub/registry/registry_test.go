@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -662,20 +663,7 @@ func TestHeartbeatMakesAgentClusterAvailable(t *testing.T) {
 
 	const leaseSeconds = 3
 	renew := func() error {
-		now := metav1.NewMicroTime(time.Now())
-		lease := &coordinationv1.Lease{}
-		err := agentClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: keys.AgentLease}, lease)
-		if apierrors.IsNotFound(err) {
-			lease = &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: keys.AgentLease,
-				Annotations: map[string]string{keys.AgentVersion: "v9.9.9"}}}
-			lease.Spec.HolderIdentity, lease.Spec.LeaseDurationSeconds, lease.Spec.RenewTime = ptr("hb/test"), ptr(int32(leaseSeconds)), &now
-			return agentClient.Create(ctx, lease)
-		}
-		if err != nil {
-			return err
-		}
-		lease.Spec.RenewTime = &now
-		return agentClient.Update(ctx, lease)
+		return renewLease(ctx, agentClient, ns, "hb/test", leaseSeconds, map[string]string{keys.AgentVersion: "v9.9.9"})
 	}
 	testenv.Eventually(t, 60*time.Second, func() error {
 		if err := renew(); err != nil {
@@ -733,6 +721,41 @@ func reconciles(t *testing.T, controller string) float64 {
 	return total
 }
 
+// renewLease creates or renews, with c, the agent Lease of hub namespace ns as an agent does:
+// held by holder for seconds from now, with annotations set on it.
+func renewLease(ctx context.Context, c client.Client, ns, holder string, seconds int32, annotations map[string]string) error {
+	lease := &coordinationv1.Lease{}
+	err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: keys.AgentLease}, lease)
+	if apierrors.IsNotFound(err) {
+		lease = &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: keys.AgentLease}}
+	} else if err != nil {
+		return err
+	}
+	lease.Spec.HolderIdentity, lease.Spec.LeaseDurationSeconds = ptr(holder), ptr(seconds)
+	lease.Spec.RenewTime = &metav1.MicroTime{Time: time.Now()}
+	if lease.Annotations == nil && len(annotations) > 0 {
+		lease.Annotations = map[string]string{}
+	}
+	maps.Copy(lease.Annotations, annotations)
+	if lease.ResourceVersion == "" {
+		return c.Create(ctx, lease)
+	}
+	return c.Update(ctx, lease)
+}
+
+// startHubWithAgentCluster runs a hub whose config registers the one agent cluster name, with
+// the given health interval, and returns the cluster's hub namespace once the hub made it.
+func startHubWithAgentCluster(t *testing.T, name string, healthInterval time.Duration) string {
+	t.Helper()
+	cfg := newConfigDir(t, clusterYAML(agentEntry(name, "")))
+	startHub(t, cfg.file(), func(o *app.Options) { o.HealthInterval = healthInterval })
+	ns := mirror.Namespace(name)
+	testenv.Eventually(t, 60*time.Second, func() error {
+		return env.Hub.Client.Get(context.Background(), client.ObjectKey{Name: ns}, &corev1.Namespace{})
+	})
+	return ns
+}
+
 // TestRoutineRenewalsAreNotReevaluated renews an agent's Lease every 200 ms for 2 s, moving its
 // renew time and its sync time as the agent does, and counts the Cluster status reconciles
 // (controller-runtime's metric): a routine renewal changes nothing the status shows, so it
@@ -741,30 +764,10 @@ func reconciles(t *testing.T, controller string) float64 {
 // Clusters on its own only every 10 minutes here.
 func TestRoutineRenewalsAreNotReevaluated(t *testing.T) {
 	ctx := context.Background()
-	cfg := newConfigDir(t, clusterYAML(agentEntry("renew", "")))
-	startHub(t, cfg.file(), func(o *app.Options) { o.HealthInterval = 10 * time.Minute })
-	ns := mirror.Namespace("renew")
-	testenv.Eventually(t, 60*time.Second, func() error {
-		return env.Hub.Client.Get(ctx, client.ObjectKey{Name: ns}, &corev1.Namespace{})
-	})
-	const leaseSeconds = 4
+	ns := startHubWithAgentCluster(t, "renew", 10*time.Minute)
 	since := time.Now().Add(-time.Hour).Truncate(time.Second)
 	renew := func() error {
-		now := time.Now()
-		lease := &coordinationv1.Lease{}
-		err := env.Hub.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: keys.AgentLease}, lease)
-		if apierrors.IsNotFound(err) {
-			lease = &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: keys.AgentLease}}
-			lease.Spec.HolderIdentity, lease.Spec.LeaseDurationSeconds = ptr("renew/test"), ptr(int32(leaseSeconds))
-		} else if err != nil {
-			return err
-		}
-		lease.Spec.RenewTime = &metav1.MicroTime{Time: now}
-		lease.Annotations = mirror.Watermark{Since: since, At: now, Mirrored: 3}.Annotations()
-		if lease.ResourceVersion == "" {
-			return env.Hub.Client.Create(ctx, lease)
-		}
-		return env.Hub.Client.Update(ctx, lease)
+		return renewLease(ctx, env.Hub.Client, ns, "renew/test", 4, mirror.Watermark{Since: since, At: time.Now(), Mirrored: 3}.Annotations())
 	}
 	testenv.Eventually(t, 60*time.Second, func() error {
 		if err := renew(); err != nil {
@@ -826,16 +829,8 @@ func TestReloadAppliesWhatChanged(t *testing.T) {
 // reconciles in 2 s; 2 with the fix, echoes of the last status write).
 func TestLiveLeaseIsNotPolled(t *testing.T) {
 	ctx := context.Background()
-	cfg := newConfigDir(t, clusterYAML(agentEntry("live", "")))
-	startHub(t, cfg.file(), func(o *app.Options) { o.HealthInterval = 200 * time.Millisecond })
-	ns := mirror.Namespace("live")
-	testenv.Eventually(t, 60*time.Second, func() error {
-		return env.Hub.Client.Get(ctx, client.ObjectKey{Name: ns}, &corev1.Namespace{})
-	})
-	lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: keys.AgentLease}}
-	lease.Spec.HolderIdentity, lease.Spec.LeaseDurationSeconds = ptr("live/test"), ptr(int32(10))
-	lease.Spec.RenewTime = &metav1.MicroTime{Time: time.Now()}
-	if err := env.Hub.Client.Create(ctx, lease); err != nil {
+	ns := startHubWithAgentCluster(t, "live", 200*time.Millisecond)
+	if err := renewLease(ctx, env.Hub.Client, ns, "live/test", 10, nil); err != nil {
 		t.Fatal(err)
 	}
 	testenv.Eventually(t, 30*time.Second, wantCondition("live", magosv1.ConditionAvailable, metav1.ConditionTrue, magosv1.ReasonAgentHeartbeating))

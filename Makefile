@@ -134,6 +134,23 @@ fuzz: ## Fuzz the hub config, the run spec, CEL policies and mirrors (FUZZTIME=3
 bench: ## Run the benchmarks and print their numbers.
 	$(WITH_ASSETS) go test -run '^$$' -bench . -benchmem $(PACKAGES)
 
+# make bench-scale measures one hub at fleet scale (tools/scalebench): a real hub API server and
+# the real magos-hub, SCALE_CLUSTERS agent clusters registered through its config file, and as
+# many emulated agents running agent/hubsync with their own credentials. Progress goes to
+# stderr; stdout gets a table per size and, at the end, one line per size:
+# scale: clusters=N workspaces=W rollout_p90_s=A concurrent_p90_s=B hub_rss_mib=M hub_heap_mib=H requests_per_grant=R
+SCALE_CLUSTERS   ?= 100
+SCALE_WORKSPACES ?= 10
+SCALE_REPEATS    ?= 10
+SCALE_CONCURRENT ?= 100
+SCALE_RUN_DELAY  ?= 0s
+SCALE_FLAGS      ?=
+
+.PHONY: bench-scale
+bench-scale: ## Measure one hub with emulated agent clusters (SCALE_CLUSTERS=100,300,1000 SCALE_RUN_DELAY=0s).
+	@$(WITH_ASSETS) go run ./tools/cmd/magos-bench-scale --clusters $(SCALE_CLUSTERS) --workspaces $(SCALE_WORKSPACES) \
+	  --repeats $(SCALE_REPEATS) --concurrent $(SCALE_CONCURRENT) --run-delay $(SCALE_RUN_DELAY) $(SCALE_FLAGS)
+
 .PHONY: lint
 lint: ## gofmt and go vet.
 	@out=$$(gofmt -l $(MODULES) charts/tests); if [[ -n "$$out" ]]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

@@ -5,6 +5,7 @@
 package app
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"maps"
@@ -25,6 +26,7 @@ import (
 	mcmanager "sigs.k8s.io/multicluster-runtime/pkg/manager"
 
 	"github.com/magosfleet/magos/hub/fleet"
+	"github.com/magosfleet/magos/hub/fleetview"
 	"github.com/magosfleet/magos/hub/registry"
 	"github.com/magosfleet/magos/pkg/scheme"
 )
@@ -100,6 +102,7 @@ func New(opts Options) (*Hub, error) {
 		Cache:                         CacheOptions(),
 		Metrics:                       metricsserver.Options{BindAddress: orDefault(cfg.MetricsBindAddress, "0")},
 		HealthProbeBindAddress:        orDefault(cfg.HealthProbeBindAddress, "0"),
+		PprofBindAddress:              orDefault(cfg.PprofBindAddress, "0"),
 		LeaderElection:                cfg.LeaderElect,
 		LeaderElectionID:              LeaderElectionID,
 		LeaderElectionNamespace:       opts.LeaderElectionNamespace,
@@ -136,6 +139,9 @@ func New(opts Options) (*Hub, error) {
 	mgr, err := mcmanager.WithMultiCluster(local, fl)
 	if err != nil {
 		return nil, fmt.Errorf("hub: creating the multi-cluster manager: %w", err)
+	}
+	if err := fleetview.IndexWorkspaces(context.Background(), mgr); err != nil {
+		return nil, fmt.Errorf("hub: %w", err)
 	}
 	reg, err = registry.New(local, registry.Options{
 		ConfigFile:         opts.ConfigFile,

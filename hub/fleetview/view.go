@@ -6,8 +6,10 @@ package fleetview
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -74,19 +76,19 @@ type Target struct {
 	Workspace *magosv1.Workspace
 }
 
-// Snapshot is what the hub sees of one namespace across the fleet, ready for decision.Decide.
+// Snapshot is what the hub sees of one Project across the fleet, ready for decision.Decide.
 type Snapshot struct {
 	// Namespace is the hub (and origin) namespace the snapshot covers.
 	Namespace string
 	// Clusters are the registered clusters, with the availability the hub counts.
 	Clusters map[string]decision.Cluster
-	// Workspaces are the Workspaces of the namespace in every cluster that answered (and,
-	// for a cluster that did not, the ones last read from it).
+	// Workspaces are the Project's Workspaces in every cluster that answered (and, for a
+	// cluster that did not, the ones last read from it).
 	Workspaces []decision.Workspace
 	// Targets tells where each Workspace can be written.
 	Targets map[decision.Key]Target
-	// Refused are the Workspaces read and left out of the decision: those of clusters not
-	// bound to the namespace, and mirrors that fail mirror.Check.
+	// Refused are the Project's Workspaces read and left out of the decision: those of
+	// clusters not bound to the namespace, and mirrors that fail mirror.Check.
 	Refused []Refusal
 	// readmitted are Workspaces in the decision that still carry a refusal from before.
 	readmitted []Target
@@ -110,6 +112,10 @@ type View struct {
 	mgr  mcmanager.Manager
 	hub  client.Reader
 	opts ViewOptions
+
+	// unindexed is set once a cache answered that it has no ProjectIndex (IndexWorkspaces was
+	// not called): reads then filter the namespace's Workspaces themselves.
+	unindexed atomic.Bool
 
 	mu   sync.Mutex
 	last map[lastKey][]seen
@@ -151,7 +157,7 @@ func (v *View) wrote(k decision.Key, p pending) {
 	v.written[k] = p
 }
 
-type lastKey struct{ cluster, namespace string }
+type lastKey struct{ cluster, namespace, project string }
 
 type seen struct {
 	ws     decision.Workspace
@@ -183,12 +189,14 @@ type clusterRead struct {
 // maxDirectReads bounds how many direct clusters a Snapshot reads at once.
 const maxDirectReads = 32
 
-// Snapshot reads the registered clusters from the hub and the Workspaces of namespace from
-// every one of them, each bounded by ClusterTimeout. Agent clusters are read from the hub's own
+// Snapshot reads the registered clusters from the hub and, from every one of them, the
+// Workspaces of the Project namespace/project (decision.Workspace.MemberOf), each bounded by
+// ClusterTimeout. Only the Project's members are converted, checked and kept, so a decision
+// costs in proportion to its Project, not to every Workspace of the namespace. Agent clusters are read from the hub's own
 // cache, in memory, one after the other; direct clusters from their caches, at most
 // maxDirectReads at once, since one that has not synced makes its read wait. A cluster that is
 // not engaged or fails is counted unavailable for this pass; it never blocks the others.
-func (v *View) Snapshot(ctx context.Context, namespace string) (*Snapshot, error) {
+func (v *View) Snapshot(ctx context.Context, namespace, project string) (*Snapshot, error) {
 	var registered magosv1.ClusterList
 	if err := v.hub.List(ctx, &registered); err != nil {
 		return nil, fmt.Errorf("listing registered clusters: %w", err)
@@ -199,13 +207,13 @@ func (v *View) Snapshot(ctx context.Context, namespace string) (*Snapshot, error
 	for i := range registered.Items {
 		c := &registered.Items[i]
 		if c.Spec.Transport != magosv1.TransportDirect {
-			reads[i] = v.read(ctx, c, namespace)
+			reads[i] = v.read(ctx, c, namespace, project)
 			continue
 		}
 		direct <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-direct }()
-			reads[i] = v.read(ctx, c, namespace)
+			reads[i] = v.read(ctx, c, namespace, project)
 		})
 	}
 	wg.Wait()
@@ -250,7 +258,7 @@ func (v *View) Snapshot(ctx context.Context, namespace string) (*Snapshot, error
 		// The hub knows an agent cluster's Workspaces once the agent completed a sync (the
 		// mirrors then hold all of them, as of the last sync); a direct cluster's once engaged.
 		agentSynced := c.Spec.Transport == magosv1.TransportDirect || c.Status.SyncedSince != nil
-		lk := lastKey{c.Name, namespace}
+		lk := lastKey{c.Name, namespace, project}
 		live[lk] = true
 		found := r.seen
 		switch {
@@ -290,18 +298,18 @@ func (v *View) Snapshot(ctx context.Context, namespace string) (*Snapshot, error
 	}
 	// Forget removed clusters: their Workspaces drop out of every decision.
 	for lk := range v.last {
-		if lk.namespace == namespace && !live[lk] {
+		if lk.namespace == namespace && lk.project == project && !live[lk] {
 			delete(v.last, lk)
 		}
 	}
 	return s, nil
 }
 
-// read lists the Workspaces of namespace the hub sees in cluster c. For an agent cluster these
+// read lists the Workspaces of the Project namespace/project the hub sees in cluster c. For an agent cluster these
 // are the mirrors of the cluster's Workspaces: what lives in the cluster's hub namespace, the
 // only one its agent may write, and passes mirror.Check (the rest is rejected). For a direct
 // cluster, the spoke's own Workspaces (mirrors there belong to other clusters and are skipped).
-func (v *View) read(ctx context.Context, c *magosv1.Cluster, namespace string) clusterRead {
+func (v *View) read(ctx context.Context, c *magosv1.Cluster, namespace, project string) clusterRead {
 	var r clusterRead
 	cl, err := v.mgr.GetCluster(ctx, multicluster.ClusterName(c.Name))
 	if err != nil || cl == nil {
@@ -315,18 +323,35 @@ func (v *View) read(ctx context.Context, c *magosv1.Cluster, namespace string) c
 	var list magosv1.WorkspaceList
 	opts := []client.ListOption{client.UnsafeDisableDeepCopy}
 	if agent {
-		opts = append(opts, client.InNamespace(mirror.Namespace(c.Name)), client.MatchingLabels{keys.Mirror: "true", keys.OriginNamespace: namespace})
+		opts = append(opts, client.InNamespace(mirror.Namespace(c.Name)))
 	} else {
 		opts = append(opts, client.InNamespace(namespace))
 	}
-	if err := cl.GetCache().List(ctx, &list, opts...); err != nil {
+	err = errors.New("unindexed")
+	if !v.unindexed.Load() {
+		// The Project's Workspaces only, through the index.
+		err = cl.GetCache().List(ctx, &list, append(opts, client.MatchingFields{ProjectIndex: projectKey(namespace, project)})...)
+		if missingIndex(err) {
+			v.unindexed.Store(true)
+		}
+	}
+	if v.unindexed.Load() {
+		if agent {
+			opts = append(opts, client.MatchingLabels{keys.Mirror: "true", keys.OriginNamespace: namespace})
+		}
+		err = cl.GetCache().List(ctx, &list, opts...)
+	}
+	if err != nil {
 		r.err = fmt.Errorf("listing Workspaces in cluster %s: %w", c.Name, err)
 		return r
 	}
 	r.seen = make([]seen, 0, len(list.Items))
 	for i := range list.Items {
 		ws := &list.Items[i]
-		if agent != mirror.IsMirror(ws) {
+		// Membership is the projectRef in the namespace read (the origin namespace, for a
+		// mirror): decision.Workspace.MemberOf. Compared first, it skips the rest of the
+		// namespace's Workspaces at the cost of a string comparison each.
+		if ws.Spec.ProjectRef.Name != project || agent != mirror.IsMirror(ws) || originNamespace(ws) != namespace {
 			continue
 		}
 		target := Target{Cluster: c.Name, Namespace: ws.Namespace, Name: ws.Name, Workspace: ws}

@@ -102,7 +102,7 @@ func TestClusterNamespaceBeingDeletedVouchesForNoSync(t *testing.T) {
 			// only while its namespace lives.
 			var got decision.Cluster
 			testenv.Eventually(t, 0, func() error {
-				s, err := view.Snapshot(ctx, tc.cluster)
+				s, err := view.Snapshot(ctx, tc.cluster, tc.cluster)
 				if err != nil {
 					return err
 				}

@@ -41,7 +41,7 @@ func TestGrantIsFencedToTheVersionDecidedOn(t *testing.T) {
 	snapshot := func(wantRV string) *fleetview.Snapshot {
 		var snap *fleetview.Snapshot
 		testenv.Eventually(t, 0, func() error {
-			s, err := view.Snapshot(ctx, ns)
+			s, err := view.Snapshot(ctx, ns, "web")
 			if err != nil {
 				return err
 			}

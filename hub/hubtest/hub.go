@@ -32,6 +32,7 @@ import (
 	clustersprovider "sigs.k8s.io/multicluster-runtime/providers/clusters"
 
 	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
+	"github.com/magosfleet/magos/hub/fleetview"
 	"github.com/magosfleet/magos/pkg/localcluster"
 	"github.com/magosfleet/magos/pkg/logging"
 	magosscheme "github.com/magosfleet/magos/pkg/scheme"
@@ -188,6 +189,10 @@ func (h *Hub) StartManager(t testing.TB, opts ManagerOptions) *Manager {
 	mgr, err := mcmanager.New(cfg, provider, mopts)
 	if err != nil {
 		t.Fatalf("creating hub manager: %v", err)
+	}
+	// The index magos-hub's Views read Projects through (app.New adds it too).
+	if err := fleetview.IndexWorkspaces(context.Background(), mgr); err != nil {
+		t.Fatalf("indexing Workspaces: %v", err)
 	}
 	if err := opts.Setup(mgr); err != nil {
 		t.Fatalf("setting up controllers: %v", err)

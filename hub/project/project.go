@@ -166,7 +166,7 @@ func (r *Reconciler) reconcile(ctx context.Context, p *magosv1.Project) (ctrl.Re
 	if err != nil {
 		return ctrl.Result{}, r.failed(ctx, p, err)
 	}
-	snap, err := r.view.Snapshot(ctx, p.Namespace)
+	snap, err := r.view.Snapshot(ctx, p.Namespace, p.Name)
 	if err != nil {
 		return ctrl.Result{}, r.failed(ctx, p, err)
 	}

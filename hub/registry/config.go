@@ -44,6 +44,9 @@ type Config struct {
 	MetricsBindAddress string `mapstructure:"metricsBindAddress"`
 	// HealthProbeBindAddress is where /healthz and /readyz are served ("0" turns them off).
 	HealthProbeBindAddress string `mapstructure:"healthProbeBindAddress"`
+	// PprofBindAddress is where Go's pprof profiles are served, under /debug/pprof/ ("0" or
+	// empty turns them off, the default).
+	PprofBindAddress string `mapstructure:"pprofBindAddress"`
 	// Log configures logging.
 	Log LogConfig `mapstructure:"log"`
 	// ProjectParallelGracePeriod is how long a new Project without a Rollout waits for one

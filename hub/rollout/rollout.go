@@ -132,7 +132,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req mcreconcile.Request) (ct
 		return ctrl.Result{}, nil // no finalizer: decisions stay as they are, as upstream
 	}
 
-	snap, err := r.view.Snapshot(ctx, ro.Namespace)
+	snap, err := r.view.Snapshot(ctx, ro.Namespace, ro.Spec.ProjectRef)
 	if err != nil {
 		reconcileTotal.WithLabelValues(ro.Namespace, ro.Name, resultError).Inc()
 		return ctrl.Result{}, err

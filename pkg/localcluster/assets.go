@@ -146,3 +146,25 @@ func RSSBytes(pids ...int) int64 {
 	}
 	return total
 }
+
+// CPUSeconds returns the CPU time (user and system) the given processes have used, summed.
+func CPUSeconds(pids ...int) float64 {
+	const ticksPerSecond = 100 // USER_HZ, 100 on every Linux architecture Go supports
+	var ticks int64
+	for _, pid := range pids {
+		stat, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+		if err != nil {
+			continue
+		}
+		// stat: pid (comm) state ppid ...; utime and stime are fields 14 and 15.
+		fields := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+2:]))
+		if len(fields) < 13 {
+			continue
+		}
+		for _, f := range fields[11:13] {
+			n, _ := strconv.ParseInt(f, 10, 64)
+			ticks += n
+		}
+	}
+	return float64(ticks) / ticksPerSecond
+}

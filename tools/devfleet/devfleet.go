@@ -167,7 +167,7 @@ func (f *Fleet) start(ctx context.Context, opts Options) error {
 		return err
 	}
 	f.step("building magos-hub and magos-agent")
-	if err := buildBinaries(ctx, filepath.Join(f.Dir, "bin")); err != nil {
+	if err := BuildBinaries(ctx, filepath.Join(f.Dir, "bin")); err != nil {
 		return err
 	}
 	if opts.Single {
@@ -487,7 +487,8 @@ func (f *Fleet) Stop() error {
 	return nil
 }
 
-func buildBinaries(ctx context.Context, dir string) error {
+// BuildBinaries builds magos-hub and magos-agent from the repository into dir.
+func BuildBinaries(ctx context.Context, dir string) error {
 	root, err := localcluster.RepoRoot()
 	if err != nil {
 		return err

@@ -1,7 +1,7 @@
 // Command magos-hub runs the Magos Fleet hub.
 //
 //	magos-hub [controller] --config FILE [--leader-elect] [--metrics-bind-address ADDR]
-//	          [--health-probe-bind-address ADDR] [--log-level LEVEL] [--log-development]
+//	          [--health-probe-bind-address ADDR] [--pprof-bind-address ADDR] [--log-level LEVEL] [--log-development]
 //	magos-hub agent-kubeconfig --cluster NAME [--server URL] [--duration 24h]
 //	magos-hub check [--config FILE] [--leader-elect] [--timeout 2m]
 //
@@ -76,6 +76,7 @@ func controller(ctx context.Context, args []string) error {
 	fs.Bool("leader-elect", def.LeaderElect, "run one active hub among replicas")
 	fs.String("metrics-bind-address", def.MetricsBindAddress, "address of the Prometheus metrics endpoint (0 turns it off)")
 	fs.String("health-probe-bind-address", def.HealthProbeBindAddress, "address of /healthz and /readyz (0 turns them off)")
+	fs.String("pprof-bind-address", def.PprofBindAddress, "address of Go's pprof profiles, /debug/pprof/ (0 or empty turns them off)")
 	fs.String("log-level", def.Log.Level, "debug, info, warn or error")
 	fs.Bool("log-development", def.Log.Development, "human-readable logs")
 	fs.Duration("project-parallel-grace-period", def.ProjectParallelGracePeriod, "how long a new Project without a Rollout waits for one before it runs its Workspaces in parallel")

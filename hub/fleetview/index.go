@@ -1,0 +1,50 @@
+package fleetview
+
+import (
+	"context"
+	"errors"
+	"strings"
+
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	mcmanager "sigs.k8s.io/multicluster-runtime/pkg/manager"
+
+	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
+	"github.com/magosfleet/magos/pkg/keys"
+	"github.com/magosfleet/magos/pkg/mirror"
+)
+
+// ProjectIndex is the cache index of Workspaces by the Project they belong to: the value is
+// "<namespace>/<projectRef>", where namespace is the Workspace's own, or its origin's for a
+// mirror (decision.Workspace.MemberOf). Snapshot reads a Project's Workspaces through it.
+const ProjectIndex = "magosproject.io/project"
+
+// IndexWorkspaces adds ProjectIndex to the Workspace caches of mgr's clusters, current and
+// future (the hub's shared cache for agent clusters, each direct cluster's own). Call it once,
+// before the manager starts. A View on a manager without it reads every Workspace of the
+// namespace and keeps the Project's, as before the index.
+func IndexWorkspaces(ctx context.Context, mgr mcmanager.Manager) error {
+	return mgr.GetFieldIndexer().IndexField(ctx, &magosv1.Workspace{}, ProjectIndex, func(o client.Object) []string {
+		ws, ok := o.(*magosv1.Workspace)
+		if !ok || ws.Spec.ProjectRef.Name == "" {
+			return nil
+		}
+		return []string{projectKey(originNamespace(ws), ws.Spec.ProjectRef.Name)}
+	})
+}
+
+// originNamespace is the namespace a Workspace belongs to: its origin's for a mirror.
+func originNamespace(ws *magosv1.Workspace) string {
+	if mirror.IsMirror(ws) {
+		return ws.Labels[keys.OriginNamespace]
+	}
+	return ws.Namespace
+}
+
+func projectKey(namespace, project string) string { return namespace + "/" + project }
+
+// missingIndex reports whether err is a cache's answer to a List through an index it does not
+// have (controller-runtime returns no typed error for it).
+func missingIndex(err error) bool {
+	return err != nil && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) &&
+		strings.Contains(err.Error(), ProjectIndex) && strings.Contains(err.Error(), "does not exist")
+}

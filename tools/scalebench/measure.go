@@ -1,0 +1,109 @@
+package scalebench
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
+	"github.com/magosfleet/magos/pkg/localcluster"
+)
+
+// Percentile returns the q-quantile (0 < q <= 1) of ds by the nearest-rank method: the smallest
+// value at least q of them do not exceed. Zero when ds is empty.
+func Percentile(ds []time.Duration, q float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	rank := int(q*float64(len(s)) + 0.999999)
+	return s[min(max(rank, 1), len(s))-1]
+}
+
+// hubMetrics is what the benchmark reads from the hub's Prometheus endpoint.
+type hubMetrics struct {
+	// Requests is the hub's API requests so far (rest_client_requests_total, all series).
+	Requests float64
+	// Heap is the hub's live heap (go_memstats_heap_alloc_bytes).
+	Heap float64
+}
+
+// scrape reads the hub's metrics at addr.
+func scrape(ctx context.Context, addr string) (hubMetrics, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/metrics", nil)
+	if err != nil {
+		return hubMetrics{}, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return hubMetrics{}, fmt.Errorf("reading the hub's metrics: %w", err)
+	}
+	defer resp.Body.Close()
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		return hubMetrics{}, fmt.Errorf("parsing the hub's metrics: %w", err)
+	}
+	var m hubMetrics
+	for _, s := range families["rest_client_requests_total"].GetMetric() {
+		m.Requests += s.GetCounter().GetValue()
+	}
+	for _, s := range families["go_memstats_heap_alloc_bytes"].GetMetric() {
+		m.Heap += s.GetGauge().GetValue()
+	}
+	return m, nil
+}
+
+// sampler records the peak RSS of a process and the peak heap its metrics report, once a
+// second until stopped.
+type sampler struct {
+	mu        sync.Mutex
+	rss, heap float64
+	stop      context.CancelFunc
+	done      chan struct{}
+}
+
+func startSampler(ctx context.Context, pid int, metrics string) *sampler {
+	ctx, cancel := context.WithCancel(ctx)
+	s := &sampler{stop: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(s.done)
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		for {
+			s.sample(ctx, pid, metrics)
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return s
+}
+
+func (s *sampler) sample(ctx context.Context, pid int, metrics string) {
+	rss := float64(localcluster.RSSBytes(pid))
+	m, err := scrape(ctx, metrics)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.rss = max(s.rss, rss)
+	if err == nil {
+		s.heap = max(s.heap, m.Heap)
+	}
+}
+
+// peaks stops the sampler and returns the peak RSS and heap, in bytes.
+func (s *sampler) peaks() (rss, heap float64) {
+	s.stop()
+	<-s.done
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.rss, s.heap
+}

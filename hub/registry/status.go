@@ -238,7 +238,8 @@ func (r *Registry) reconcileStatus(ctx context.Context, req reconcile.Request) (
 	if info.Engaged {
 		if view, err := r.opts.Fleet.Get(ctx, multicluster.ClusterName(name)); err == nil {
 			list := &magosv1.WorkspaceList{}
-			if err := view.GetCache().List(ctx, list); err == nil {
+			// Counted only: the cache's objects, not copies of them.
+			if err := view.GetCache().List(ctx, list, client.UnsafeDisableDeepCopy); err == nil {
 				st.Workspaces = int32(len(list.Items))
 			}
 		}

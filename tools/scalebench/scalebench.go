@@ -154,7 +154,9 @@ type Result struct {
 	// APIServerCPU is the CPU time the hub's etcd and kube-apiserver used while the Rollouts
 	// were timed, Timed the wall time they were timed for.
 	APIServerCPU float64
-	Timed        time.Duration
+	// HubCPU is the CPU time magos-hub used meanwhile.
+	HubCPU float64
+	Timed  time.Duration
 }
 
 // RequestsPerGrant is the hub's API requests per granted run while the Rollouts were timed.
@@ -191,6 +193,7 @@ func (r Result) Table() string {
 		{"hub peak RSS / heap", fmt.Sprintf("%.0f MiB / %.0f MiB", r.HubRSS/(1<<20), r.HubHeap/(1<<20))},
 		{"hub API requests per grant", fmt.Sprintf("%.1f (%d grants)", r.RequestsPerGrant(), r.Grants)},
 		{"hub apiserver + etcd CPU", fmt.Sprintf("%.1f s in %.1f s (%.2f cores)", r.APIServerCPU, r.Timed.Seconds(), r.APIServerCPU/max(r.Timed.Seconds(), 1e-9))},
+		{"magos-hub CPU", fmt.Sprintf("%.1f s in %.1f s (%.2f cores)", r.HubCPU, r.Timed.Seconds(), r.HubCPU/max(r.Timed.Seconds(), 1e-9))},
 	}
 	out := "| measure | value |\n|---|---|\n"
 	for _, row := range rows {
@@ -293,7 +296,8 @@ func Run(ctx context.Context, opts Options) (res Result, err error) {
 	if err != nil {
 		return res, err
 	}
-	runsBefore, cpuBefore, timed := b.ledger.Len(), localcluster.CPUSeconds(b.hub.PIDs()...), time.Now()
+	hubPID := b.hubCmd.Process.Pid
+	runsBefore, cpuBefore, hubBefore, timed := b.ledger.Len(), localcluster.CPUSeconds(b.hub.PIDs()...), localcluster.CPUSeconds(hubPID), time.Now()
 	for k := range opts.Repeats {
 		commit := b.newCommit()
 		b.step("3-stage rollout %d of %d: commit %s", k+1, opts.Repeats, short(commit))
@@ -341,6 +345,7 @@ func Run(ctx context.Context, opts Options) (res Result, err error) {
 	}
 	res.Timed = time.Since(timed)
 	res.APIServerCPU = localcluster.CPUSeconds(b.hub.PIDs()...) - cpuBefore
+	res.HubCPU = localcluster.CPUSeconds(hubPID) - hubBefore
 	res.Grants = b.ledger.Len() - runsBefore
 	after, err := scrape(ctx, b.metrics)
 	if err != nil {

@@ -117,8 +117,9 @@ type View struct {
 	// not called): reads then filter the namespace's Workspaces themselves.
 	unindexed atomic.Bool
 
-	mu   sync.Mutex
-	last map[lastKey][]seen
+	mu sync.Mutex
+	// last holds, per Project, what each cluster showed at its last read.
+	last map[projectRef]map[string][]seen
 	// written remembers the decisions written on each Workspace and the version they were
 	// written on, until the cache shows a newer version.
 	written map[decision.Key]pending
@@ -157,7 +158,8 @@ func (v *View) wrote(k decision.Key, p pending) {
 	v.written[k] = p
 }
 
-type lastKey struct{ cluster, namespace, project string }
+// projectRef names a Project: its namespace and name.
+type projectRef struct{ namespace, name string }
 
 type seen struct {
 	ws     decision.Workspace
@@ -173,7 +175,7 @@ func NewView(mgr mcmanager.Manager, opts ViewOptions) *View {
 		mgr:     mgr,
 		hub:     mgr.GetLocalManager().GetClient(),
 		opts:    opts,
-		last:    map[lastKey][]seen{},
+		last:    map[projectRef]map[string][]seen{},
 		written: map[decision.Key]pending{},
 	}
 }
@@ -191,11 +193,12 @@ const maxDirectReads = 32
 
 // Snapshot reads the registered clusters from the hub and, from every one of them, the
 // Workspaces of the Project namespace/project (decision.Workspace.MemberOf), each bounded by
-// ClusterTimeout. Only the Project's members are converted, checked and kept, so a decision
-// costs in proportion to its Project, not to every Workspace of the namespace. Agent clusters are read from the hub's own
-// cache, in memory, one after the other; direct clusters from their caches, at most
-// maxDirectReads at once, since one that has not synced makes its read wait. A cluster that is
-// not engaged or fails is counted unavailable for this pass; it never blocks the others.
+// ClusterTimeout. Only the Project's members are read (through ProjectIndex), converted,
+// checked and kept, so a decision costs in proportion to its Project, not to every Workspace
+// of the namespace. Agent clusters are read from the hub's own cache, in memory, one after the
+// other; direct clusters from their caches, at most maxDirectReads at once, since one that has
+// not synced makes its read wait. A cluster that is not engaged or fails is counted
+// unavailable for this pass; it never blocks the others.
 func (v *View) Snapshot(ctx context.Context, namespace, project string) (*Snapshot, error) {
 	var registered magosv1.ClusterList
 	if err := v.hub.List(ctx, &registered); err != nil {
@@ -233,7 +236,13 @@ func (v *View) Snapshot(ctx context.Context, namespace, project string) (*Snapsh
 	logger := log.FromContext(ctx)
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	live := make(map[lastKey]bool, len(reads))
+	pr := projectRef{namespace, project}
+	last := v.last[pr]
+	if last == nil {
+		last = map[string][]seen{}
+		v.last[pr] = last
+	}
+	live := make(map[string]bool, len(reads))
 	for i := range registered.Items {
 		c, r := &registered.Items[i], reads[i]
 		answered := !r.notEngage && r.err == nil
@@ -258,22 +267,21 @@ func (v *View) Snapshot(ctx context.Context, namespace, project string) (*Snapsh
 		// The hub knows an agent cluster's Workspaces once the agent completed a sync (the
 		// mirrors then hold all of them, as of the last sync); a direct cluster's once engaged.
 		agentSynced := c.Spec.Transport == magosv1.TransportDirect || c.Status.SyncedSince != nil
-		lk := lastKey{c.Name, namespace, project}
-		live[lk] = true
+		live[c.Name] = true
 		found := r.seen
 		switch {
 		case r.notEngage:
 			rc.Available, rc.Reason = false, ReasonNotEngaged
-			found = v.last[lk]
+			found = last[c.Name]
 		case r.err != nil:
 			logger.Info("reading Workspaces failed; counting the cluster unavailable", "cluster", c.Name, "error", r.err.Error())
 			rc.Available, rc.Reason = false, ReasonListFailed
-			_, readBefore := v.last[lk]
+			_, readBefore := last[c.Name]
 			rc.Synced = readBefore && agentSynced
-			found = v.last[lk]
+			found = last[c.Name]
 		default:
 			s.engaged[c.Name] = r.cl
-			v.last[lk] = r.seen
+			last[c.Name] = r.seen
 			rc.Synced = agentSynced
 		}
 		if !rc.Synced && rc.Available {
@@ -297,18 +305,19 @@ func (v *View) Snapshot(ctx context.Context, namespace, project string) (*Snapsh
 		}
 	}
 	// Forget removed clusters: their Workspaces drop out of every decision.
-	for lk := range v.last {
-		if lk.namespace == namespace && lk.project == project && !live[lk] {
-			delete(v.last, lk)
+	for name := range last {
+		if !live[name] {
+			delete(last, name)
 		}
 	}
 	return s, nil
 }
 
-// read lists the Workspaces of the Project namespace/project the hub sees in cluster c. For an agent cluster these
-// are the mirrors of the cluster's Workspaces: what lives in the cluster's hub namespace, the
-// only one its agent may write, and passes mirror.Check (the rest is rejected). For a direct
-// cluster, the spoke's own Workspaces (mirrors there belong to other clusters and are skipped).
+// read lists the Workspaces of the Project namespace/project the hub sees in cluster c. For
+// an agent cluster these are the mirrors of the cluster's Workspaces: what lives in the
+// cluster's hub namespace, the only one its agent may write, and passes mirror.Check (the rest
+// is rejected). For a direct cluster, the spoke's own Workspaces (mirrors there belong to other
+// clusters and are skipped).
 func (v *View) read(ctx context.Context, c *magosv1.Cluster, namespace, project string) clusterRead {
 	var r clusterRead
 	cl, err := v.mgr.GetCluster(ctx, multicluster.ClusterName(c.Name))

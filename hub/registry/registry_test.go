@@ -834,6 +834,18 @@ func TestLiveLeaseIsNotPolled(t *testing.T) {
 		t.Fatal(err)
 	}
 	testenv.Eventually(t, 30*time.Second, wantCondition("live", magosv1.ConditionAvailable, metav1.ConditionTrue, magosv1.ReasonAgentHeartbeating))
+	// The reconcile count is the process's: wait until this hub has removed the Clusters an
+	// earlier test left in the shared API server, whose deletions it reconciles too.
+	testenv.Eventually(t, 30*time.Second, func() error {
+		list := &magosv1.ClusterList{}
+		if err := env.Hub.Client.List(ctx, list); err != nil {
+			return err
+		}
+		if len(list.Items) != 1 || list.Items[0].Name != "live" {
+			return fmt.Errorf("%d Clusters registered, want only live", len(list.Items))
+		}
+		return nil
+	})
 	before := reconciles(t, "cluster-status")
 	<-time.After(2 * time.Second) // a measurement window, not a synchronisation
 	// The last status write of the flip to Available may still echo back as an event or two.

@@ -2,8 +2,6 @@ package fleetview
 
 import (
 	"context"
-	"errors"
-	"strings"
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcmanager "sigs.k8s.io/multicluster-runtime/pkg/manager"
@@ -20,8 +18,8 @@ const ProjectIndex = "magosproject.io/project"
 
 // IndexWorkspaces adds ProjectIndex to the Workspace caches of mgr's clusters, current and
 // future (the hub's shared cache for agent clusters, each direct cluster's own). Call it once,
-// before the manager starts. A View on a manager without it reads every Workspace of the
-// namespace and keeps the Project's, as before the index.
+// before the manager starts: a View reads through it, and on a manager without it every read
+// fails (the cluster counts as ListFailed).
 func IndexWorkspaces(ctx context.Context, mgr mcmanager.Manager) error {
 	return mgr.GetFieldIndexer().IndexField(ctx, &magosv1.Workspace{}, ProjectIndex, func(o client.Object) []string {
 		ws, ok := o.(*magosv1.Workspace)
@@ -41,10 +39,3 @@ func originNamespace(ws *magosv1.Workspace) string {
 }
 
 func projectKey(namespace, project string) string { return namespace + "/" + project }
-
-// missingIndex reports whether err is a cache's answer to a List through an index it does not
-// have (controller-runtime returns no typed error for it).
-func missingIndex(err error) bool {
-	return err != nil && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) &&
-		strings.Contains(err.Error(), ProjectIndex) && strings.Contains(err.Error(), "does not exist")
-}

@@ -6,10 +6,8 @@ package fleetview
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -112,10 +110,6 @@ type View struct {
 	mgr  mcmanager.Manager
 	hub  client.Reader
 	opts ViewOptions
-
-	// unindexed is set once a cache answered that it has no ProjectIndex (IndexWorkspaces was
-	// not called): reads then filter the namespace's Workspaces themselves.
-	unindexed atomic.Bool
 
 	mu sync.Mutex
 	// last holds, per Project, what each cluster showed at its last read.
@@ -330,27 +324,13 @@ func (v *View) read(ctx context.Context, c *magosv1.Cluster, namespace, project 
 	defer cancel()
 	agent := c.Spec.Transport != magosv1.TransportDirect
 	var list magosv1.WorkspaceList
-	opts := []client.ListOption{client.UnsafeDisableDeepCopy}
+	in := namespace
 	if agent {
-		opts = append(opts, client.InNamespace(mirror.Namespace(c.Name)))
-	} else {
-		opts = append(opts, client.InNamespace(namespace))
+		in = mirror.Namespace(c.Name)
 	}
-	err = errors.New("unindexed")
-	if !v.unindexed.Load() {
-		// The Project's Workspaces only, through the index.
-		err = cl.GetCache().List(ctx, &list, append(opts, client.MatchingFields{ProjectIndex: projectKey(namespace, project)})...)
-		if missingIndex(err) {
-			v.unindexed.Store(true)
-		}
-	}
-	if v.unindexed.Load() {
-		if agent {
-			opts = append(opts, client.MatchingLabels{keys.Mirror: "true", keys.OriginNamespace: namespace})
-		}
-		err = cl.GetCache().List(ctx, &list, opts...)
-	}
-	if err != nil {
+	// The Project's Workspaces only, through the index (IndexWorkspaces).
+	if err := cl.GetCache().List(ctx, &list, client.UnsafeDisableDeepCopy, client.InNamespace(in),
+		client.MatchingFields{ProjectIndex: projectKey(namespace, project)}); err != nil {
 		r.err = fmt.Errorf("listing Workspaces in cluster %s: %w", c.Name, err)
 		return r
 	}
@@ -358,8 +338,8 @@ func (v *View) read(ctx context.Context, c *magosv1.Cluster, namespace, project 
 	for i := range list.Items {
 		ws := &list.Items[i]
 		// Membership is the projectRef in the namespace read (the origin namespace, for a
-		// mirror): decision.Workspace.MemberOf. Compared first, it skips the rest of the
-		// namespace's Workspaces at the cost of a string comparison each.
+		// mirror): decision.Workspace.MemberOf, which the index keys on; checked again here,
+		// with the kind of object the cluster's transport shows.
 		if ws.Spec.ProjectRef.Name != project || agent != mirror.IsMirror(ws) || originNamespace(ws) != namespace {
 			continue
 		}

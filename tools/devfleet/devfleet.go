@@ -266,32 +266,54 @@ func (f *Fleet) path(elem ...string) string {
 // Kubeconfig returns the path of the kubeconfig of a cluster ("hub" or a spoke name).
 func (f *Fleet) Kubeconfig(name string) string { return f.path(name + ".kubeconfig") }
 
-// hubConfig is the part of the hub's config file the dev fleet writes.
-type hubConfig struct {
+// HubConfig is the part of the hub's config file (registry.Config) that the dev fleet and the
+// scale benchmark write.
+type HubConfig struct {
 	ProjectParallelGracePeriod string         `json:"projectParallelGracePeriod,omitempty"`
-	Clusters                   []clusterEntry `json:"clusters"`
-	Bindings                   []binding      `json:"bindings,omitempty"`
+	Clusters                   []ClusterEntry `json:"clusters"`
+	Bindings                   []Binding      `json:"bindings,omitempty"`
 }
 
-type binding struct {
+// Binding binds clusters to hub namespaces.
+type Binding struct {
 	Namespaces []string `json:"namespaces"`
 	Clusters   []string `json:"clusters"`
 }
 
-type clusterEntry struct {
+// ClusterEntry registers one cluster: an agent cluster (Agent set) or a direct one
+// (Kubeconfig set).
+type ClusterEntry struct {
 	Name       string            `json:"name"`
 	Labels     map[string]string `json:"labels,omitempty"`
 	Agent      *struct{}         `json:"agent,omitempty"`
-	Kubeconfig *kubeconfigSource `json:"kubeconfig,omitempty"`
+	Kubeconfig *KubeconfigSource `json:"kubeconfig,omitempty"`
 }
 
-type kubeconfigSource struct {
+// KubeconfigSource is the kubeconfig file of a direct cluster.
+type KubeconfigSource struct {
 	Path string `json:"path"`
+}
+
+// WriteHubConfig writes cfg to path whole and renamed, so the hub's reload never reads half a
+// file.
+func WriteHubConfig(path string, cfg HubConfig) error {
+	raw, err := yaml.Marshal(cfg)
+	if err != nil {
+		return err
+	}
+	tmp := filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".tmp")
+	if err := os.WriteFile(tmp, raw, 0o600); err != nil {
+		return fmt.Errorf("writing the hub's config: %w", err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("writing the hub's config: %w", err)
+	}
+	return nil
 }
 
 // writeHubConfig writes the hub's config file: every registered spoke (the hub hot-reloads it).
 func (f *Fleet) writeHubConfig() error {
-	var cfg hubConfig
+	var cfg HubConfig
 	if f.grace > 0 {
 		cfg.ProjectParallelGracePeriod = f.grace.String()
 	}
@@ -299,9 +321,9 @@ func (f *Fleet) writeHubConfig() error {
 		if !f.registered[name] {
 			continue
 		}
-		e := clusterEntry{Name: name, Labels: map[string]string{"region": name}}
+		e := ClusterEntry{Name: name, Labels: map[string]string{"region": name}}
 		if f.single {
-			e.Kubeconfig = &kubeconfigSource{Path: f.Kubeconfig("hub")}
+			e.Kubeconfig = &KubeconfigSource{Path: f.Kubeconfig("hub")}
 		} else {
 			e.Agent = &struct{}{}
 		}
@@ -311,22 +333,10 @@ func (f *Fleet) writeHubConfig() error {
 			namespaces = []string{magosv1.AllNamespaces}
 		}
 		if len(namespaces) > 0 {
-			cfg.Bindings = append(cfg.Bindings, binding{Namespaces: namespaces, Clusters: []string{name}})
+			cfg.Bindings = append(cfg.Bindings, Binding{Namespaces: namespaces, Clusters: []string{name}})
 		}
 	}
-	raw, err := yaml.Marshal(cfg)
-	if err != nil {
-		return err
-	}
-	// Written whole and renamed, so the hub's reload never reads half a file.
-	tmp := f.path(".hub-config.yaml.tmp")
-	if err := os.WriteFile(tmp, raw, 0o600); err != nil {
-		return fmt.Errorf("writing the hub's config: %w", err)
-	}
-	if err := os.Rename(tmp, f.path("hub-config.yaml")); err != nil {
-		return fmt.Errorf("writing the hub's config: %w", err)
-	}
-	return nil
+	return WriteHubConfig(f.path("hub-config.yaml"), cfg)
 }
 
 // agentKubeconfig waits for the hub to set up the cluster's access, then writes the agent's

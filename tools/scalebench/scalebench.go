@@ -37,12 +37,12 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/yaml"
 
 	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
 	"github.com/magosfleet/magos/hub/registry"
 	"github.com/magosfleet/magos/pkg/keys"
 	"github.com/magosfleet/magos/pkg/localcluster"
+	"github.com/magosfleet/magos/tools/devfleet"
 )
 
 // Labels of the benchmark's Workspaces (besides ClusterLabel) and clusters.
@@ -373,45 +373,19 @@ func (b *bench) stage(i int) string {
 	}
 }
 
-// hubConfig is the part of the hub's config file the benchmark writes.
-type hubConfig struct {
-	Clusters []clusterEntry `json:"clusters"`
-	Bindings []binding      `json:"bindings"`
-}
-
-type clusterEntry struct {
-	Name   string            `json:"name"`
-	Labels map[string]string `json:"labels,omitempty"`
-	Agent  struct{}          `json:"agent"`
-}
-
-type binding struct {
-	Namespaces []string `json:"namespaces"`
-	Clusters   []string `json:"clusters"`
-}
-
 // writeConfig writes the hub's config file with the named clusters: those of b.names labelled
 // with their stage and bound to Namespace; the extra ones (a reload) unlabelled and unbound,
 // so that no Rollout waits for them.
 func (b *bench) writeConfig(names []string) error {
-	cfg := hubConfig{Bindings: []binding{{Namespaces: []string{Namespace}, Clusters: b.names}}}
+	cfg := devfleet.HubConfig{Bindings: []devfleet.Binding{{Namespaces: []string{Namespace}, Clusters: b.names}}}
 	for i, n := range names {
-		e := clusterEntry{Name: n}
+		e := devfleet.ClusterEntry{Name: n, Agent: &struct{}{}}
 		if i < len(b.names) {
 			e.Labels = map[string]string{StageLabel: b.stage(i)}
 		}
 		cfg.Clusters = append(cfg.Clusters, e)
 	}
-	raw, err := yaml.Marshal(cfg)
-	if err != nil {
-		return err
-	}
-	path := filepath.Join(b.opts.Dir, "hub-config.yaml")
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, raw, 0o600); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path) // whole, so the hub's reload never reads half a file
+	return devfleet.WriteHubConfig(filepath.Join(b.opts.Dir, "hub-config.yaml"), cfg)
 }
 
 // startHub starts magos-hub against the hub API server, with its metrics on a free loopback

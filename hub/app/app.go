@@ -107,7 +107,9 @@ func New(opts Options) (*Hub, error) {
 		LeaderElectionID:              LeaderElectionID,
 		LeaderElectionNamespace:       opts.LeaderElectionNamespace,
 		LeaderElectionReleaseOnCancel: true,
-		Controller:                    config.Controller{SkipNameValidation: &skip},
+		// The leader's renewals do not queue behind the controllers' requests (sharedLimit).
+		LeaderElectionConfig: opts.RestConfig,
+		Controller:           config.Controller{SkipNameValidation: &skip},
 	}
 	if cfg.LeaderElect && opts.LeaderElectionIdentity != "" {
 		lock, err := leaderLock(opts.RestConfig, opts.LeaderElectionNamespace, opts.LeaderElectionIdentity)
@@ -116,7 +118,7 @@ func New(opts Options) (*Hub, error) {
 		}
 		mopts.LeaderElectionResourceLockInterface = lock
 	}
-	local, err := ctrl.NewManager(opts.RestConfig, mopts)
+	local, err := ctrl.NewManager(sharedLimit(opts.RestConfig), mopts)
 	if err != nil {
 		return nil, fmt.Errorf("hub: creating the manager: %w", err)
 	}

@@ -38,8 +38,9 @@ type WriteOptions struct {
 	// By is the value of magosproject.io/granted-by: keys.GrantedByRollout or
 	// keys.GrantedByProject.
 	By string
-	// Recorder, when set, records an Event on Regarding for every grant and revocation
-	// written.
+	// Recorder, when set, records an Event on Regarding for every grant written, and for every
+	// revocation of a grant that could still start a run (not for removing a spent grant:
+	// decision.Workspace.GrantSpent).
 	Recorder events.EventRecorder
 	// Regarding is the Rollout or Project that decided.
 	Regarding runtime.Object
@@ -127,6 +128,9 @@ func (s *Snapshot) Write(ctx context.Context, d decision.Decision, opts WriteOpt
 	}
 	for _, r := range out.Revoked {
 		revokesTotal.WithLabelValues(opts.By).Inc()
+		if t, ok := s.Targets[r.Key]; ok && decision.FromWorkspace(t.Cluster, t.Workspace).GrantSpent() {
+			continue // housekeeping: an Event per finished run would double the Events of a rollout
+		}
 		recordEvent(opts, written[r.Key], corev1.EventTypeNormal, EventRevoked, "Revoke", "Revoked the grant of %s", r.Key.String())
 	}
 	return out, errors.Join(append(errs, noticeErr)...)

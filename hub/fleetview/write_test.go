@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcmanager "sigs.k8s.io/multicluster-runtime/pkg/manager"
 
@@ -84,5 +85,67 @@ func TestGrantIsFencedToTheVersionDecidedOn(t *testing.T) {
 	a := annotations()
 	if a[keys.ExecutionAllowed] != "true" || a[keys.GrantedRun] != ws.Status.CurrentRunID || a[keys.GrantedRevision] != grant.Grants[0].Revision {
 		t.Fatalf("annotations %v, want the grant of run %s at the commit", a, ws.Status.CurrentRunID)
+	}
+}
+
+// TestRevokedEventsOnlyForGrantsThatCouldRun: revoking the grant of a run that has not started
+// records a Revoked Event on the deciding object; removing the grant of a run that has applied
+// (a grant that can start nothing) records none, though both are revoked and counted.
+func TestRevokedEventsOnlyForGrantsThatCouldRun(t *testing.T) {
+	const region, ns = "us-east-1", "spent"
+	h := dt.Start(t, region)
+	mgr := h.StartManager(t, dt.ManagerOptions{Setup: func(mcmanager.Manager) error { return nil }})
+	mgr.WaitEngaged(t, region)
+	h.Namespace(t, ns)
+	spoke := h.Fleet.Spokes[region].Client
+	ctx := context.Background()
+
+	// web-done applied the run it was granted; web-waiting holds a grant it has not started.
+	runs := map[string]magosv1.Phase{"web-done": magosv1.PhaseApplied, "web-waiting": magosv1.PhasePending}
+	for name, phase := range runs {
+		ws := dt.Workspace(ns, name, "web", map[string]string{"env": "prod"})
+		ws.Annotations = map[string]string{keys.ExecutionAllowed: "true", keys.GrantedRun: "20261203T100000-" + name, keys.GrantedBy: keys.GrantedByRollout}
+		h.Create(t, region, ws)
+		ws.Status.Phase, ws.Status.CurrentRunID = phase, "20261203T100000-"+name
+		if err := spoke.Status().Update(ctx, ws); err != nil {
+			t.Fatal(err)
+		}
+	}
+	view := fleetview.NewView(mgr.Manager, fleetview.ViewOptions{})
+	var snap *fleetview.Snapshot
+	testenv.Eventually(t, 0, func() error {
+		s, err := view.Snapshot(ctx, ns, "web")
+		if err != nil {
+			return err
+		}
+		for name, phase := range runs {
+			if tg, ok := s.Targets[decision.Key{Cluster: region, Namespace: ns, Name: name}]; !ok || tg.Workspace.Status.Phase != phase {
+				return fmt.Errorf("the snapshot does not show %s %s yet", name, phase)
+			}
+		}
+		snap = s
+		return nil
+	})
+	var d decision.Decision
+	for _, name := range []string{"web-done", "web-waiting"} {
+		key := decision.Key{Cluster: region, Namespace: ns, Name: name}
+		d.Members = append(d.Members, key)
+		d.Revokes = append(d.Revokes, decision.Change{Key: key})
+	}
+	recorder := events.NewFakeRecorder(10)
+	ro := &magosv1.Rollout{}
+	ro.Namespace, ro.Name = ns, "web"
+	out, err := snap.Write(ctx, d, fleetview.WriteOptions{By: keys.GrantedByRollout, Recorder: recorder, Regarding: ro})
+	if err != nil || len(out.Revoked) != 2 {
+		t.Fatalf("revoked %+v (%v), want both grants revoked", out.Revoked, err)
+	}
+	close(recorder.Events)
+	var got []string
+	for e := range recorder.Events {
+		got = append(got, e)
+	}
+	want := "Normal Revoked Revoked the grant of " + region + "/" + ns + "/web-waiting"
+	if len(got) != 1 || got[0] != want {
+		t.Fatalf("Events %q, want only %q", got, want)
 	}
 }

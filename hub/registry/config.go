@@ -49,6 +49,11 @@ type Config struct {
 	PprofBindAddress string `mapstructure:"pprofBindAddress"`
 	// Log configures logging.
 	Log LogConfig `mapstructure:"log"`
+	// KubeAPIQPS and KubeAPIBurst bound the hub's requests to its API server, over every
+	// controller: a sustained rate per second and a burst. Each granted run costs the hub
+	// about 5 requests, so the QPS bounds how many runs a second the hub can grant.
+	KubeAPIQPS   float32 `mapstructure:"kubeApiQps"`
+	KubeAPIBurst int     `mapstructure:"kubeApiBurst"`
 	// ProjectParallelGracePeriod is how long a new Project without a Rollout waits for one
 	// before it runs its Workspaces in parallel.
 	ProjectParallelGracePeriod time.Duration `mapstructure:"projectParallelGracePeriod"`
@@ -110,9 +115,16 @@ type SecretRefConfig struct {
 	Key string `mapstructure:"key"`
 }
 
+// DefaultKubeAPIQPS and DefaultKubeAPIBurst are the defaults of KubeAPIQPS and KubeAPIBurst.
+const (
+	DefaultKubeAPIQPS   = 100
+	DefaultKubeAPIBurst = 200
+)
+
 // DefaultConfig returns a Config holding the defaults.
 func DefaultConfig() Config {
 	return Config{MetricsBindAddress: ":8080", HealthProbeBindAddress: ":8081", Log: LogConfig{Level: "info"},
+		KubeAPIQPS: DefaultKubeAPIQPS, KubeAPIBurst: DefaultKubeAPIBurst,
 		ProjectParallelGracePeriod: fleetview.DefaultParallelGracePeriod}
 }
 
@@ -131,6 +143,12 @@ func (c *Config) Validate() error {
 	var errs config.Errors
 	if c.ProjectParallelGracePeriod <= 0 {
 		errs.Add("projectParallelGracePeriod", "must be a positive duration (e.g. 30s), got %s", c.ProjectParallelGracePeriod)
+	}
+	if c.KubeAPIQPS <= 0 {
+		errs.Add("kubeApiQps", "must be a positive number of requests per second, got %g", c.KubeAPIQPS)
+	}
+	if c.KubeAPIBurst < 1 || float32(c.KubeAPIBurst) < c.KubeAPIQPS {
+		errs.Add("kubeApiBurst", "must be a whole number of requests at least kubeApiQps (%g), got %d", c.KubeAPIQPS, c.KubeAPIBurst)
 	}
 	seen := map[string]int{}
 	for i := range c.Clusters {

@@ -113,6 +113,9 @@ func TestLoadConfigErrorsNameTheKey(t *testing.T) {
 		"second entry only":     {"clusters:\n  - name: ok\n    agent: {}\n  - name: Bad\n    agent: {}\n", "clusters[1].name"},
 		"grace not a duration":  {"projectParallelGracePeriod: soon\nclusters: []\n", "projectParallelGracePeriod"},
 		"grace zero":            {"projectParallelGracePeriod: 0s\nclusters: []\n", "projectParallelGracePeriod: must be a positive duration"},
+		"qps zero":              {"kubeApiQps: 0\nclusters: []\n", "kubeApiQps: must be a positive number"},
+		"qps not a number":      {"kubeApiQps: fast\nclusters: []\n", "kubeApiQps"},
+		"burst under qps":       {"kubeApiQps: 300\nkubeApiBurst: 100\nclusters: []\n", "kubeApiBurst: must be a whole number of requests at least kubeApiQps (300)"},
 		"binding no namespaces": {"clusters:\n  - name: a\n    agent: {}\nbindings:\n  - clusters: [a]\n", "bindings[0].namespaces: must name at least one"},
 		"binding bad namespace": {"clusters:\n  - name: a\n    agent: {}\nbindings:\n  - namespaces: [Pay]\n    clusters: [a]\n", "bindings[0].namespaces[0]: must be a namespace name"},
 		"binding no clusters":   {"clusters:\n  - name: a\n    agent: {}\nbindings:\n  - namespaces: [pay]\n", "bindings[0]: set clusters"},
@@ -142,7 +145,8 @@ func TestLoadConfigEnvAndFlagsOverrideTheFile(t *testing.T) {
 	flags := pflag.NewFlagSet("t", pflag.ContinueOnError)
 	flags.String("metrics-bind-address", "", "")
 	flags.Bool("leader-elect", false, "")
-	if err := flags.Parse([]string{"--metrics-bind-address=:9200", "--leader-elect"}); err != nil {
+	flags.Float32("kube-api-qps", 0, "")
+	if err := flags.Parse([]string{"--metrics-bind-address=:9200", "--leader-elect", "--kube-api-qps=150"}); err != nil {
 		t.Fatal(err)
 	}
 	cfg, err := registry.LoadConfig(file, flags)
@@ -154,5 +158,8 @@ func TestLoadConfigEnvAndFlagsOverrideTheFile(t *testing.T) {
 	}
 	if cfg.ProjectParallelGracePeriod != 30*time.Second {
 		t.Fatalf("projectParallelGracePeriod %s, want the default 30s", cfg.ProjectParallelGracePeriod)
+	}
+	if cfg.KubeAPIQPS != 150 || cfg.KubeAPIBurst != registry.DefaultKubeAPIBurst {
+		t.Fatalf("kubeApiQps %g and kubeApiBurst %d, want 150 from the flag and the default %d", cfg.KubeAPIQPS, cfg.KubeAPIBurst, registry.DefaultKubeAPIBurst)
 	}
 }

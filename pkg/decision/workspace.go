@@ -133,6 +133,16 @@ func (w Workspace) Leaving() bool {
 // granted-run), which a revocation would remove.
 func (w Workspace) HasGrant() bool { return w.Grant.Allowed || w.Grant.Run != "" }
 
+// GrantSpent reports whether the Workspace's grant can start nothing more: it names a run other
+// than the current one (the agent ignores it), or the current run has finished (Applied, Failed
+// or ValidationFailed). Removing such a grant is housekeeping, not a halt.
+func (w Workspace) GrantSpent() bool {
+	if w.Grant.Run == "" {
+		return false
+	}
+	return w.Grant.Run != w.RunID || w.Phase == magosv1.PhaseApplied || w.Phase.RunFailed()
+}
+
 // Holds reports whether the Workspace carries exactly the grant c for its current run (same
 // commit, same plan-only flag, same plan), so granting c again would change nothing.
 func (w Workspace) Holds(c Change) bool {

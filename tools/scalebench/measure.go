@@ -2,6 +2,7 @@ package scalebench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"slices"
@@ -28,10 +29,15 @@ func Percentile(ds []time.Duration, q float64) time.Duration {
 
 // hubMetrics is what the benchmark reads from the hub's Prometheus endpoint.
 type hubMetrics struct {
-	// Requests is the hub's API requests so far (rest_client_requests_total, all series).
+	// Requests is the hub's API requests so far (rest_client_requests_total, all series),
+	// ByMethod the same by HTTP method.
 	Requests float64
+	ByMethod map[string]float64
 	// Heap is the hub's live heap (go_memstats_heap_alloc_bytes).
 	Heap float64
+	// Throttled is the time the hub's requests so far waited for its client's rate limiter
+	// (the sum of magos_hub_api_throttle_wait_seconds).
+	Throttled float64
 }
 
 // scrape reads the hub's metrics at addr.
@@ -50,9 +56,20 @@ func scrape(ctx context.Context, addr string) (hubMetrics, error) {
 	if err != nil {
 		return hubMetrics{}, fmt.Errorf("parsing the hub's metrics: %w", err)
 	}
-	var m hubMetrics
+	m := hubMetrics{ByMethod: map[string]float64{}}
 	for _, s := range families["rest_client_requests_total"].GetMetric() {
 		m.Requests += s.GetCounter().GetValue()
+		for _, l := range s.GetLabel() {
+			if l.GetName() == "method" {
+				m.ByMethod[l.GetValue()] += s.GetCounter().GetValue()
+			}
+		}
+	}
+	if _, ok := families["magos_hub_api_throttle_wait_seconds"]; !ok {
+		return hubMetrics{}, errors.New("the hub's metrics have no magos_hub_api_throttle_wait_seconds")
+	}
+	for _, s := range families["magos_hub_api_throttle_wait_seconds"].GetMetric() {
+		m.Throttled += s.GetHistogram().GetSampleSum()
 	}
 	for _, s := range families["go_memstats_heap_alloc_bytes"].GetMetric() {
 		m.Heap += s.GetGauge().GetValue()

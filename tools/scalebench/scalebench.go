@@ -13,6 +13,7 @@
 package scalebench
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha1"
 	"encoding/hex"
@@ -26,12 +27,14 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -81,6 +84,8 @@ type Options struct {
 	RunDelay time.Duration
 	// HubBinary is the magos-hub binary to run.
 	HubBinary string
+	// HubArgs are more arguments for magos-hub (e.g. --kube-api-qps=200).
+	HubArgs []string
 	// Dir receives the hub's config file and log.
 	Dir string
 	// Timeout bounds each wait (default 10 minutes).
@@ -151,12 +156,21 @@ type Result struct {
 	// API requests meanwhile.
 	Grants      int
 	HubRequests float64
+	// HubRequestsByMethod splits HubRequests by HTTP method (PATCH: grants and revocations,
+	// POST: Events, PUT: status updates, GET: reads past the cache).
+	HubRequestsByMethod map[string]float64
+	// HubEvents counts the Events created on the hub while the Rollouts were timed, by reason.
+	HubEvents map[string]int
+	// HubThrottled is how long the hub's requests waited meanwhile for its client's rate
+	// limiter, summed over requests.
+	HubThrottled float64
 	// APIServerCPU is the CPU time the hub's etcd and kube-apiserver used while the Rollouts
 	// were timed, Timed the wall time they were timed for.
 	APIServerCPU float64
-	// HubCPU is the CPU time magos-hub used meanwhile.
-	HubCPU float64
-	Timed  time.Duration
+	// HubCPU is the CPU time magos-hub used meanwhile, SpokeCPU the spoke's etcd and
+	// kube-apiserver, BenchCPU this process (the emulated agents and runners).
+	HubCPU, SpokeCPU, BenchCPU float64
+	Timed                      time.Duration
 }
 
 // RequestsPerGrant is the hub's API requests per granted run while the Rollouts were timed.
@@ -165,6 +179,30 @@ func (r Result) RequestsPerGrant() float64 {
 		return 0
 	}
 	return r.HubRequests / float64(r.Grants)
+}
+
+// byMethod lists the hub's requests per grant by HTTP method, most first.
+func (r Result) byMethod() string {
+	methods := slices.Collect(maps.Keys(r.HubRequestsByMethod))
+	slices.SortFunc(methods, func(a, b string) int { return cmp.Compare(r.HubRequestsByMethod[b], r.HubRequestsByMethod[a]) })
+	var parts []string
+	for _, m := range methods {
+		if n := r.HubRequestsByMethod[m]; n > 0 {
+			parts = append(parts, fmt.Sprintf("%s %.2f", m, n/float64(max(r.Grants, 1))))
+		}
+	}
+	return strings.Join(parts, ", ")
+}
+
+// events lists the Events created while timed by reason, most first.
+func (r Result) events() string {
+	reasons := slices.Collect(maps.Keys(r.HubEvents))
+	slices.SortFunc(reasons, func(a, b string) int { return cmp.Or(cmp.Compare(r.HubEvents[b], r.HubEvents[a]), cmp.Compare(a, b)) })
+	var parts []string
+	for _, reason := range reasons {
+		parts = append(parts, fmt.Sprintf("%s %d", reason, r.HubEvents[reason]))
+	}
+	return strings.Join(parts, ", ")
 }
 
 // Line is the one-line summary `make bench-scale` prints for the run.
@@ -180,6 +218,9 @@ func (r Result) Table() string {
 		return fmt.Sprintf("p50 %.1f s, p90 %.1f s, max %.1f s (%d)", Percentile(ds, 0.5).Seconds(), Percentile(ds, 0.9).Seconds(),
 			Percentile(ds, 1).Seconds(), len(ds))
 	}
+	cores := func(cpu float64) string {
+		return fmt.Sprintf("%.1f s in %.1f s (%.2f cores)", cpu, r.Timed.Seconds(), cpu/max(r.Timed.Seconds(), 1e-9))
+	}
 	rows := [][2]string{
 		{"clusters × Workspaces", fmt.Sprintf("%d × %d = %d, run delay %s", r.Clusters, r.Workspaces, r.Clusters*r.Workspaces, r.RunDelay)},
 		{"engage, cold start", fmt.Sprintf("%.1f s", r.ColdEngage.Seconds())},
@@ -192,8 +233,13 @@ func (r Result) Table() string {
 		{fmt.Sprintf("%d concurrent Rollouts", r.Concurrent), pct(r.ConcurrentRollouts)},
 		{"hub peak RSS / heap", fmt.Sprintf("%.0f MiB / %.0f MiB", r.HubRSS/(1<<20), r.HubHeap/(1<<20))},
 		{"hub API requests per grant", fmt.Sprintf("%.1f (%d grants)", r.RequestsPerGrant(), r.Grants)},
-		{"hub apiserver + etcd CPU", fmt.Sprintf("%.1f s in %.1f s (%.2f cores)", r.APIServerCPU, r.Timed.Seconds(), r.APIServerCPU/max(r.Timed.Seconds(), 1e-9))},
-		{"magos-hub CPU", fmt.Sprintf("%.1f s in %.1f s (%.2f cores)", r.HubCPU, r.Timed.Seconds(), r.HubCPU/max(r.Timed.Seconds(), 1e-9))},
+		{"hub apiserver + etcd CPU", cores(r.APIServerCPU)},
+		{"… by method, per grant", r.byMethod()},
+		{"… Events created, by reason", r.events()},
+		{"hub client rate-limiter waits", fmt.Sprintf("%.1f s in all, %.0f ms per request", r.HubThrottled, 1000*r.HubThrottled/max(r.HubRequests, 1))},
+		{"magos-hub CPU", cores(r.HubCPU)},
+		{"spoke apiserver + etcd CPU (emulation)", cores(r.SpokeCPU)},
+		{"emulated agents and runners CPU", cores(r.BenchCPU)},
 	}
 	out := "| measure | value |\n|---|---|\n"
 	for _, row := range rows {
@@ -298,6 +344,7 @@ func Run(ctx context.Context, opts Options) (res Result, err error) {
 	}
 	hubPID := b.hubCmd.Process.Pid
 	runsBefore, cpuBefore, hubBefore, timed := b.ledger.Len(), localcluster.CPUSeconds(b.hub.PIDs()...), localcluster.CPUSeconds(hubPID), time.Now()
+	spokeBefore, benchBefore := localcluster.CPUSeconds(b.spoke.PIDs()...), localcluster.CPUSeconds(os.Getpid())
 	for k := range opts.Repeats {
 		commit := b.newCommit()
 		b.step("3-stage rollout %d of %d: commit %s", k+1, opts.Repeats, short(commit))
@@ -346,14 +393,37 @@ func Run(ctx context.Context, opts Options) (res Result, err error) {
 	res.Timed = time.Since(timed)
 	res.APIServerCPU = localcluster.CPUSeconds(b.hub.PIDs()...) - cpuBefore
 	res.HubCPU = localcluster.CPUSeconds(hubPID) - hubBefore
+	res.SpokeCPU = localcluster.CPUSeconds(b.spoke.PIDs()...) - spokeBefore
+	res.BenchCPU = localcluster.CPUSeconds(os.Getpid()) - benchBefore
 	res.Grants = b.ledger.Len() - runsBefore
 	after, err := scrape(ctx, b.metrics)
 	if err != nil {
 		return res, err
 	}
 	res.HubRequests = after.Requests - before.Requests
+	res.HubThrottled = after.Throttled - before.Throttled
+	res.HubRequestsByMethod = map[string]float64{}
+	for m, n := range after.ByMethod {
+		res.HubRequestsByMethod[m] = n - before.ByMethod[m]
+	}
 	res.HubRSS, res.HubHeap = samples.peaks()
-	return res, nil
+	res.HubEvents, err = b.eventsSince(ctx, timed)
+	return res, err
+}
+
+// eventsSince counts the Events created on the hub since t, by reason.
+func (b *bench) eventsSince(ctx context.Context, t time.Time) (map[string]int, error) {
+	var list eventsv1.EventList
+	if err := b.hub.Client.List(ctx, &list); err != nil {
+		return nil, fmt.Errorf("listing the hub's Events: %w", err)
+	}
+	out := map[string]int{}
+	for _, e := range list.Items {
+		if !e.CreationTimestamp.Time.Before(t.Truncate(time.Second)) {
+			out[e.Reason]++
+		}
+	}
+	return out, nil
 }
 
 func (b *bench) step(format string, args ...any) {
@@ -403,9 +473,10 @@ func (b *bench) startHub() error {
 	if err != nil {
 		return err
 	}
-	cmd := exec.Command(b.opts.HubBinary, "controller", "--kubeconfig", b.hub.Kubeconfig,
+	args := append([]string{"controller", "--kubeconfig", b.hub.Kubeconfig,
 		"--config", filepath.Join(b.opts.Dir, "hub-config.yaml"),
-		"--metrics-bind-address", b.metrics, "--pprof-bind-address", pprof, "--health-probe-bind-address", "0")
+		"--metrics-bind-address", b.metrics, "--pprof-bind-address", pprof, "--health-probe-bind-address", "0"}, b.opts.HubArgs...)
+	cmd := exec.Command(b.opts.HubBinary, args...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {

@@ -79,6 +79,8 @@ func controller(ctx context.Context, args []string) error {
 	fs.String("pprof-bind-address", def.PprofBindAddress, "address of Go's pprof profiles, /debug/pprof/ (0 or empty turns them off)")
 	fs.String("log-level", def.Log.Level, "debug, info, warn or error")
 	fs.Bool("log-development", def.Log.Development, "human-readable logs")
+	fs.Float32("kube-api-qps", def.KubeAPIQPS, "requests per second the hub makes to its API server, over every controller")
+	fs.Int("kube-api-burst", def.KubeAPIBurst, "burst of requests the hub makes to its API server (at least --kube-api-qps)")
 	fs.Duration("project-parallel-grace-period", def.ProjectParallelGracePeriod, "how long a new Project without a Rollout waits for one before it runs its Workspaces in parallel")
 	leNamespace := fs.String("leader-election-namespace", os.Getenv("POD_NAMESPACE"), "namespace of the leader election Lease (default: the pod's)")
 	leIdentity := fs.String("leader-election-identity", os.Getenv("POD_NAME"), "this replica's identity in the leader election Lease (default: the pod's name, else the host name and a random UUID)")
@@ -98,9 +100,9 @@ func controller(ctx context.Context, args []string) error {
 	if err != nil {
 		return fmt.Errorf("reaching the hub's API server: %w", err)
 	}
-	// A step of many Workspaces is one merge patch each: client-go's default 20 requests/s
-	// would make a 200-Workspace step take ten seconds of writes.
-	restCfg.QPS, restCfg.Burst = 100, 200
+	// Each granted run costs the hub about 5 requests (docs/performance.md): client-go's
+	// default of 20 a second would grant 4 runs a second.
+	restCfg.QPS, restCfg.Burst = cfg.KubeAPIQPS, cfg.KubeAPIBurst
 	hub, err := app.New(app.Options{
 		RestConfig:              restCfg,
 		Config:                  cfg,

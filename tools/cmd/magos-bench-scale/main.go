@@ -99,6 +99,7 @@ func newCommand() *cobra.Command {
 	f.IntVar(&opts.Repeats, "repeats", 10, "how many commits the 3-stage Rollout rolls out one after the other (its p90 is over these)")
 	f.IntVar(&opts.Concurrent, "concurrent", 100, "how many Rollouts roll one commit out at the same time")
 	f.DurationVar(&opts.RunDelay, "run-delay", 0, "how long an emulated run takes from its grant to Applied (0: the control plane alone)")
+	f.StringArrayVar(&opts.HubArgs, "hub-arg", nil, "one more argument for magos-hub, e.g. --hub-arg=--kube-api-qps=200 (repeatable)")
 	f.DurationVar(&opts.Timeout, "timeout", 10*time.Minute, "the bound of each wait")
 	f.StringVar(&logLevel, "log-level", "", "the emulated agents' and the benchmark's log level (debug, info, warn or error; default none)")
 	return cmd

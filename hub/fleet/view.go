@@ -82,6 +82,10 @@ func (v *View) GetConfig() *rest.Config { return v.hub.GetConfig() }
 // GetCache returns the hub's cache, confined to the namespace.
 func (v *View) GetCache() cache.Cache { return v.cache }
 
+// SharedCache returns the hub's whole cache, which every agent cluster's view confines to its
+// namespace: one read of it across namespaces reads every agent cluster at once. Read only.
+func (v *View) SharedCache() client.Reader { return v.hub.GetCache() }
+
 // GetScheme returns the hub's scheme.
 func (v *View) GetScheme() *runtime.Scheme { return v.hub.GetScheme() }
 

@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/multicluster-runtime/pkg/multicluster"
 
 	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
+	"github.com/magosfleet/magos/hub/fleet"
 	"github.com/magosfleet/magos/pkg/decision"
 	"github.com/magosfleet/magos/pkg/keys"
 	"github.com/magosfleet/magos/pkg/mirror"
@@ -189,28 +190,33 @@ const maxDirectReads = 32
 // Workspaces of the Project namespace/project (decision.Workspace.MemberOf), each bounded by
 // ClusterTimeout. Only the Project's members are read (through ProjectIndex), converted,
 // checked and kept, so a decision costs in proportion to its Project, not to every Workspace
-// of the namespace. Agent clusters are read from the hub's own cache, in memory, one after the
-// other; direct clusters from their caches, at most maxDirectReads at once, since one that has
-// not synced makes its read wait. A cluster that is not engaged or fails is counted
+// of the namespace. The mirrors of every agent cluster are read together, in one indexed read of
+// the hub's own cache (in memory); direct clusters from their caches, at most maxDirectReads at
+// once, since one that has not synced makes its read wait. A cluster that is not engaged or fails is counted
 // unavailable for this pass; it never blocks the others.
 func (v *View) Snapshot(ctx context.Context, namespace, project string) (*Snapshot, error) {
 	var registered magosv1.ClusterList
-	if err := v.hub.List(ctx, &registered); err != nil {
+	// The cache's objects, read only, not copies: a decision reads every cluster.
+	if err := v.hub.List(ctx, &registered, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, fmt.Errorf("listing registered clusters: %w", err)
 	}
+	// Every agent cluster's mirrors of the Project, in one indexed read of the hub's cache
+	// (readAgent): a read per cluster cost a thousand lookups per decision at a thousand
+	// clusters.
+	var shared *sharedMirrors
 	reads := make([]clusterRead, len(registered.Items))
 	var wg sync.WaitGroup
 	direct := make(chan struct{}, maxDirectReads)
 	for i := range registered.Items {
 		c := &registered.Items[i]
 		if c.Spec.Transport != magosv1.TransportDirect {
-			reads[i] = v.read(ctx, c, namespace, project)
+			reads[i] = v.readAgent(ctx, c, namespace, project, &shared)
 			continue
 		}
 		direct <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-direct }()
-			reads[i] = v.read(ctx, c, namespace, project)
+			reads[i] = v.readDirect(ctx, c, namespace, project)
 		})
 	}
 	wg.Wait()
@@ -307,12 +313,37 @@ func (v *View) Snapshot(ctx context.Context, namespace, project string) (*Snapsh
 	return s, nil
 }
 
-// read lists the Workspaces of the Project namespace/project the hub sees in cluster c. For
-// an agent cluster these are the mirrors of the cluster's Workspaces: what lives in the
-// cluster's hub namespace, the only one its agent may write, and passes mirror.Check (the rest
-// is rejected). For a direct cluster, the spoke's own Workspaces (mirrors there belong to other
-// clusters and are skipped).
-func (v *View) read(ctx context.Context, c *magosv1.Cluster, namespace, project string) clusterRead {
+// sharedMirrors are the Workspaces of one Project in the hub's shared cache, by hub namespace:
+// among them, every agent cluster's mirrors of it, in its cluster namespace. The objects are
+// the cache's: read only.
+type sharedMirrors struct {
+	byNamespace map[string][]*magosv1.Workspace
+	err         error
+}
+
+// readShared reads the Workspaces of the Project namespace/project in every namespace of the
+// hub's shared cache, through ProjectIndex.
+func readShared(ctx context.Context, hub client.Reader, namespace, project string) *sharedMirrors {
+	var list magosv1.WorkspaceList
+	if err := hub.List(ctx, &list, client.UnsafeDisableDeepCopy,
+		client.MatchingFields{ProjectIndex: projectKey(namespace, project)}); err != nil {
+		return &sharedMirrors{err: err}
+	}
+	out := &sharedMirrors{byNamespace: map[string][]*magosv1.Workspace{}}
+	for i := range list.Items {
+		ws := &list.Items[i]
+		out.byNamespace[ws.Namespace] = append(out.byNamespace[ws.Namespace], ws)
+	}
+	return out
+}
+
+// readAgent reads the mirrors of the Project namespace/project in agent cluster c: what lives
+// in the cluster's hub namespace, the only one its agent may write. Those that pass
+// mirror.Check are seen, the rest rejected. A cluster the fleet serves is a view of the hub's
+// shared cache (fleet.View): the first of them in a Snapshot reads the Project's mirrors of
+// all of them at once into *shared, and the others take theirs from it. Any other cluster (a
+// test's stand-in with a cache of its own) is listed on its own.
+func (v *View) readAgent(ctx context.Context, c *magosv1.Cluster, namespace, project string, shared **sharedMirrors) clusterRead {
 	var r clusterRead
 	cl, err := v.mgr.GetCluster(ctx, multicluster.ClusterName(c.Name))
 	if err != nil || cl == nil {
@@ -320,40 +351,89 @@ func (v *View) read(ctx context.Context, c *magosv1.Cluster, namespace, project 
 		return r
 	}
 	r.cl = cl
-	ctx, cancel := context.WithTimeout(ctx, v.opts.ClusterTimeout)
-	defer cancel()
-	agent := c.Spec.Transport != magosv1.TransportDirect
-	var list magosv1.WorkspaceList
-	in := namespace
-	if agent {
-		in = mirror.Namespace(c.Name)
-	}
-	// The Project's Workspaces only, through the index (IndexWorkspaces).
-	if err := cl.GetCache().List(ctx, &list, client.UnsafeDisableDeepCopy, client.InNamespace(in),
-		client.MatchingFields{ProjectIndex: projectKey(namespace, project)}); err != nil {
-		r.err = fmt.Errorf("listing Workspaces in cluster %s: %w", c.Name, err)
+	in := mirror.Namespace(c.Name)
+	var mirrors []*magosv1.Workspace
+	if fv, ok := cl.(*fleet.View); ok {
+		if *shared == nil {
+			sctx, cancel := context.WithTimeout(ctx, v.opts.ClusterTimeout)
+			*shared = readShared(sctx, fv.SharedCache(), namespace, project)
+			cancel()
+		}
+		if err := (*shared).err; err != nil {
+			r.err = fmt.Errorf("listing the mirrors of cluster %s: %w", c.Name, err)
+			return r
+		}
+		mirrors = (*shared).byNamespace[in]
+	} else if mirrors, r.err = v.listProject(ctx, cl, c.Name, in, namespace, project); r.err != nil {
 		return r
 	}
-	r.seen = make([]seen, 0, len(list.Items))
-	for i := range list.Items {
-		ws := &list.Items[i]
-		// Membership is the projectRef in the namespace read (the origin namespace, for a
-		// mirror): decision.Workspace.MemberOf, which the index keys on; checked again here,
-		// with the kind of object the cluster's transport shows.
-		if ws.Spec.ProjectRef.Name != project || agent != mirror.IsMirror(ws) || originNamespace(ws) != namespace {
+	r.seen = make([]seen, 0, len(mirrors))
+	for _, ws := range mirrors {
+		if !member(ws, namespace, project, true) {
 			continue
 		}
 		target := Target{Cluster: c.Name, Namespace: ws.Namespace, Name: ws.Name, Workspace: ws}
-		if agent {
-			if err := mirror.Check(c.Name, ws); err != nil {
-				r.rejected = append(r.rejected, Refusal{Target: target, Reason: ReasonMirrorRejected,
-					Message: "ignored: " + err.Error() + " (the hub believes a mirror only in its own cluster's namespace, with that cluster's label and its origin's name)"})
-				continue
-			}
+		if err := mirror.Check(c.Name, ws); err != nil {
+			r.rejected = append(r.rejected, Refusal{Target: target, Reason: ReasonMirrorRejected,
+				Message: "ignored: " + err.Error() + " (the hub believes a mirror only in its own cluster's namespace, with that cluster's label and its origin's name)"})
+			continue
 		}
 		r.seen = append(r.seen, seen{ws: decision.FromWorkspace(c.Name, ws), target: target})
 	}
 	return r
+}
+
+// listProject lists, from cluster cl's own cache, bounded by ClusterTimeout, the Workspaces of
+// the Project namespace/project in namespace in, through the index (IndexWorkspaces). The
+// objects are the cache's: read only.
+func (v *View) listProject(ctx context.Context, cl cluster.Cluster, name, in, namespace, project string) ([]*magosv1.Workspace, error) {
+	ctx, cancel := context.WithTimeout(ctx, v.opts.ClusterTimeout)
+	defer cancel()
+	var list magosv1.WorkspaceList
+	if err := cl.GetCache().List(ctx, &list, client.UnsafeDisableDeepCopy, client.InNamespace(in),
+		client.MatchingFields{ProjectIndex: projectKey(namespace, project)}); err != nil {
+		return nil, fmt.Errorf("listing Workspaces in cluster %s: %w", name, err)
+	}
+	out := make([]*magosv1.Workspace, len(list.Items))
+	for i := range list.Items {
+		out[i] = &list.Items[i]
+	}
+	return out, nil
+}
+
+// readDirect lists the Workspaces of the Project namespace/project in direct cluster c, from
+// its own cache, bounded by ClusterTimeout: the spoke's own Workspaces (mirrors there belong to
+// other clusters and are skipped).
+func (v *View) readDirect(ctx context.Context, c *magosv1.Cluster, namespace, project string) clusterRead {
+	var r clusterRead
+	cl, err := v.mgr.GetCluster(ctx, multicluster.ClusterName(c.Name))
+	if err != nil || cl == nil {
+		r.notEngage = true
+		return r
+	}
+	r.cl = cl
+	found, err := v.listProject(ctx, cl, c.Name, namespace, namespace, project)
+	if err != nil {
+		r.err = err
+		return r
+	}
+	r.seen = make([]seen, 0, len(found))
+	for _, ws := range found {
+		if !member(ws, namespace, project, false) {
+			continue
+		}
+		r.seen = append(r.seen, seen{ws: decision.FromWorkspace(c.Name, ws),
+			target: Target{Cluster: c.Name, Namespace: ws.Namespace, Name: ws.Name, Workspace: ws}})
+	}
+	return r
+}
+
+// member reports whether ws, read from an agent cluster's namespace (agent) or a direct
+// cluster, is a Workspace of the Project namespace/project: membership is the projectRef in
+// the namespace read (the origin namespace, for a mirror), decision.Workspace.MemberOf, which
+// the index keys on; checked again here, with the kind of object the cluster's transport shows.
+func member(ws *magosv1.Workspace, namespace, project string, agent bool) bool {
+	return ws.Spec.ProjectRef.Name == project && agent == mirror.IsMirror(ws) && originNamespace(ws) == namespace
 }
 
 // syncedAt is the time as of which the hub's view of a cluster's Workspaces is complete: for an
@@ -366,12 +446,13 @@ func (v *View) syncedAt(ctx context.Context, c *magosv1.Cluster) time.Time {
 	// A namespace being deleted (the cluster deregistered, perhaps registered again since) holds
 	// the Lease of the earlier registration while its mirrors go: its watermark vouches for
 	// nothing the hub reads now.
+	// Both read only, from the cache, not copied: a decision reads them for every cluster.
 	ns := &corev1.Namespace{}
-	if err := v.hub.Get(ctx, client.ObjectKey{Name: mirror.Namespace(c.Name)}, ns); err != nil || ns.DeletionTimestamp != nil {
+	if err := v.hub.Get(ctx, client.ObjectKey{Name: mirror.Namespace(c.Name)}, ns, client.UnsafeDisableDeepCopy); err != nil || ns.DeletionTimestamp != nil {
 		return time.Time{}
 	}
 	lease := &coordinationv1.Lease{}
-	if err := v.hub.Get(ctx, client.ObjectKey{Namespace: mirror.Namespace(c.Name), Name: keys.AgentLease}, lease); err != nil {
+	if err := v.hub.Get(ctx, client.ObjectKey{Namespace: mirror.Namespace(c.Name), Name: keys.AgentLease}, lease, client.UnsafeDisableDeepCopy); err != nil {
 		return time.Time{}
 	}
 	return mirror.WatermarkOf(lease.Annotations).At

@@ -24,11 +24,7 @@ import (
 // naming the commit.
 func TestGrantIsFencedToTheVersionDecidedOn(t *testing.T) {
 	const region, ns = "us-east-1", "fence"
-	h := dt.Start(t, region)
-	mgr := h.StartManager(t, dt.ManagerOptions{Setup: func(mcmanager.Manager) error { return nil }})
-	mgr.WaitEngaged(t, region)
-	h.Namespace(t, ns)
-	spoke := h.Fleet.Spokes[region].Client
+	h, mgr, spoke := startSpoke(t, region, ns)
 	ctx := context.Background()
 
 	ws := dt.Workspace(ns, "web", "web", map[string]string{"env": "prod"})
@@ -93,11 +89,7 @@ func TestGrantIsFencedToTheVersionDecidedOn(t *testing.T) {
 // (a grant that can start nothing) records none, though both are revoked and counted.
 func TestRevokedEventsOnlyForGrantsThatCouldRun(t *testing.T) {
 	const region, ns = "us-east-1", "spent"
-	h := dt.Start(t, region)
-	mgr := h.StartManager(t, dt.ManagerOptions{Setup: func(mcmanager.Manager) error { return nil }})
-	mgr.WaitEngaged(t, region)
-	h.Namespace(t, ns)
-	spoke := h.Fleet.Spokes[region].Client
+	h, mgr, spoke := startSpoke(t, region, ns)
 	ctx := context.Background()
 
 	// web-done applied the run it was granted; web-waiting holds a grant it has not started.
@@ -148,4 +140,15 @@ func TestRevokedEventsOnlyForGrantsThatCouldRun(t *testing.T) {
 	if len(got) != 1 || got[0] != want {
 		t.Fatalf("Events %q, want only %q", got, want)
 	}
+}
+
+// startSpoke starts a hub with one spoke, region, holding namespace ns, and a hub manager
+// (no controllers) that has engaged it; it returns them and the spoke's client.
+func startSpoke(t *testing.T, region, ns string) (*dt.Hub, *dt.Manager, client.Client) {
+	t.Helper()
+	h := dt.Start(t, region)
+	mgr := h.StartManager(t, dt.ManagerOptions{Setup: func(mcmanager.Manager) error { return nil }})
+	mgr.WaitEngaged(t, region)
+	h.Namespace(t, ns)
+	return h, mgr, h.Fleet.Spokes[region].Client
 }

@@ -51,7 +51,7 @@ type Config struct {
 	Log LogConfig `mapstructure:"log"`
 	// KubeAPIQPS and KubeAPIBurst bound the hub's requests to its API server, over every
 	// controller: a sustained rate per second and a burst. Each granted run costs the hub
-	// about 5 requests, so the QPS bounds how many runs a second the hub can grant.
+	// about 4 requests, so the QPS bounds how many runs a second the hub can grant.
 	KubeAPIQPS   float32 `mapstructure:"kubeApiQps"`
 	KubeAPIBurst int     `mapstructure:"kubeApiBurst"`
 	// ProjectParallelGracePeriod is how long a new Project without a Rollout waits for one

@@ -190,10 +190,10 @@ const maxDirectReads = 32
 // Workspaces of the Project namespace/project (decision.Workspace.MemberOf), each bounded by
 // ClusterTimeout. Only the Project's members are read (through ProjectIndex), converted,
 // checked and kept, so a decision costs in proportion to its Project, not to every Workspace
-// of the namespace. The mirrors of every agent cluster are read together, in one indexed read of
-// the hub's own cache (in memory); direct clusters from their caches, at most maxDirectReads at
-// once, since one that has not synced makes its read wait. A cluster that is not engaged or fails is counted
-// unavailable for this pass; it never blocks the others.
+// of the namespace. The mirrors of every agent cluster are read together, in one indexed read
+// of the hub's own cache (in memory); direct clusters from their caches, at most
+// maxDirectReads at once, since one that has not synced makes its read wait. A cluster that is
+// not engaged or fails is counted unavailable for this pass; it never blocks the others.
 func (v *View) Snapshot(ctx context.Context, namespace, project string) (*Snapshot, error) {
 	var registered magosv1.ClusterList
 	// The cache's objects, read only, not copies: a decision reads every cluster.

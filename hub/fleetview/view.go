@@ -344,13 +344,11 @@ func readShared(ctx context.Context, hub client.Reader, namespace, project strin
 // all of them at once into *shared, and the others take theirs from it. Any other cluster (a
 // test's stand-in with a cache of its own) is listed on its own.
 func (v *View) readAgent(ctx context.Context, c *magosv1.Cluster, namespace, project string, shared **sharedMirrors) clusterRead {
-	var r clusterRead
-	cl, err := v.mgr.GetCluster(ctx, multicluster.ClusterName(c.Name))
-	if err != nil || cl == nil {
-		r.notEngage = true
+	r := v.startRead(ctx, c)
+	if r.notEngage {
 		return r
 	}
-	r.cl = cl
+	cl := r.cl
 	in := mirror.Namespace(c.Name)
 	var mirrors []*magosv1.Workspace
 	if fv, ok := cl.(*fleet.View); ok {
@@ -401,17 +399,24 @@ func (v *View) listProject(ctx context.Context, cl cluster.Cluster, name, in, na
 	return out, nil
 }
 
+// startRead begins a read of cluster c: with the engaged cluster, or notEngage.
+func (v *View) startRead(ctx context.Context, c *magosv1.Cluster) clusterRead {
+	cl, err := v.mgr.GetCluster(ctx, multicluster.ClusterName(c.Name))
+	if err != nil || cl == nil {
+		return clusterRead{notEngage: true}
+	}
+	return clusterRead{cl: cl}
+}
+
 // readDirect lists the Workspaces of the Project namespace/project in direct cluster c, from
 // its own cache, bounded by ClusterTimeout: the spoke's own Workspaces (mirrors there belong to
 // other clusters and are skipped).
 func (v *View) readDirect(ctx context.Context, c *magosv1.Cluster, namespace, project string) clusterRead {
-	var r clusterRead
-	cl, err := v.mgr.GetCluster(ctx, multicluster.ClusterName(c.Name))
-	if err != nil || cl == nil {
-		r.notEngage = true
+	r := v.startRead(ctx, c)
+	if r.notEngage {
 		return r
 	}
-	r.cl = cl
+	cl := r.cl
 	found, err := v.listProject(ctx, cl, c.Name, namespace, namespace, project)
 	if err != nil {
 		r.err = err

@@ -36,7 +36,8 @@ const LeaderElectionID = "magos-hub.magosproject.io"
 
 // Options configures a hub.
 type Options struct {
-	// RestConfig reaches the hub's API server.
+	// RestConfig reaches the hub's API server. Config's kubeApiQps and kubeApiBurst, when set,
+	// replace its QPS and Burst, and the manager's clients share one bucket of them.
 	RestConfig *rest.Config
 	// Config is the configuration loaded at start-up (registry.LoadConfig).
 	Config registry.Config
@@ -95,6 +96,7 @@ func New(opts Options) (*Hub, error) {
 		return nil, errors.New("hub: Options.RestConfig is required")
 	}
 	cfg := opts.Config
+	restCfg := withBudget(opts.RestConfig, cfg.KubeAPIQPS, cfg.KubeAPIBurst)
 	skip := opts.SkipNameValidation
 	mopts := ctrl.Options{
 		Scheme:                        scheme.New(),
@@ -108,17 +110,17 @@ func New(opts Options) (*Hub, error) {
 		LeaderElectionNamespace:       opts.LeaderElectionNamespace,
 		LeaderElectionReleaseOnCancel: true,
 		// The leader's renewals do not queue behind the controllers' requests (sharedLimit).
-		LeaderElectionConfig: opts.RestConfig,
+		LeaderElectionConfig: restCfg,
 		Controller:           config.Controller{SkipNameValidation: &skip},
 	}
 	if cfg.LeaderElect && opts.LeaderElectionIdentity != "" {
-		lock, err := leaderLock(opts.RestConfig, opts.LeaderElectionNamespace, opts.LeaderElectionIdentity)
+		lock, err := leaderLock(restCfg, opts.LeaderElectionNamespace, opts.LeaderElectionIdentity)
 		if err != nil {
 			return nil, err
 		}
 		mopts.LeaderElectionResourceLockInterface = lock
 	}
-	local, err := ctrl.NewManager(sharedLimit(opts.RestConfig), mopts)
+	local, err := ctrl.NewManager(sharedLimit(restCfg), mopts)
 	if err != nil {
 		return nil, fmt.Errorf("hub: creating the manager: %w", err)
 	}

@@ -23,6 +23,17 @@ func init() {
 	metrics.Registry.MustRegister(throttleWait)
 }
 
+// withBudget returns a copy of cfg with the request budget of the hub's config file (kubeApiQps
+// and kubeApiBurst), or cfg as it is when qps is not set.
+func withBudget(cfg *rest.Config, qps float32, burst int) *rest.Config {
+	if qps <= 0 {
+		return cfg
+	}
+	out := rest.CopyConfig(cfg)
+	out.QPS, out.Burst = qps, burst
+	return out
+}
+
 // sharedLimit returns a copy of cfg whose clients all draw on one token bucket of cfg.QPS and
 // cfg.Burst, observed by throttleWait. Without it, each client made from the config (the
 // manager's, the Event broadcaster's) would have a bucket of its own, and the hub's requests

@@ -32,6 +32,14 @@ func TestSharedLimitIsOneObservedBucket(t *testing.T) {
 		t.Errorf("observed %.3f s of waits, want about 0.1 s", waited)
 	}
 
+	base := &rest.Config{QPS: 5, Burst: 10}
+	if got := withBudget(base, 150, 300); got.QPS != 150 || got.Burst != 300 || base.QPS != 5 {
+		t.Errorf("withBudget gave QPS %g and burst %d (base now %g), want 150 and 300 on a copy", got.QPS, got.Burst, base.QPS)
+	}
+	if got := withBudget(base, 0, 0); got != base {
+		t.Error("withBudget changed a config the config file sets no budget for")
+	}
+
 	own := flowcontrol.NewFakeAlwaysRateLimiter()
 	if got := sharedLimit(&rest.Config{QPS: 20, Burst: 1, RateLimiter: own}); got.RateLimiter != own {
 		t.Error("a config's own rate limiter was replaced")

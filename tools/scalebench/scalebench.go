@@ -183,10 +183,8 @@ func (r Result) RequestsPerGrant() float64 {
 
 // byMethod lists the hub's requests per grant by HTTP method, most first.
 func (r Result) byMethod() string {
-	methods := slices.Collect(maps.Keys(r.HubRequestsByMethod))
-	slices.SortFunc(methods, func(a, b string) int { return cmp.Compare(r.HubRequestsByMethod[b], r.HubRequestsByMethod[a]) })
 	var parts []string
-	for _, m := range methods {
+	for _, m := range mostFirst(r.HubRequestsByMethod) {
 		if n := r.HubRequestsByMethod[m]; n > 0 {
 			parts = append(parts, fmt.Sprintf("%s %.2f", m, n/float64(max(r.Grants, 1))))
 		}
@@ -196,13 +194,18 @@ func (r Result) byMethod() string {
 
 // events lists the Events created while timed by reason, most first.
 func (r Result) events() string {
-	reasons := slices.Collect(maps.Keys(r.HubEvents))
-	slices.SortFunc(reasons, func(a, b string) int { return cmp.Or(cmp.Compare(r.HubEvents[b], r.HubEvents[a]), cmp.Compare(a, b)) })
 	var parts []string
-	for _, reason := range reasons {
+	for _, reason := range mostFirst(r.HubEvents) {
 		parts = append(parts, fmt.Sprintf("%s %d", reason, r.HubEvents[reason]))
 	}
 	return strings.Join(parts, ", ")
+}
+
+// mostFirst returns the keys of counts, the largest count first, ties by key.
+func mostFirst[V cmp.Ordered](counts map[string]V) []string {
+	keys := slices.Collect(maps.Keys(counts))
+	slices.SortFunc(keys, func(a, b string) int { return cmp.Or(cmp.Compare(counts[b], counts[a]), cmp.Compare(a, b)) })
+	return keys
 }
 
 // Line is the one-line summary `make bench-scale` prints for the run.
@@ -233,9 +236,9 @@ func (r Result) Table() string {
 		{fmt.Sprintf("%d concurrent Rollouts", r.Concurrent), pct(r.ConcurrentRollouts)},
 		{"hub peak RSS / heap", fmt.Sprintf("%.0f MiB / %.0f MiB", r.HubRSS/(1<<20), r.HubHeap/(1<<20))},
 		{"hub API requests per grant", fmt.Sprintf("%.1f (%d grants)", r.RequestsPerGrant(), r.Grants)},
-		{"hub apiserver + etcd CPU", cores(r.APIServerCPU)},
 		{"… by method, per grant", r.byMethod()},
 		{"… Events created, by reason", r.events()},
+		{"hub apiserver + etcd CPU", cores(r.APIServerCPU)},
 		{"hub client rate-limiter waits", fmt.Sprintf("%.1f s in all, %.0f ms per request", r.HubThrottled, 1000*r.HubThrottled/max(r.HubRequests, 1))},
 		{"magos-hub CPU", cores(r.HubCPU)},
 		{"spoke apiserver + etcd CPU (emulation)", cores(r.SpokeCPU)},

@@ -100,9 +100,6 @@ func controller(ctx context.Context, args []string) error {
 	if err != nil {
 		return fmt.Errorf("reaching the hub's API server: %w", err)
 	}
-	// Each granted run costs the hub about 4 requests (docs/performance.md): client-go's
-	// default of 20 a second would grant 5 runs a second.
-	restCfg.QPS, restCfg.Burst = cfg.KubeAPIQPS, cfg.KubeAPIBurst
 	hub, err := app.New(app.Options{
 		RestConfig:              restCfg,
 		Config:                  cfg,

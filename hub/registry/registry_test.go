@@ -794,6 +794,71 @@ func TestRoutineRenewalsAreNotReevaluated(t *testing.T) {
 	testenv.Eventually(t, 5*time.Second, wantCondition("renew", magosv1.ConditionAvailable, metav1.ConditionTrue, magosv1.ReasonAgentHeartbeating))
 }
 
+// TestRenewalsDoNotRewriteTheStatus renews an agent's Lease, valid for 2 s, every 300 ms for 9 s,
+// and counts the writes of the Cluster's status at the API server: once Available, the status
+// shows nothing that moves with each renewal, so the hub, which reads the Lease again each time
+// it would expire, writes nothing (it wrote at each of those reads while the Available
+// condition's message carried the renewal time). A new agent replica taking the Lease is a
+// heartbeat the status shows at once, within its granularity of 5 minutes.
+func TestRenewalsDoNotRewriteTheStatus(t *testing.T) {
+	ctx := context.Background()
+	cfg := newConfigDir(t, clusterYAML(agentEntry("steady", "")))
+	rc, writes := testenv.CountRequests(env.Hub.Config, func(r *http.Request) bool {
+		return r.Method == http.MethodPatch && strings.HasSuffix(r.URL.Path, "/clusters/steady/status")
+	})
+	startHub(t, cfg.file(), func(o *app.Options) { o.RestConfig = rc; o.HealthInterval = time.Minute })
+	ns := mirror.Namespace("steady")
+	renew := func(holder string) error {
+		return renewLease(ctx, env.Hub.Client, ns, holder, 2, map[string]string{keys.AgentVersion: "v1.0.0"})
+	}
+	testenv.Eventually(t, 60*time.Second, func() error {
+		if err := renew("steady/a"); err != nil {
+			return err
+		}
+		return wantCondition("steady", magosv1.ConditionReady, metav1.ConditionTrue, registry.ReasonReady)()
+	})
+	first, _ := getCluster("steady")
+	before := writes.Load()
+	for range 30 {
+		if err := renew("steady/a"); err != nil {
+			t.Fatal(err)
+		}
+		<-time.After(300 * time.Millisecond) // the agent's pace, not a synchronisation
+	}
+	if n := writes.Load() - before; n > 1 {
+		t.Errorf("30 renewals over 9 s of a 2 s Lease wrote the Cluster's status %d times, want none (one for a write of the flip still under way)", n)
+	}
+	if cl, _ := getCluster("steady"); !cl.Status.LastHeartbeatTime.Equal(first.Status.LastHeartbeatTime) {
+		t.Errorf("lastHeartbeatTime moved from %v to %v within its granularity", first.Status.LastHeartbeatTime, cl.Status.LastHeartbeatTime)
+	}
+
+	// Another replica takes the Lease, as a restarted agent's new Pod does.
+	lease := &coordinationv1.Lease{}
+	if err := env.Hub.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: keys.AgentLease}, lease); err != nil {
+		t.Fatal(err)
+	}
+	acquired := time.Now()
+	lease.Spec.HolderIdentity = ptr("steady/b")
+	lease.Spec.AcquireTime = &metav1.MicroTime{Time: acquired}
+	lease.Spec.RenewTime = &metav1.MicroTime{Time: acquired}
+	if err := env.Hub.Client.Update(ctx, lease); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 10*time.Second, func() error {
+		if err := renew("steady/b"); err != nil {
+			return err
+		}
+		cl, err := getCluster("steady")
+		if err != nil {
+			return err
+		}
+		if hb := cl.Status.LastHeartbeatTime; hb == nil || hb.Before(&metav1.Time{Time: acquired.Truncate(time.Second)}) {
+			return fmt.Errorf("lastHeartbeatTime %v, want the new holder's, at or after %s", hb, acquired.Truncate(time.Second))
+		}
+		return nil
+	})
+}
+
 // TestReloadAppliesWhatChanged registers 20 agent clusters, then adds one by rewriting the config
 // file: the hub sets up the new cluster's access and leaves the 20 others alone, so a reload
 // costs what it changed (fails when a reload re-applies every cluster: 22 reads). The new

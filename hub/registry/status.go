@@ -47,9 +47,12 @@ const (
 // defaultLeaseDuration is assumed when an agent's Lease does not say.
 const defaultLeaseDuration = 40 * time.Second
 
-// heartbeatGranularity: status.lastHeartbeatTime is rewritten when availability changes or
-// when it is older than this, not on every renewal (which would write every Cluster every 10s).
-const heartbeatGranularity = time.Minute
+// heartbeatGranularity: status.lastHeartbeatTime is rewritten when availability changes, when
+// a new agent replica took the Lease, or when it is older than this; not on every renewal, which
+// would write every Cluster every few seconds. Like a Node's status, which the kubelet reports
+// every 5 minutes while its Lease carries the heartbeat: the Lease has the exact time, and the
+// Available condition turns False within a Lease duration of the last renewal.
+const heartbeatGranularity = 5 * time.Minute
 
 // HubCacheByObject is what the hub manager's cache must be told for the registry: only the
 // agents' heartbeat Leases are cached. Merge it into the manager's cache.Options.ByObject.
@@ -182,7 +185,9 @@ func (r *Registry) reconcileStatus(ctx context.Context, req reconcile.Request) (
 			renewed, expires := leaseTimes(lease)
 			if now.Before(expires) {
 				available.Status, available.Reason = metav1.ConditionTrue, magosv1.ReasonAgentHeartbeating
-				available.Message = fmt.Sprintf("the agent heartbeats (last at %s)", renewed.UTC().Format(time.RFC3339))
+				// The message does not move with each renewal: that would rewrite the status
+				// every time it is read.
+				available.Message = fmt.Sprintf("the agent renews its Lease %s/%s within %s", ns, keys.AgentLease, expires.Sub(renewed))
 				// Renewals pass no event (leaseChanged): read the Lease again when it would
 				// expire, and not before, however short HealthInterval is.
 				requeue = expires.Sub(now) + 250*time.Millisecond
@@ -193,7 +198,7 @@ func (r *Registry) reconcileStatus(ctx context.Context, req reconcile.Request) (
 			}
 			flipped := wasAvailable != (available.Status == metav1.ConditionTrue)
 			if st.LastHeartbeatTime == nil || flipped || renewed.Sub(st.LastHeartbeatTime.Time) >= heartbeatGranularity ||
-				renewed.Before(st.LastHeartbeatTime.Time) {
+				renewed.Before(st.LastHeartbeatTime.Time) || acquiredSince(lease, st.LastHeartbeatTime.Time) {
 				st.LastHeartbeatTime = &metav1.Time{Time: renewed.Truncate(time.Second)}
 			}
 			st.AgentVersion = lease.Annotations[keys.AgentVersion]
@@ -295,6 +300,12 @@ func syncWatermark(l *coordinationv1.Lease) (*metav1.Time, int32) {
 		since = &metav1.Time{Time: w.Since.Truncate(time.Second)}
 	}
 	return since, int32(w.Mirrored)
+}
+
+// acquiredSince reports whether a holder took the Lease after t (a second's precision, that of
+// status.lastHeartbeatTime): an agent replica that started since.
+func acquiredSince(l *coordinationv1.Lease, t time.Time) bool {
+	return l.Spec.AcquireTime != nil && l.Spec.AcquireTime.Truncate(time.Second).After(t)
 }
 
 // leaseTimes returns when a Lease was last renewed and when it expires.

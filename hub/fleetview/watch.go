@@ -53,6 +53,20 @@ func EnqueueProject() mchandler.TypedEventHandlerFunc[client.Object, mcreconcile
 	}
 }
 
+// MembershipChanged passes the Workspace events that can change which Project a Workspace
+// belongs to or whether the hub counts it at all: creation, deletion, and updates of its spec
+// (the projectRef among it), its labels (a mirror's cluster and origin, which mirror.Check
+// reads) or its deletion timestamp. Status and decision annotations do not pass.
+func MembershipChanged() predicate.Predicate {
+	return predicate.Funcs{
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			o, n := e.ObjectOld, e.ObjectNew
+			return o.GetGeneration() != n.GetGeneration() || !maps.Equal(o.GetLabels(), n.GetLabels()) ||
+				o.GetDeletionTimestamp().IsZero() != n.GetDeletionTimestamp().IsZero()
+		},
+	}
+}
+
 // EnqueueAll maps an event to a request for every object of the hub list type list (e.g.
 // every Rollout): a registered cluster's health or labels can change any decision.
 func EnqueueAll(hub client.Reader, list client.ObjectList) mchandler.TypedEventHandlerFunc[client.Object, mcreconcile.Request] {

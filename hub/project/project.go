@@ -67,9 +67,10 @@ func NewReconciler(mgr mcmanager.Manager, opts Options) *Reconciler {
 }
 
 // SetupWithManager registers the Project controller with the hub manager: it reconciles hub
-// Projects and is triggered by their Workspaces in every engaged cluster, by the Rollout of
-// the same name, by registered clusters' label or availability changes, and every
-// ResyncPeriod. It runs only on the elected leader.
+// Projects and is triggered by their Workspaces in every engaged cluster (under a Rollout only
+// when one joins or leaves), by the creation or deletion of the Rollout of the same name, by
+// registered clusters' label or availability changes, and every ResyncPeriod. It runs only on
+// the elected leader.
 func SetupWithManager(mgr mcmanager.Manager, opts Options) error {
 	return NewReconciler(mgr, opts).SetupWithManager(mgr)
 }
@@ -85,14 +86,17 @@ func (r *Reconciler) SetupWithManager(mgr mcmanager.Manager) error {
 			mcbuilder.WithPredicates(predicate.Or[client.Object](
 				predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{},
 				predicate.LabelChangedPredicate{}, deletionChanged()))).
+		// Under a Rollout the Project only counts its Workspaces: a change of a Workspace's
+		// status or decisions reconciles it only in parallel mode (withoutRollout).
 		Watches(&magosv1.Workspace{}, fleetview.EnqueueProject(),
 			mcbuilder.WithEngageWithLocalCluster(false),
 			mcbuilder.WithEngageWithProviderClusters(true),
-			mcbuilder.WithPredicates(predicate.ResourceVersionChangedPredicate{})).
+			mcbuilder.WithPredicates(predicate.ResourceVersionChangedPredicate{},
+				predicate.Or(fleetview.MembershipChanged(), r.withoutRollout()))).
 		// A Rollout maps to the Project of the same name (fleetview.EnqueueProject's rule for
-		// hub objects is the identity).
+		// hub objects is the identity). Only whether it exists matters to the Project.
 		Watches(&magosv1.Rollout{}, fleetview.EnqueueSame(),
-			append(hubOnly, mcbuilder.WithPredicates(predicate.ResourceVersionChangedPredicate{}))...).
+			append(hubOnly, mcbuilder.WithPredicates(deletionChanged()))...).
 		Watches(&magosv1.Cluster{}, fleetview.EnqueueAll(r.hub, &magosv1.ProjectList{}),
 			append(hubOnly, mcbuilder.WithPredicates(fleetview.ClusterChanged()))...).
 		WithOptions(controller.TypedOptions[mcreconcile.Request]{
@@ -102,7 +106,30 @@ func (r *Reconciler) SetupWithManager(mgr mcmanager.Manager) error {
 		Complete(r)
 }
 
-// deletionChanged passes updates that set a deletion timestamp.
+// withoutRollout passes the updates of Workspaces whose Project has no Rollout in the hub's
+// cache: the Projects that may decide in parallel mode. Under a Rollout, the Project writes
+// nothing, and its status changes only with its members (fleetview.MembershipChanged), so a
+// thousand mirrors reporting their runs do not make a thousand Snapshots of it. A Rollout the
+// cache does not show yet lets the event pass: one reconcile too many, never one too few.
+func (r *Reconciler) withoutRollout() predicate.Predicate {
+	return predicate.Funcs{
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			ws, ok := e.ObjectNew.(*magosv1.Workspace)
+			if !ok {
+				return true
+			}
+			nn, ok := fleetview.ProjectOf(ws)
+			if !ok {
+				return false // maps to no Project
+			}
+			err := r.hub.Get(context.Background(), nn, &magosv1.Rollout{}, client.UnsafeDisableDeepCopy)
+			return err != nil // absent, or unknown: let the Project decide
+		},
+	}
+}
+
+// deletionChanged passes creations, deletions, and the updates that set or clear a deletion
+// timestamp.
 func deletionChanged() predicate.Predicate {
 	return predicate.Funcs{
 		UpdateFunc: func(e event.UpdateEvent) bool {

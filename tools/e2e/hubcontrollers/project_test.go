@@ -246,6 +246,18 @@ func TestProject(t *testing.T) {
 		w.Workspace(t, euWest, ns, "web-extra", "web", map[string]string{"env": "extra"})
 		w.granted(t, keys.GrantedByRollout, dev)
 		w.WaitMirrored(t, extra)
+		// Under a Rollout the Project only counts its Workspaces, and still counts those that
+		// join it when they do: well before its next resync (a minute) would.
+		testenv.Eventually(t, 20*time.Second, func() error {
+			p := &magosv1.Project{}
+			if err := w.f.Client("hub").Get(w.ctx, types.NamespacedName{Namespace: ns, Name: "web"}, p); err != nil {
+				return err
+			}
+			if p.Status.Workspaces != 2 || !slices.Equal(p.Status.Clusters, []string{euWest, usEast}) {
+				return fmt.Errorf("project counts %d Workspaces in %v, want 2 in %v", p.Status.Workspaces, p.Status.Clusters, []string{euWest, usEast})
+			}
+			return nil
+		})
 		testenv.Consistently(t, 3*time.Second, noGrants(w.grants, extra))
 
 		ro := &magosv1.Rollout{}

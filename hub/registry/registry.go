@@ -157,7 +157,7 @@ func (r *Registry) NeedLeaderElection() bool { return true }
 
 // Start applies the configuration, then watches the config file's directory (ConfigMap mounts
 // swap a ..data symlink) and the directories of kubeconfig files, reloading after a quiet
-// period; a configuration that fails to load or validate is reported and the last good one
+// period when one of those files changes (concerns); a configuration that fails to load or validate is reported and the last good one
 // stays in force.
 func (r *Registry) Start(ctx context.Context) error {
 	log := ctrl.LoggerFrom(ctx).WithName("registry")
@@ -199,6 +199,9 @@ func (r *Registry) Start(ctx context.Context) error {
 			if !ok {
 				return nil
 			}
+			if !r.concerns(ev.Name) {
+				continue
+			}
 			log.V(1).Info("file event", "name", ev.Name, "op", ev.Op.String())
 			debounce.Reset(r.opts.Debounce)
 		case err, ok := <-watcher.Errors:
@@ -218,6 +221,27 @@ func (r *Registry) Start(ctx context.Context) error {
 			applyNow(nil)
 		}
 	}
+}
+
+// concerns reports whether an event on the file name, in a watched directory, can change the
+// configuration: the config file, a kubeconfig file it names, or the ..data symlink through
+// which the kubelet swaps the files of a mounted ConfigMap or Secret. Other files there, a log
+// beside the config file for one, are none of the hub's business: each of their writes made
+// the hub load its configuration again.
+func (r *Registry) concerns(name string) bool {
+	if filepath.Base(name) == "..data" {
+		return true
+	}
+	name = filepath.Clean(name)
+	if r.opts.ConfigFile != "" && name == filepath.Clean(r.opts.ConfigFile) {
+		return true
+	}
+	for _, c := range r.Config().Clusters {
+		if c.Kubeconfig != nil && c.Kubeconfig.Path != "" && name == filepath.Clean(c.Kubeconfig.Path) {
+			return true
+		}
+	}
+	return false
 }
 
 // watchDirs watches the config file's directory and those of the kubeconfig files.

@@ -500,6 +500,58 @@ func TestHotReloadAddsRemovesAndReaddsClusters(t *testing.T) {
 	}
 }
 
+// reloads is the hub's count of config reloads with the given result.
+func reloads(t *testing.T, result string) float64 {
+	t.Helper()
+	families, err := metrics.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() != "magos_hub_config_reloads_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "result" && l.GetValue() == result {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
+}
+
+// TestOtherFilesBesideTheConfigDoNotReload writes a log file beside the config file 20 times,
+// more slowly than the reload's quiet period, then publishes a real change: the hub applies the
+// change and did not load its configuration for any of the log's writes (it did, 20 times,
+// when every event in the directory counted).
+func TestOtherFilesBesideTheConfigDoNotReload(t *testing.T) {
+	cfg := newConfigDir(t, clusterYAML(agentEntry("quiet-a", "")))
+	startHub(t, cfg.file())
+	testenv.Eventually(t, 60*time.Second, wantCondition("quiet-a", magosv1.ConditionEngaged, metav1.ConditionTrue, magosv1.ReasonEngaged))
+	unchanged, applied := reloads(t, "unchanged"), reloads(t, "applied")
+	logFile, err := os.Create(filepath.Join(cfg.dir, "magos-hub.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = logFile.Close() }()
+	for i := range 20 {
+		if _, err := fmt.Fprintf(logFile, "line %d\n", i); err != nil {
+			t.Fatal(err)
+		}
+		<-time.After(250 * time.Millisecond) // longer than the 200 ms quiet period: each write would reload
+	}
+	cfg.write(clusterYAML(agentEntry("quiet-a", ""), agentEntry("quiet-b", "")))
+	testenv.Eventually(t, 60*time.Second, wantCondition("quiet-b", magosv1.ConditionEngaged, metav1.ConditionTrue, magosv1.ReasonEngaged))
+	if n := reloads(t, "unchanged") - unchanged; n != 0 {
+		t.Errorf("20 writes of a log beside the config file made %v reloads, want none", n)
+	}
+	if n := reloads(t, "applied") - applied; n != 1 {
+		t.Errorf("%v reloads applied, want the one change", n)
+	}
+}
+
 // TestMalformedConfigKeepsTheFleet writes a config that is not YAML, then one with an invalid
 // entry: the running fleet stays as it is, every Cluster says so (ConfigLoaded False, a Warning
 // Event), the failed-reloads metric counts them, and a good config takes effect again.

@@ -157,8 +157,8 @@ func (r *Registry) NeedLeaderElection() bool { return true }
 
 // Start applies the configuration, then watches the config file's directory (ConfigMap mounts
 // swap a ..data symlink) and the directories of kubeconfig files, reloading after a quiet
-// period when one of those files changes (concerns); a configuration that fails to load or validate is reported and the last good one
-// stays in force.
+// period when one of those files changes (concerns); a configuration that fails to load or
+// validate is reported and the last good one stays in force.
 func (r *Registry) Start(ctx context.Context) error {
 	log := ctrl.LoggerFrom(ctx).WithName("registry")
 	ctx = ctrl.LoggerInto(ctx, log)
@@ -233,11 +233,22 @@ func (r *Registry) concerns(name string) bool {
 		return true
 	}
 	name = filepath.Clean(name)
-	if r.opts.ConfigFile != "" && name == filepath.Clean(r.opts.ConfigFile) {
+	// names reports whether path names the file: itself, or the file its symlink points to.
+	names := func(path string) bool {
+		if path == "" {
+			return false
+		}
+		if name == filepath.Clean(path) {
+			return true
+		}
+		target, err := filepath.EvalSymlinks(path)
+		return err == nil && name == target
+	}
+	if names(r.opts.ConfigFile) {
 		return true
 	}
 	for _, c := range r.Config().Clusters {
-		if c.Kubeconfig != nil && c.Kubeconfig.Path != "" && name == filepath.Clean(c.Kubeconfig.Path) {
+		if c.Kubeconfig != nil && names(c.Kubeconfig.Path) {
 			return true
 		}
 	}

@@ -503,23 +503,7 @@ func TestHotReloadAddsRemovesAndReaddsClusters(t *testing.T) {
 // reloads is the hub's count of config reloads with the given result.
 func reloads(t *testing.T, result string) float64 {
 	t.Helper()
-	families, err := metrics.Registry.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range families {
-		if f.GetName() != "magos_hub_config_reloads_total" {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "result" && l.GetValue() == result {
-					return m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	return 0
+	return counter(t, "magos_hub_config_reloads_total", "result", result)
 }
 
 // TestOtherFilesBesideTheConfigDoNotReload writes a log file beside the config file 20 times,
@@ -552,6 +536,25 @@ func TestOtherFilesBesideTheConfigDoNotReload(t *testing.T) {
 	}
 }
 
+// TestConfigSymlinkTargetEditedInPlace: the config file is a symlink to another file of its
+// directory, which is rewritten in place; the hub reloads on the target's events.
+func TestConfigSymlinkTargetEditedInPlace(t *testing.T) {
+	dir := t.TempDir()
+	target, link := filepath.Join(dir, "fleet-v1.yaml"), filepath.Join(dir, "config.yaml")
+	if err := os.WriteFile(target, []byte(clusterYAML(agentEntry("link-a", ""))), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("fleet-v1.yaml", link); err != nil {
+		t.Fatal(err)
+	}
+	startHub(t, link)
+	testenv.Eventually(t, 60*time.Second, wantCondition("link-a", magosv1.ConditionEngaged, metav1.ConditionTrue, magosv1.ReasonEngaged))
+	if err := os.WriteFile(target, []byte(clusterYAML(agentEntry("link-a", ""), agentEntry("link-b", ""))), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 30*time.Second, wantCondition("link-b", magosv1.ConditionEngaged, metav1.ConditionTrue, magosv1.ReasonEngaged))
+}
+
 // TestMalformedConfigKeepsTheFleet writes a config that is not YAML, then one with an invalid
 // entry: the running fleet stays as it is, every Cluster says so (ConfigLoaded False, a Warning
 // Event), the failed-reloads metric counts them, and a good config takes effect again.
@@ -572,7 +575,7 @@ func TestMalformedConfigKeepsTheFleet(t *testing.T) {
 	for _, n := range []string{"mc-a", "mc-b"} {
 		before[n], _ = hub.Manager.GetCluster(ctx, multicluster.ClusterName(n))
 	}
-	failedBefore := counter(t, "magos_hub_config_reloads_total", "failed")
+	failedBefore := counter(t, "magos_hub_config_reloads_total", "result", "failed")
 
 	cases := []struct {
 		name, body, message string
@@ -595,7 +598,7 @@ func TestMalformedConfigKeepsTheFleet(t *testing.T) {
 						return fmt.Errorf("%s: ConfigLoaded = %+v, want False/%s mentioning %q", n, c, registry.ReasonConfigInvalid, tc.message)
 					}
 				}
-				if got := counter(t, "magos_hub_config_reloads_total", "failed"); got < failedBefore+float64(i+1) {
+				if got := counter(t, "magos_hub_config_reloads_total", "result", "failed"); got < failedBefore+float64(i+1) {
 					return fmt.Errorf("failed reloads = %v, want at least %v", got, failedBefore+float64(i+1))
 				}
 				return nil
@@ -634,28 +637,6 @@ func TestMalformedConfigKeepsTheFleet(t *testing.T) {
 		}
 		return gone(&magosv1.Cluster{ObjectMeta: metav1.ObjectMeta{Name: "mc-b"}})()
 	})
-}
-
-// counter reads a counter of the controller-runtime metrics registry by its "result" label.
-func counter(t *testing.T, name, result string) float64 {
-	t.Helper()
-	families, err := metrics.Registry.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range families {
-		if f.GetName() != name {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "result" && l.GetValue() == result {
-					return m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	return 0
 }
 
 // gauge reads a gauge of the controller-runtime metrics registry by its "cluster" label ("" for
@@ -753,18 +734,25 @@ func ptr[T any](v T) *T { return &v }
 // reconciles is controller-runtime's own count of the reconciles of a controller, all results.
 func reconciles(t *testing.T, controller string) float64 {
 	t.Helper()
+	return counter(t, "controller_runtime_reconcile_total", "controller", controller)
+}
+
+// counter sums a counter of the controller-runtime metrics registry over its series whose label
+// is value.
+func counter(t *testing.T, name, label, value string) float64 {
+	t.Helper()
 	families, err := metrics.Registry.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
 	total := 0.0
 	for _, f := range families {
-		if f.GetName() != "controller_runtime_reconcile_total" {
+		if f.GetName() != name {
 			continue
 		}
 		for _, m := range f.GetMetric() {
 			for _, l := range m.GetLabel() {
-				if l.GetName() == "controller" && l.GetValue() == controller {
+				if l.GetName() == label && l.GetValue() == value {
 					total += m.GetCounter().GetValue()
 				}
 			}

@@ -233,40 +233,37 @@ func (r *Registry) concerns(name string) bool {
 		return true
 	}
 	name = filepath.Clean(name)
-	// names reports whether path names the file: itself, or the file its symlink points to.
-	names := func(path string) bool {
-		if path == "" {
-			return false
-		}
+	for _, path := range r.files() {
 		if name == filepath.Clean(path) {
 			return true
 		}
-		target, err := filepath.EvalSymlinks(path)
-		return err == nil && name == target
-	}
-	if names(r.opts.ConfigFile) {
-		return true
-	}
-	for _, c := range r.Config().Clusters {
-		if c.Kubeconfig != nil && names(c.Kubeconfig.Path) {
+		// Or the file its symlink points to.
+		if target, err := filepath.EvalSymlinks(path); err == nil && name == target {
 			return true
 		}
 	}
 	return false
 }
 
-// watchDirs watches the config file's directory and those of the kubeconfig files.
-func (r *Registry) watchDirs(log logr.Logger, w *fsnotify.Watcher, watched map[string]bool) {
-	var dirs []string
+// files are the files the hub's configuration is read from: the config file and the
+// kubeconfig files it names.
+func (r *Registry) files() []string {
+	var out []string
 	if r.opts.ConfigFile != "" {
-		dirs = append(dirs, filepath.Dir(r.opts.ConfigFile))
+		out = append(out, r.opts.ConfigFile)
 	}
 	for _, c := range r.Config().Clusters {
 		if c.Kubeconfig != nil && c.Kubeconfig.Path != "" {
-			dirs = append(dirs, filepath.Dir(c.Kubeconfig.Path))
+			out = append(out, c.Kubeconfig.Path)
 		}
 	}
-	for _, d := range dirs {
+	return out
+}
+
+// watchDirs watches the directories of the files the configuration is read from.
+func (r *Registry) watchDirs(log logr.Logger, w *fsnotify.Watcher, watched map[string]bool) {
+	for _, f := range r.files() {
+		d := filepath.Dir(f)
 		if watched[d] {
 			continue
 		}

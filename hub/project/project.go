@@ -97,7 +97,7 @@ func (r *Reconciler) SetupWithManager(mgr mcmanager.Manager) error {
 		// hub objects is the identity). Only whether it exists matters to the Project.
 		Watches(&magosv1.Rollout{}, fleetview.EnqueueSame(),
 			append(hubOnly, mcbuilder.WithPredicates(deletionChanged()))...).
-		Watches(&magosv1.Cluster{}, fleetview.EnqueueAll(r.hub, &magosv1.ProjectList{}),
+		Watches(&magosv1.Cluster{}, r.view.EnqueueForCluster(&magosv1.ProjectList{}, r.decidesOnCluster),
 			append(hubOnly, mcbuilder.WithPredicates(fleetview.ClusterChanged()))...).
 		WithOptions(controller.TypedOptions[mcreconcile.Request]{
 			MaxConcurrentReconciles: r.opts.MaxConcurrentReconciles,
@@ -126,6 +126,18 @@ func (r *Reconciler) withoutRollout() predicate.Predicate {
 			return err != nil // absent, or unknown: let the Project decide
 		},
 	}
+}
+
+// decidesOnCluster keeps, of the Projects, those a change of a cluster's health may change
+// (fleetview.EnqueueForCluster): in parallel mode (no Rollout in the hub's cache), those with
+// a Workspace in the cluster. Under a Rollout a Project only counts its Workspaces, whatever
+// their clusters' health.
+func (r *Reconciler) decidesOnCluster(o client.Object, hasWorkspaces bool) bool {
+	if !hasWorkspaces {
+		return false
+	}
+	err := r.hub.Get(context.Background(), client.ObjectKeyFromObject(o), &magosv1.Rollout{}, client.UnsafeDisableDeepCopy)
+	return err != nil // absent, or unknown: let the Project decide
 }
 
 // deletionChanged passes creations, deletions, and the updates that set or clear a deletion

@@ -101,13 +101,22 @@ func (r *Reconciler) SetupWithManager(mgr mcmanager.Manager) error {
 			mcbuilder.WithEngageWithLocalCluster(false),
 			mcbuilder.WithEngageWithProviderClusters(true),
 			mcbuilder.WithPredicates(predicate.ResourceVersionChangedPredicate{})).
-		Watches(&magosv1.Cluster{}, fleetview.EnqueueAll(r.hub, &magosv1.RolloutList{}),
+		Watches(&magosv1.Cluster{}, r.view.EnqueueForCluster(&magosv1.RolloutList{}, waitsOnCluster),
 			append(hubOnly, mcbuilder.WithPredicates(fleetview.ClusterChanged()))...).
 		WithOptions(controller.TypedOptions[mcreconcile.Request]{
 			MaxConcurrentReconciles: r.opts.MaxConcurrentReconciles,
 			SkipNameValidation:      ptr.To(r.opts.SkipNameValidation),
 		}).
 		Complete(r)
+}
+
+// waitsOnCluster keeps, of the Rollouts, those a change of a cluster's health may move on
+// (fleetview.EnqueueForCluster): those whose Project has a Workspace in the cluster, those
+// waiting for clusters (this one may be among them) and those not decided yet. Any other
+// Rollout's next decision reads the cluster's health as it is then.
+func waitsOnCluster(o client.Object, hasWorkspaces bool) bool {
+	ro, ok := o.(*magosv1.Rollout)
+	return !ok || hasWorkspaces || ro.Status.Reason == "" || ro.Status.Reason == magosv1.ReasonWaitingForClusters
 }
 
 // Reconcile decides one hub Rollout: read it, read the fleet, Decide, write the grants and

@@ -11,6 +11,7 @@ import (
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -80,10 +81,12 @@ func managedLabels(cluster string) map[string]string {
 // ensureAgentAccess creates (or repairs) an agent cluster's namespace, ServiceAccount, Role and
 // RoleBinding. fresh says the cluster is probably new to the hub: each object is then created
 // outright, one request instead of a read and a create, and read and patched only if it exists.
-func ensureAgentAccess(ctx context.Context, c client.Client, cluster string, fresh bool) error {
+// The namespace is first looked up in cached, the hub's cache (the ServiceAccount, Role and
+// RoleBinding are not cached: the hub may not list them).
+func ensureAgentAccess(ctx context.Context, c client.Client, cached client.Reader, cluster string, fresh bool) error {
 	ns := mirror.Namespace(cluster)
 	namespace := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}
-	if _, err := createOrPatch(ctx, c, fresh, namespace, func() error {
+	if err := cachedCreateOrPatch(ctx, c, cached, fresh, namespace, func() error {
 		if namespace.DeletionTimestamp != nil {
 			return fmt.Errorf("namespace %s is still being deleted; it is created again once it is gone", ns)
 		}
@@ -138,6 +141,24 @@ func createOrPatch(ctx context.Context, c client.Client, fresh bool, obj client.
 		reflect.ValueOf(obj).Elem().Set(reflect.ValueOf(blank).Elem())
 	}
 	return controllerutil.CreateOrPatch(ctx, c, obj, mutate)
+}
+
+// cachedCreateOrPatch is createOrPatch, except that when the object is not fresh and cached, a
+// reader of the hub's cache, shows it already as mutate leaves it, nothing is sent. So a
+// resync of clusters whose objects are in place reads nothing from the API server for them.
+func cachedCreateOrPatch(ctx context.Context, c client.Client, cached client.Reader, fresh bool, obj client.Object, mutate controllerutil.MutateFn) error {
+	if !fresh {
+		blank := obj.DeepCopyObject()
+		if err := cached.Get(ctx, client.ObjectKeyFromObject(obj), obj); err == nil {
+			before := obj.DeepCopyObject()
+			if err := mutate(); err == nil && equality.Semantic.DeepEqual(before, obj) {
+				return nil
+			}
+		}
+		reflect.ValueOf(obj).Elem().Set(reflect.ValueOf(blank).Elem())
+	}
+	_, err := createOrPatch(ctx, c, fresh, obj, mutate)
+	return err
 }
 
 func mergeLabels(have, want map[string]string) map[string]string {

@@ -13,6 +13,7 @@ import (
 	"github.com/fsnotify/fsnotify"
 	"github.com/go-logr/logr"
 	"github.com/spf13/pflag"
+	"golang.org/x/time/rate"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -50,6 +51,10 @@ type Options struct {
 	// Resync re-applies the configuration (repairs deleted namespaces, Roles, Clusters).
 	// Default 10m.
 	Resync time.Duration
+	// ResyncQPS bounds the requests per second of a periodic resync, so that it leaves the rest
+	// of the hub's request budget to decisions. Default a tenth of Initial.KubeAPIQPS, at
+	// least 1.
+	ResyncQPS float64
 	// HealthInterval is how often a Cluster's status is re-evaluated without any event: direct
 	// clusters are probed that often. An agent cluster whose Lease is live is re-evaluated
 	// when the Lease would expire instead. Default 15s.
@@ -88,6 +93,9 @@ func New(mgr ctrl.Manager, opts Options) (*Registry, error) {
 	}
 	if opts.Resync <= 0 {
 		opts.Resync = 10 * time.Minute
+	}
+	if opts.ResyncQPS <= 0 {
+		opts.ResyncQPS = max(float64(opts.Initial.KubeAPIQPS)/10, 1)
 	}
 	if opts.HealthInterval <= 0 {
 		opts.HealthInterval = 15 * time.Second
@@ -178,6 +186,7 @@ func (r *Registry) Start(ctx context.Context) error {
 	resync := time.NewTicker(r.opts.Resync)
 	defer resync.Stop()
 	failures := 0
+	resyncing, resynced := false, make(chan struct{}, 1)
 	// applyNow applies the configuration in force: the clusters of only, when it is not nil,
 	// else all of them; and the removal of deregistered ones in both cases.
 	applyNow := func(only map[string]bool) {
@@ -218,7 +227,16 @@ func (r *Registry) Start(ctx context.Context) error {
 		case <-retry.C:
 			applyNow(nil)
 		case <-resync.C:
-			applyNow(nil)
+			if resyncing {
+				continue // the last pass is still going
+			}
+			resyncing = true
+			go func() {
+				r.resync(ctx)
+				resynced <- struct{}{}
+			}()
+		case <-resynced:
+			resyncing = false
 		}
 	}
 }
@@ -381,13 +399,47 @@ func (r *Registry) apply(ctx context.Context, cfg Config, only map[string]bool) 
 	return errors.Join(errs...)
 }
 
+// resyncRequests is what the resync of one agent cluster reads from the API server when all is
+// in place: its ServiceAccount, Role and RoleBinding (the Cluster and the namespace are read
+// from the cache).
+const resyncRequests = 3
+
+// resync re-applies every registered cluster, one at a time (repair), re-creating what was
+// deleted by hand, within ResyncQPS, then removes what the configuration no longer registers.
+// A pass at the pace of a reload took the hub's whole request budget for about a minute at a
+// thousand clusters, every Resync, and the Rollouts' grants queued behind it. Reloads go on
+// meanwhile: repair holds applyMu for one cluster at a time and skips one no longer registered.
+func (r *Registry) resync(ctx context.Context) {
+	log := ctrl.LoggerFrom(ctx)
+	limiter := rate.NewLimiter(rate.Limit(r.opts.ResyncQPS), resyncRequests)
+	var errs []error
+	for _, c := range r.Config().Clusters {
+		n := 1
+		if c.Agent != nil {
+			n = resyncRequests
+		}
+		if err := limiter.WaitN(ctx, n); err != nil {
+			return // stopping
+		}
+		if err := r.repair(ctx, c.Name); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	r.applyMu.Lock()
+	errs = append(errs, r.removeStale(ctx, r.Config()))
+	r.applyMu.Unlock()
+	if err := errors.Join(errs...); err != nil && ctx.Err() == nil {
+		log.Error(err, "the periodic resync of the cluster registry failed; the next one tries again", "in", r.opts.Resync.String())
+	}
+}
+
 func (r *Registry) ensure(ctx context.Context, c ClusterConfig) error {
 	// A cluster the hub's cache holds no Cluster object of is probably new: its objects are
 	// created outright rather than read first (a cold start of N clusters then costs about half
 	// the requests).
 	fresh := apierrors.IsNotFound(r.cache.Get(ctx, client.ObjectKey{Name: c.Name}, &magosv1.Cluster{}))
 	obj := &magosv1.Cluster{ObjectMeta: metav1.ObjectMeta{Name: c.Name}}
-	if _, err := createOrPatch(ctx, r.client, fresh, obj, func() error {
+	if err := cachedCreateOrPatch(ctx, r.client, r.cache, fresh, obj, func() error {
 		obj.Labels = copyLabels(c.Labels)
 		obj.Spec = c.Spec()
 		return nil
@@ -395,7 +447,7 @@ func (r *Registry) ensure(ctx context.Context, c ClusterConfig) error {
 		return fmt.Errorf("Cluster object: %w", err)
 	}
 	if c.Agent != nil {
-		return ensureAgentAccess(ctx, r.client, c.Name, fresh)
+		return ensureAgentAccess(ctx, r.client, r.cache, c.Name, fresh)
 	}
 	return nil
 }

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -956,5 +957,46 @@ func TestLiveLeaseIsNotPolled(t *testing.T) {
 	// The last status write of the flip to Available may still echo back as an event or two.
 	if n := reconciles(t, "cluster-status") - before; n > 3 {
 		t.Errorf("%v Cluster status reconciles in 2 s of a live Lease with nothing changing, want none until it would expire (at most the echo of the last status write)", n)
+	}
+}
+
+// TestResyncKeepsToItsShare: the periodic resync (every second here) re-reads each agent
+// cluster's ServiceAccount, Role and RoleBinding at no more than a tenth of the hub's request
+// budget (kubeApiQps 100: 10 requests a second, 3 per cluster), and its Cluster object and
+// namespace not at all: the hub's cache shows them in place. A pass at full speed read the 20
+// clusters' ServiceAccounts every second, and their namespaces and Clusters too.
+func TestResyncKeepsToItsShare(t *testing.T) {
+	var entries []string
+	for i := range 20 {
+		entries = append(entries, agentEntry(fmt.Sprintf("rq-%02d", i), ""))
+	}
+	cfg := newConfigDir(t, clusterYAML(entries...))
+	var cached atomic.Int64
+	rc, reads := testenv.CountRequests(env.Hub.Config, func(r *http.Request) bool {
+		if r.Method != http.MethodGet {
+			return false
+		}
+		if strings.Contains(r.URL.Path, "/namespaces/"+keys.ClusterNamespacePrefix) && !strings.Contains(r.URL.Path, "/serviceaccounts/") &&
+			!strings.Contains(r.URL.Path, "/roles/") && !strings.Contains(r.URL.Path, "/rolebindings/") ||
+			strings.Contains(r.URL.Path, "/clusters/rq-") {
+			cached.Add(1)
+		}
+		return strings.HasSuffix(r.URL.Path, "/serviceaccounts/"+registry.AgentServiceAccount)
+	})
+	startHub(t, cfg.file(), func(o *app.Options) { o.RestConfig = rc; o.HealthInterval = time.Minute; o.ConfigResync = time.Second })
+	for i := range 20 {
+		testenv.Eventually(t, 60*time.Second, wantCondition(fmt.Sprintf("rq-%02d", i), magosv1.ConditionEngaged, metav1.ConditionTrue, magosv1.ReasonEngaged))
+	}
+	before, cachedBefore := reads.Load(), cached.Load()
+	<-time.After(3 * time.Second) // a measurement window, not a synchronisation
+	n := reads.Load() - before
+	if n > 12 {
+		t.Errorf("the resync read %d agent ServiceAccounts in 3 s, want at most 12: 10 requests a second, 3 per cluster, and a burst of one cluster", n)
+	}
+	if n == 0 {
+		t.Error("the resync read no agent ServiceAccount in 3 s: it does not run")
+	}
+	if m := cached.Load() - cachedBefore; m > 0 {
+		t.Errorf("the resync read %d agent namespaces or Clusters from the API server, want none: the hub's cache shows them", m)
 	}
 }

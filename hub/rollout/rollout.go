@@ -82,7 +82,8 @@ func NewReconciler(mgr mcmanager.Manager, opts Options) *Reconciler {
 // SetupWithManager registers the Rollout controller with the hub manager: it reconciles hub
 // Rollouts, and is triggered by Workspace changes in every engaged cluster (mapped to the
 // Rollout named after their Project), by changes of registered clusters' labels or
-// availability, and every ResyncPeriod. It runs only on the elected leader.
+// availability (of availability alone, only the Rollouts it can move: waitsOnCluster), and
+// every ResyncPeriod. It runs only on the elected leader.
 func SetupWithManager(mgr mcmanager.Manager, opts Options) error {
 	return NewReconciler(mgr, opts).SetupWithManager(mgr)
 }

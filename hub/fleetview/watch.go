@@ -73,9 +73,14 @@ func MembershipChanged() predicate.Predicate {
 // transport, bound namespaces) and can only have changed its health: Available, Engaged, the
 // first complete sync. A busy or flapping fleet makes these all the time.
 func HealthOnly(old, cur *magosv1.Cluster) bool {
+	return sameRegistration(old, cur) && old.DeletionTimestamp.IsZero() == cur.DeletionTimestamp.IsZero()
+}
+
+// sameRegistration reports whether two versions of a Cluster are registered alike: the same
+// labels, transport and bound namespaces.
+func sameRegistration(old, cur *magosv1.Cluster) bool {
 	return maps.Equal(old.Labels, cur.Labels) && old.Spec.Transport == cur.Spec.Transport &&
-		slices.Equal(old.Spec.Namespaces, cur.Spec.Namespaces) &&
-		old.DeletionTimestamp.IsZero() == cur.DeletionTimestamp.IsZero()
+		slices.Equal(old.Spec.Namespaces, cur.Spec.Namespaces)
 }
 
 // EnqueueForCluster maps the events of registered Clusters (filter them with ClusterChanged) to
@@ -174,7 +179,7 @@ func ClusterChanged() predicate.Predicate {
 			if !ok1 || !ok2 {
 				return true
 			}
-			if !maps.Equal(o.Labels, n.Labels) || o.Spec.Transport != n.Spec.Transport || !slices.Equal(o.Spec.Namespaces, n.Spec.Namespaces) {
+			if !sameRegistration(o, n) {
 				return true
 			}
 			if (o.Status.SyncedSince == nil) != (n.Status.SyncedSince == nil) {

@@ -20,6 +20,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -122,10 +123,15 @@ func (r *Reconciler) withoutRollout() predicate.Predicate {
 			if !ok {
 				return false // maps to no Project
 			}
-			err := r.hub.Get(context.Background(), nn, &magosv1.Rollout{}, client.UnsafeDisableDeepCopy)
-			return err != nil // absent, or unknown: let the Project decide
+			return !r.rolloutCached(nn)
 		},
 	}
+}
+
+// rolloutCached reports whether the hub's cache shows the Rollout of the Project nn. An error
+// reads as no Rollout: the Project then decides, once too often rather than once too few.
+func (r *Reconciler) rolloutCached(nn types.NamespacedName) bool {
+	return r.hub.Get(context.Background(), nn, &magosv1.Rollout{}, client.UnsafeDisableDeepCopy) == nil
 }
 
 // decidesOnCluster keeps, of the Projects, those a change of a cluster's health may change
@@ -133,11 +139,7 @@ func (r *Reconciler) withoutRollout() predicate.Predicate {
 // a Workspace in the cluster. Under a Rollout a Project only counts its Workspaces, whatever
 // their clusters' health.
 func (r *Reconciler) decidesOnCluster(o client.Object, hasWorkspaces bool) bool {
-	if !hasWorkspaces {
-		return false
-	}
-	err := r.hub.Get(context.Background(), client.ObjectKeyFromObject(o), &magosv1.Rollout{}, client.UnsafeDisableDeepCopy)
-	return err != nil // absent, or unknown: let the Project decide
+	return hasWorkspaces && !r.rolloutCached(client.ObjectKeyFromObject(o))
 }
 
 // deletionChanged passes creations, deletions, and the updates that set or clear a deletion

@@ -183,10 +183,27 @@ func (r *Registry) Start(ctx context.Context) error {
 	debounce.Stop()
 	retry := time.NewTimer(time.Hour)
 	retry.Stop()
-	resync := time.NewTicker(r.opts.Resync)
-	defer resync.Stop()
+	// The periodic resync runs beside the loop below, paced (resync), so that reloads do not
+	// wait for it; a tick that comes during a pass is dropped.
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
+	go func() {
+		resync := time.NewTicker(r.opts.Resync)
+		defer resync.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-resync.C:
+				r.resync(ctx)
+				select {
+				case <-resync.C:
+				default:
+				}
+			}
+		}
+	}()
 	failures := 0
-	resyncing, resynced := false, make(chan struct{}, 1)
 	// applyNow applies the configuration in force: the clusters of only, when it is not nil,
 	// else all of them; and the removal of deregistered ones in both cases.
 	applyNow := func(only map[string]bool) {
@@ -226,17 +243,6 @@ func (r *Registry) Start(ctx context.Context) error {
 			r.watchDirs(log, watcher, watched)
 		case <-retry.C:
 			applyNow(nil)
-		case <-resync.C:
-			if resyncing {
-				continue // the last pass is still going
-			}
-			resyncing = true
-			go func() {
-				r.resync(ctx)
-				resynced <- struct{}{}
-			}()
-		case <-resynced:
-			resyncing = false
 		}
 	}
 }

@@ -576,7 +576,7 @@ func TestMalformedConfigKeepsTheFleet(t *testing.T) {
 	for _, n := range []string{"mc-a", "mc-b"} {
 		before[n], _ = hub.Manager.GetCluster(ctx, multicluster.ClusterName(n))
 	}
-	failedBefore := counter(t, "magos_hub_config_reloads_total", "result", "failed")
+	failedBefore := reloads(t, "failed")
 
 	cases := []struct {
 		name, body, message string
@@ -599,7 +599,7 @@ func TestMalformedConfigKeepsTheFleet(t *testing.T) {
 						return fmt.Errorf("%s: ConfigLoaded = %+v, want False/%s mentioning %q", n, c, registry.ReasonConfigInvalid, tc.message)
 					}
 				}
-				if got := counter(t, "magos_hub_config_reloads_total", "result", "failed"); got < failedBefore+float64(i+1) {
+				if got := reloads(t, "failed"); got < failedBefore+float64(i+1) {
 					return fmt.Errorf("failed reloads = %v, want at least %v", got, failedBefore+float64(i+1))
 				}
 				return nil

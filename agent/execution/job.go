@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"maps"
 	"path"
 	"slices"
@@ -18,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/cluster"
@@ -29,7 +31,9 @@ import (
 
 	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
 	"github.com/magosfleet/magos/pkg/keys"
+	"github.com/magosfleet/magos/pkg/message"
 	"github.com/magosfleet/magos/pkg/runner"
+	"github.com/magosfleet/magos/pkg/runoutput"
 )
 
 // Names and paths inside a run's Pod.
@@ -69,6 +73,7 @@ type JobOptions struct {
 type JobLauncher struct {
 	client client.Client
 	reader client.Reader
+	pods   corev1client.PodsGetter // reads runner logs
 	cache  cluster.Cluster
 	opts   JobOptions
 
@@ -89,7 +94,11 @@ func NewJobLauncher(c cluster.Cluster, opts JobOptions) (*JobLauncher, error) {
 	if opts.RunAsUser == 0 {
 		opts.RunAsUser = 65532
 	}
-	return &JobLauncher{client: c.GetClient(), reader: c.GetAPIReader(), cache: c, opts: opts}, nil
+	pods, err := corev1client.NewForConfig(c.GetConfig())
+	if err != nil {
+		return nil, fmt.Errorf("job launcher: %w", err)
+	}
+	return &JobLauncher{client: c.GetClient(), reader: c.GetAPIReader(), pods: pods, cache: c, opts: opts}, nil
 }
 
 // Sources wake the Workspace controller when one of its Jobs or their Pods change.
@@ -460,7 +469,7 @@ func (l *JobLauncher) Status(ctx context.Context, ref Ref) (Status, error) {
 	case term == nil:
 		unusable = "its runner container did not terminate"
 	case term.Message == "":
-		unusable = fmt.Sprintf("the runner exited with code %d (%s) without writing a result", term.ExitCode, messageOr(term.Reason, "no reason"))
+		unusable = fmt.Sprintf("the runner exited with code %d (%s) without writing a result", term.ExitCode, message.Or(term.Reason, "no reason"))
 	default:
 		res, err := runner.DecodeResult([]byte(term.Message))
 		switch {
@@ -470,7 +479,7 @@ func (l *JobLauncher) Status(ctx context.Context, ref Ref) (Status, error) {
 			unusable = fmt.Sprintf("its termination message is the result of the %s of run %s", res.Operation, res.RunID)
 		default:
 			if res.Outcome == runner.OutcomeFailed && stopped != "" {
-				res.Message = stopped + "; the runner's result: " + messageOr(res.Message, "none")
+				res.Message = stopped + "; the runner's result: " + message.Or(res.Message, "none")
 			}
 			st.Result = res
 			return st, nil
@@ -529,7 +538,7 @@ func stopCause(job *batchv1.Job, done *batchv1.JobCondition, pod *corev1.Pod, te
 	case done.Reason == batchv1.JobReasonPodFailurePolicy:
 		return fmt.Sprintf("The runner Pod was evicted or deleted before the run ended (%s)", done.Message)
 	case term != nil && term.Message == "" && (term.ExitCode == 128+9 || term.ExitCode == 128+15):
-		return fmt.Sprintf("The runner was killed (exit code %d, %s) before it wrote a result: its Pod was deleted or evicted, or its node stopped it", term.ExitCode, messageOr(term.Reason, "no reason"))
+		return fmt.Sprintf("The runner was killed (exit code %d, %s) before it wrote a result: its Pod was deleted or evicted, or its node stopped it", term.ExitCode, message.Or(term.Reason, "no reason"))
 	}
 	return ""
 }
@@ -566,13 +575,6 @@ func runnerMemoryLimit(pod *corev1.Pod) *resource.Quantity {
 	return nil
 }
 
-func messageOr(msg, def string) string {
-	if msg == "" {
-		return def
-	}
-	return msg
-}
-
 // runnerPod returns the Job's Pod and the terminated state of its runner container: the newest
 // Pod whose runner terminated, else the newest Pod (term nil), else nothing (the Pod is gone).
 // A Pod missing from the cache is looked up on the API server before giving up.
@@ -601,6 +603,31 @@ func (l *JobLauncher) runnerPod(ctx context.Context, job *batchv1.Job) (pod *cor
 	return pod, nil, nil
 }
 
+// Output streams the log of the runner container of the run's Job, through the API server
+// (which reads it from the kubelet).
+func (l *JobLauncher) Output(ctx context.Context, ref Ref) (io.ReadCloser, error) {
+	job := &batchv1.Job{}
+	key := client.ObjectKey{Namespace: ref.Namespace, Name: JobName(ref.Name, ref.Operation, ref.RunID)}
+	if err := l.client.Get(ctx, key, job); err != nil {
+		return nil, fmt.Errorf("reading Job %s: %w", key, err)
+	}
+	if job.Labels[keys.RunID] != ref.RunID {
+		return nil, fmt.Errorf("job %s belongs to run %s, not %s", key, job.Labels[keys.RunID], ref.RunID)
+	}
+	pod, _, err := l.runnerPod(ctx, job)
+	if err != nil {
+		return nil, err
+	}
+	if pod == nil {
+		return nil, fmt.Errorf("job %s has no Pod left to read the log of", key)
+	}
+	rc, err := l.pods.Pods(pod.Namespace).GetLogs(pod.Name, &corev1.PodLogOptions{Container: ContainerName}).Stream(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("reading the log of Pod %s/%s: %w", pod.Namespace, pod.Name, err)
+	}
+	return rc, nil
+}
+
 // Prune deletes the Workspace's Jobs of other runs (their Pods go with them) and the Secrets of
 // their sensitive values.
 func (l *JobLauncher) Prune(ctx context.Context, ws *magosv1.Workspace, keepRunID string) error {
@@ -625,7 +652,9 @@ func (l *JobLauncher) Prune(ctx context.Context, ws *magosv1.Workspace, keepRunI
 	}
 	for i := range secrets.Items {
 		s := &secrets.Items[i]
-		if s.Labels[keys.RunID] == keepRunID || !metav1.IsControlledBy(s, ws) || s.DeletionTimestamp != nil {
+		// Output Secrets (the run history's) are the Workspace controller's to prune, and never
+		// controlled by the Workspace; the type says so too.
+		if s.Labels[keys.RunID] == keepRunID || !metav1.IsControlledBy(s, ws) || s.DeletionTimestamp != nil || s.Type == runoutput.SecretType {
 			continue
 		}
 		if err := l.client.Delete(ctx, s); err != nil && !apierrors.IsNotFound(err) {

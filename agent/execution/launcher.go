@@ -13,6 +13,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"io"
 	"strings"
 	"time"
 
@@ -109,6 +110,9 @@ type Launcher interface {
 	Start(ctx context.Context, run *Run) error
 	// Status reports on a run.
 	Status(ctx context.Context, ref Ref) (Status, error)
+	// Output opens what a finished run printed (the runner's stdout and stderr). The caller
+	// closes it.
+	Output(ctx context.Context, ref Ref) (io.ReadCloser, error)
 	// Prune forgets the Workspace's runs other than keepRunID (deletes old Jobs or files).
 	Prune(ctx context.Context, ws *magosv1.Workspace, keepRunID string) error
 	// Forget drops everything the launcher keeps for a Workspace that is going away.

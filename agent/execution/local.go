@@ -387,6 +387,15 @@ func logTail(path string, n int64) string {
 	return strings.TrimSpace(string(b))
 }
 
+// Output opens the run's log file.
+func (l *LocalLauncher) Output(_ context.Context, ref Ref) (io.ReadCloser, error) {
+	f, err := os.Open(l.LogPath(ref))
+	if err != nil {
+		return nil, fmt.Errorf("opening the output of the %s of run %s: %w", ref.Operation, ref.RunID, err)
+	}
+	return f, nil
+}
+
 // Status reports a run: running while its process lives, finished once its result file
 // exists, not found otherwise.
 func (l *LocalLauncher) Status(_ context.Context, ref Ref) (Status, error) {

@@ -11,6 +11,7 @@ import (
 	"github.com/magosfleet/magos/agent/execution"
 	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
 	"github.com/magosfleet/magos/pkg/keys"
+	"github.com/magosfleet/magos/pkg/message"
 	"github.com/magosfleet/magos/pkg/runner"
 )
 
@@ -150,7 +151,7 @@ func (r *Reconciler) observeDestroy(ctx context.Context, ws *magosv1.Workspace, 
 		log.FromContext(ctx).Info("destroyed before deletion", "runID", ref.RunID)
 		return r.letGo(ctx, ws, sched)
 	}
-	setPhase(ws, magosv1.PhaseDeleting, magosv1.ReasonDestroyFailed, destroyFailedMessage(ws, messageOr(st.Result.Message, "the destroy failed")))
+	setPhase(ws, magosv1.PhaseDeleting, magosv1.ReasonDestroyFailed, destroyFailedMessage(ws, message.Or(st.Result.Message, "the destroy failed")))
 	if err := r.commit(ctx, ws, sched, ws.Status.Phase); err != nil {
 		return step{}, err
 	}

@@ -16,6 +16,7 @@ import (
 	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
 	"github.com/magosfleet/magos/pkg/gitrepo"
 	"github.com/magosfleet/magos/pkg/keys"
+	"github.com/magosfleet/magos/pkg/message"
 	"github.com/magosfleet/magos/pkg/runner"
 )
 
@@ -117,7 +118,7 @@ func (r *Reconciler) resetReason(ws *magosv1.Workspace, sched Schedule) (resetKi
 	}
 	if run := ws.Annotations[keys.RetryRun]; run != "" && run == ws.Status.CurrentRunID {
 		return resetKind{magosv1.ReasonManualReconcileRequested, magosv1.TriggerManual,
-			fmt.Sprintf("Retry of run %s requested on the hub by %s", run, messageOr(ws.Annotations[keys.RequestedBy], "an unnamed user"))}, true
+			fmt.Sprintf("Retry of run %s requested on the hub by %s", run, message.Or(ws.Annotations[keys.RequestedBy], "an unnamed user"))}, true
 	}
 	return resetKind{}, false
 }
@@ -128,6 +129,7 @@ func (r *Reconciler) resetReason(ws *magosv1.Workspace, sched Schedule) (resetKi
 // approval the abandoned run's plan used).
 func (r *Reconciler) reset(ctx context.Context, ws *magosv1.Workspace, sched Schedule, why resetKind) (step, error) {
 	from := ws.Status.Phase
+	endRecord(ws, why.reason, why.message, r.opts.Now())
 	ws.Status.CurrentRunID = runner.NewRunID(r.opts.Now())
 	ws.Status.CurrentRunTrigger = why.trigger
 	ws.Status.ObservedGeneration = ws.Generation
@@ -267,9 +269,9 @@ func (r *Reconciler) waitingFor(ws *magosv1.Workspace) string {
 	case !ws.Spec.AutoApplies() && !approved(ws):
 		return "approve it to apply (magosctl approve, or magosproject.io/approved=true)"
 	case a[keys.GrantedRun] == ws.Status.CurrentRunID && a[keys.GrantedOperation] == keys.GrantedOperationPlan:
-		return fmt.Sprintf("plan %s waits for approval on the hub (its Rollout step requires approval)", messageOr(ws.Status.PlanDigest, "unknown"))
+		return fmt.Sprintf("plan %s waits for approval on the hub (its Rollout step requires approval)", message.Or(ws.Status.PlanDigest, "unknown"))
 	case a[keys.GrantedRun] == ws.Status.CurrentRunID && a[keys.GrantedPlan] != "" && a[keys.GrantedPlan] != ws.Status.PlanDigest:
-		return fmt.Sprintf("the hub approved plan %s, not this plan %s: waiting for approval of this one", a[keys.GrantedPlan], messageOr(ws.Status.PlanDigest, "unknown"))
+		return fmt.Sprintf("the hub approved plan %s, not this plan %s: waiting for approval of this one", a[keys.GrantedPlan], message.Or(ws.Status.PlanDigest, "unknown"))
 	default:
 		return "waiting for the hub's grant to apply it"
 	}
@@ -384,11 +386,11 @@ func (r *Reconciler) startApply(ctx context.Context, ws *magosv1.Workspace, sche
 	if got != ws.Status.PlannedInputs {
 		return r.abandon(ctx, ws, sched, plan, resetKind{magosv1.ReasonConfigurationChanged, magosv1.TriggerConfiguration, fmt.Sprintf(
 			"The inputs of run %s changed since its plan (inputs %s, planned %s: repository, path, tfvarsPath, binary, version or variables, or the key of planned inputs); not applying it, waiting for a grant to plan again",
-			ws.Status.CurrentRunID, got, messageOr(ws.Status.PlannedInputs, "unknown"))})
+			ws.Status.CurrentRunID, got, message.Or(ws.Status.PlannedInputs, "unknown"))})
 	}
 	msg := fmt.Sprintf("Applying commit %s (run %s)", short(ws.Status.CurrentRevision), ws.Status.CurrentRunID)
 	if !ws.Spec.AutoApplies() && ws.Annotations[keys.Approved] != "true" {
-		msg += ", approved on the hub by " + messageOr(ws.Annotations[keys.RequestedBy], "an unnamed user")
+		msg += ", approved on the hub by " + message.Or(ws.Annotations[keys.RequestedBy], "an unnamed user")
 	}
 	setPhase(ws, magosv1.PhaseApplying, magosv1.ReasonApplyJobCreated, msg)
 	if err := r.commit(ctx, ws, sched, from); err != nil {
@@ -525,6 +527,9 @@ func (r *Reconciler) observe(ctx context.Context, ws *magosv1.Workspace, sched S
 		return step{}, nil
 	}
 	done := &finishedRun{op: op, status: st}
+	if err := r.saveOutput(ctx, ws, done); err != nil {
+		return step{}, err
+	}
 	res := st.Result
 	if op == runner.OperationPlan {
 		switch res.Outcome {
@@ -567,7 +572,7 @@ func (r *Reconciler) observe(ctx context.Context, ws *magosv1.Workspace, sched S
 			return next, err
 		default:
 			next, err := r.failRun(ctx, ws, sched, from, &runFailure{phase: magosv1.PhaseFailed, reason: magosv1.ReasonPlanFailed,
-				message: messageOr(res.Message, "the plan failed")})
+				message: message.Or(res.Message, "the plan failed")})
 			if err == nil {
 				done.record(ws)
 			}
@@ -598,7 +603,7 @@ func (r *Reconciler) observe(ctx context.Context, ws *magosv1.Workspace, sched S
 		return step{again: true}, r.removeAnnotations(ctx, ws, remove)
 	}
 	next, err := r.failRun(ctx, ws, sched, from, &runFailure{phase: magosv1.PhaseFailed, reason: magosv1.ReasonApplyFailed,
-		message: messageOr(res.Message, "the apply failed")})
+		message: message.Or(res.Message, "the apply failed")})
 	if err == nil {
 		done.record(ws)
 	}
@@ -612,13 +617,6 @@ func violations(res runner.Result) []magosv1.PolicyViolation {
 		out = append(out, magosv1.PolicyViolation{Policy: v.Policy, Message: v.Message})
 	}
 	return out
-}
-
-func messageOr(msg, def string) string {
-	if msg == "" {
-		return def
-	}
-	return msg
 }
 
 func short(sha string) string {
@@ -668,7 +666,7 @@ func (r *Reconciler) reportOtherPlan(ctx context.Context, ws *magosv1.Workspace,
 	r.otherPlans.Store(statusKey(ws), mark)
 	log.FromContext(ctx).Info("not applying: the grant approves another plan", "runID", ws.Status.CurrentRunID, "grantedPlan", granted, "planDigest", ws.Status.PlanDigest)
 	r.recorder.Eventf(ws, nil, corev1.EventTypeWarning, ReasonOtherPlanApproved, "Ignore",
-		"Not applying run %s: its grant approves plan %s, and this run's plan is %s", ws.Status.CurrentRunID, granted, messageOr(ws.Status.PlanDigest, "unknown"))
+		"Not applying run %s: its grant approves plan %s, and this run's plan is %s", ws.Status.CurrentRunID, granted, message.Or(ws.Status.PlanDigest, "unknown"))
 }
 
 // reportStaleGrant emits one StaleGrant event per stale grant seen.

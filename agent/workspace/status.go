@@ -122,8 +122,15 @@ func applySchedule(ws *magosv1.Workspace, sched Schedule) bool {
 func (r *Reconciler) commit(ctx context.Context, ws *magosv1.Workspace, sched Schedule, from magosv1.Phase) error {
 	applySchedule(ws, sched)
 	ws.Status.LastReconcileTime = &metav1.Time{Time: r.opts.Now()}
+	dropped := recordRun(ws, r.opts.Now())
 	if err := r.client.Status().Update(ctx, ws); err != nil {
 		return err
+	}
+	if dropped {
+		if err := r.pruneOutputs(ctx, ws); err != nil {
+			// The next run that drops a record deletes them; the Workspace's deletion does too.
+			log.FromContext(ctx).Error(err, "deleting the output of runs no longer recorded")
+		}
 	}
 	key := statusKey(ws)
 	r.active.update(key, ws.Status.Phase == magosv1.PhasePlanning || ws.Status.Phase == magosv1.PhaseApplying)

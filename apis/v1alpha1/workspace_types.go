@@ -189,6 +189,34 @@ type WorkspaceSpec struct {
 	// DestroyOnDelete runs a destroy before a deleted Workspace lets go.
 	// +optional
 	DestroyOnDelete bool `json:"destroyOnDelete,omitempty"`
+
+	// RunHistory (Magos Fleet, not upstream) says how many runs the Workspace keeps a record of.
+	// +optional
+	RunHistory *RunHistorySpec `json:"runHistory,omitempty"`
+}
+
+// DefaultRunHistoryLimit is how many runs a Workspace keeps when spec.runHistory.limit is unset.
+const DefaultRunHistoryLimit = 10
+
+// MaxRunHistoryLimit is the most runs a Workspace can keep.
+const MaxRunHistoryLimit = 50
+
+// RunHistorySpec tunes a Workspace's run history: status.runs, and the Secrets holding the
+// plan text and log of each operation of those runs.
+type RunHistorySpec struct {
+	// Limit is how many runs are kept, newest first (default 10). 0 keeps none.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=50
+	Limit *int32 `json:"limit,omitempty"`
+}
+
+// HistoryLimit is how many runs the Workspace keeps a record of.
+func (s *WorkspaceSpec) HistoryLimit() int {
+	if s.RunHistory == nil || s.RunHistory.Limit == nil {
+		return DefaultRunHistoryLimit
+	}
+	return int(min(max(*s.RunHistory.Limit, 0), MaxRunHistoryLimit))
 }
 
 // AutoApplies reports whether a successful plan is applied without approval.
@@ -219,6 +247,78 @@ type ResourceChanges struct {
 	Add     int32 `json:"add"`
 	Change  int32 `json:"change"`
 	Destroy int32 `json:"destroy"`
+}
+
+// Results of a run's policy check (RunRecord.Policy).
+const (
+	// PolicyResultPassed: the plan was checked against at least one policy and broke none.
+	PolicyResultPassed = "Passed"
+	// PolicyResultViolated: the plan broke at least one policy rule.
+	PolicyResultViolated = "Violated"
+	// PolicyResultNotChecked: no policy applied to the plan, or the run ended before a plan.
+	PolicyResultNotChecked = "NotChecked"
+)
+
+// RunRecord is what a Workspace remembers of one run (status.runs).
+type RunRecord struct {
+	// RunID identifies the run (YYYYMMDDTHHMMSS-<8 hex>).
+	RunID string `json:"runID"`
+	// Trigger says what started it (status.currentRunTrigger then).
+	// +optional
+	Trigger string `json:"trigger,omitempty"`
+	// Revision is the commit it planned (and applied).
+	// +optional
+	Revision string `json:"revision,omitempty"`
+	// Generation is the Workspace's spec generation it ran for.
+	// +optional
+	Generation int64 `json:"generation,omitempty"`
+	// StartedAt is when its plan started (or when it failed, for a run that never ran).
+	// +optional
+	StartedAt *metav1.Time `json:"startedAt,omitempty"`
+	// FinishedAt is when its last operation ended; unset while an operation runs.
+	// +optional
+	FinishedAt *metav1.Time `json:"finishedAt,omitempty"`
+	// Phase and Reason are where the run stands or ended (the Workspace's phase then).
+	Phase Phase `json:"phase"`
+	// +optional
+	Reason string `json:"reason,omitempty"`
+	// Message is the Workspace's message then.
+	// +optional
+	Message string `json:"message,omitempty"`
+	// ResourceChanges of its plan.
+	// +optional
+	ResourceChanges *ResourceChanges `json:"resourceChanges,omitempty"`
+	// PlanDigest of its plan (status.planDigest).
+	// +optional
+	PlanDigest string `json:"planDigest,omitempty"`
+	// Policy is the result of the policy check: Passed, Violated or NotChecked.
+	// +optional
+	Policy string `json:"policy,omitempty"`
+	// PolicyViolations counts the broken rules.
+	// +optional
+	PolicyViolations int32 `json:"policyViolations,omitempty"`
+	// Operations are the plan and apply of the run that ran, in order.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=3
+	Operations []RunOperation `json:"operations,omitempty"`
+}
+
+// RunOperation is one operation (plan or apply) of a recorded run.
+type RunOperation struct {
+	// Operation is plan or apply.
+	Operation string `json:"operation"`
+	// Outcome is how it ended: Succeeded, Failed or PolicyViolation.
+	Outcome string `json:"outcome"`
+	// StartedAt and FinishedAt, when known.
+	// +optional
+	StartedAt *metav1.Time `json:"startedAt,omitempty"`
+	// +optional
+	FinishedAt *metav1.Time `json:"finishedAt,omitempty"`
+	// OutputSecret is the Secret, in the Workspace's namespace, holding its log (and, for a plan,
+	// its plan text); empty when nothing was kept.
+	// +optional
+	OutputSecret string `json:"outputSecret,omitempty"`
 }
 
 // WorkspaceOrigin says where a mirrored Workspace lives. Set only on the hub's mirrors.
@@ -328,6 +428,14 @@ type WorkspaceStatus struct {
 	// granted in full applies whatever grant it holds later, as it always did.
 	// +optional
 	PlanOnly bool `json:"planOnly,omitempty"`
+
+	// Runs (Magos Fleet, not upstream) are the records of the Workspace's last runs, newest
+	// first: at most spec.runHistory.limit of them. The plan text and log of each operation are
+	// in the Secrets the record names.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=50
+	Runs []RunRecord `json:"runs,omitempty"`
 
 	// Origin is set on the hub's mirrors: where the Workspace really lives.
 	// +optional

@@ -59,6 +59,9 @@ func NewCommand(out, errOut io.Writer) *cobra.Command {
 		newRolloutCommand(o),
 		newRetryCommand(o),
 		newApproveCommand(o),
+		newRunsCommand(o),
+		newPlanCommand(o),
+		newLogsCommand(o),
 		newAgentKubeconfigCommand(o),
 	)
 	return root

@@ -25,6 +25,7 @@ import (
 	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
 	"github.com/magosfleet/magos/hub/fleet"
 	"github.com/magosfleet/magos/pkg/keys"
+	"github.com/magosfleet/magos/pkg/message"
 )
 
 // Reasons of the ConfigLoaded condition and of config Events.
@@ -351,7 +352,7 @@ func (r *Registry) reportConfigError(ctx context.Context, err error) {
 	}
 	for i := range list.Items {
 		r.recorder.Eventf(&list.Items[i], nil, corev1.EventTypeWarning, ReasonConfigInvalid, "LoadConfig",
-			"the hub's config file is invalid; the last good configuration stays in force: %s", truncate(err.Error(), 800))
+			"the hub's config file is invalid; the last good configuration stays in force: %s", message.Truncate(err.Error(), 800))
 	}
 	r.touchAll()
 }
@@ -511,11 +512,4 @@ func (r *Registry) removeStale(ctx context.Context, cfg Config) error {
 		log.Info("agent namespace deleted", "cluster", name, "namespace", ns.Name)
 	}
 	return errors.Join(errs...)
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "..."
 }

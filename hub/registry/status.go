@@ -29,6 +29,7 @@ import (
 
 	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
 	"github.com/magosfleet/magos/pkg/keys"
+	"github.com/magosfleet/magos/pkg/message"
 	"github.com/magosfleet/magos/pkg/mirror"
 )
 
@@ -163,7 +164,7 @@ func (r *Registry) reconcileStatus(ctx context.Context, req reconcile.Request) (
 		engaged.Message = fmt.Sprintf("the hub's controllers watch the cluster (%s) since %s", entry.Transport(), info.EngagedSince.UTC().Format(time.RFC3339))
 	case info.LastError != "":
 		engaged.Status, engaged.Reason = metav1.ConditionFalse, magosv1.ReasonEngageFailed
-		engaged.Message = truncate(fmt.Sprintf("attempt %d failed: %s", info.Attempts, info.LastError), 1000)
+		engaged.Message = message.Truncate(fmt.Sprintf("attempt %d failed: %s", info.Attempts, info.LastError), 1000)
 	default:
 		engaged.Status, engaged.Reason, engaged.Message = metav1.ConditionFalse, ReasonEngaging, "the hub is connecting to the cluster"
 	}
@@ -213,7 +214,7 @@ func (r *Registry) reconcileStatus(ctx context.Context, req reconcile.Request) (
 			if err == nil {
 				available.Status, available.Reason, available.Message = metav1.ConditionTrue, magosv1.ReasonReachable, "the cluster's API server answers"
 			} else {
-				available.Status, available.Reason, available.Message = metav1.ConditionFalse, ReasonUnreachable, truncate(err.Error(), 1000)
+				available.Status, available.Reason, available.Message = metav1.ConditionFalse, ReasonUnreachable, message.Truncate(err.Error(), 1000)
 			}
 		} else {
 			available.Status, available.Reason, available.Message = metav1.ConditionFalse, ReasonNotEngaged, "the hub is not connected to the cluster"
@@ -236,7 +237,7 @@ func (r *Registry) reconcileStatus(ctx context.Context, req reconcile.Request) (
 		Status: metav1.ConditionTrue, Reason: ReasonConfigLoaded, Message: "the hub's config file is in force"}
 	if err := r.ConfigError(); err != nil {
 		loaded.Status, loaded.Reason = metav1.ConditionFalse, ReasonConfigInvalid
-		loaded.Message = truncate("the hub's config file is invalid; the last good configuration stays in force: "+err.Error(), 1000)
+		loaded.Message = message.Truncate("the hub's config file is invalid; the last good configuration stays in force: "+err.Error(), 1000)
 	}
 	meta.SetStatusCondition(&st.Conditions, loaded)
 

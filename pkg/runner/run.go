@@ -198,7 +198,11 @@ func (r *run) plan(ctx context.Context, t *tool, varFile string, res Result) Res
 	if varFile != "" {
 		args = append(args, "-var-file="+varFile)
 	}
-	if err := t.run(ctx, args...); err != nil {
+	// The frame lets the agent keep the plan text apart from the rest of the log (ReadOutput).
+	fmt.Fprintln(r.opts.Stdout, PlanTextBegins)
+	err := t.run(ctx, args...)
+	fmt.Fprintln(r.opts.Stdout, PlanTextEnds)
+	if err != nil {
 		return fail(err)
 	}
 	planJSON, err := t.output(ctx, "show", "-json", planFile)

@@ -153,19 +153,32 @@ func lastLines(out []byte, max int) string {
 
 // tailBuffer keeps the last max bytes written to it.
 type tailBuffer struct {
-	max int
-	buf []byte
+	max     int
+	buf     []byte
+	dropped bool // bytes before the tail were dropped
 }
 
 func (b *tailBuffer) Write(p []byte) (int, error) {
 	b.buf = append(b.buf, p...)
-	if over := len(b.buf) - b.max; over > 0 {
-		b.buf = append(b.buf[:0], b.buf[over:]...)
+	// Compact only when twice the size, so that a long stream of short writes copies each
+	// byte a bounded number of times.
+	if len(b.buf) > 2*b.max {
+		b.buf = append(b.buf[:0], b.buf[len(b.buf)-b.max:]...)
+		b.dropped = true
 	}
 	return len(p), nil
 }
 
-func (b *tailBuffer) Bytes() []byte { return b.buf }
+// Bytes returns the tail.
+func (b *tailBuffer) Bytes() []byte {
+	if over := len(b.buf) - b.max; over > 0 {
+		return b.buf[over:]
+	}
+	return b.buf
+}
+
+// Truncated reports whether bytes before the tail were dropped.
+func (b *tailBuffer) Truncated() bool { return b.dropped || len(b.buf) > b.max }
 
 // getenv returns the value of name in env (the last one wins, as in exec).
 func getenv(env []string, name string) string {

@@ -199,6 +199,7 @@ func TestProductionPath(t *testing.T) {
 		t.Fatalf("the sensitive api_key did not reach tofu (keyed is not true):\n%s", state)
 	}
 	checkRunJobs(t, ctx, spoke, ws.Name, applied.Status.CurrentRunID, stats)
+	checkRunOutputs(t, ctx, env.Magosctl, hub, spoke, ws.Name, applied.Status.CurrentRunID, apiKey)
 	for _, list := range []client.ObjectList{&batchv1.JobList{}, &corev1.PodList{}} {
 		if err := spoke.Client.List(ctx, list, client.InNamespace("default")); err != nil {
 			t.Fatal(err)
@@ -714,6 +715,36 @@ func variables(name string, plain, sensitive map[string]string) *magosv1.Variabl
 		vs.Spec.Variables = append(vs.Spec.Variables, magosv1.Variable{Name: k, Value: ptrTo(v), Sensitive: true})
 	}
 	return vs
+}
+
+// checkRunOutputs checks, through magosctl as users read them, that the run's plan text and
+// apply log were kept from the real runner Pods' logs (read by the agent through the API server
+// from the kubelet) without the sensitive value, and that the hub lists the run.
+func checkRunOutputs(t *testing.T, ctx context.Context, magosctlPath string, hub, spoke *cluster, name, runID, secret string) {
+	t.Helper()
+	magosctl := func(kubeconfig string, args ...string) string {
+		t.Helper()
+		out, err := exec.CommandContext(ctx, magosctlPath, append([]string{"--kubeconfig", kubeconfig, "-n", "default"}, args...)...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("magosctl %v: %v\n%s", args, err, out)
+		}
+		return string(out)
+	}
+	plan := magosctl(spoke.Kubeconfig, "plan", name, "--run", runID)
+	if !strings.Contains(plan, "will be created") || !strings.Contains(plan, "Plan: ") {
+		t.Fatalf("magosctl plan %s --run %s printed no plan:\n%s", name, runID, plan)
+	}
+	apply := magosctl(spoke.Kubeconfig, "logs", name, "--run", runID, "--operation", "apply")
+	if !strings.Contains(apply, "Apply complete!") {
+		t.Fatalf("magosctl logs %s --run %s --operation apply printed no apply:\n%s", name, runID, apply)
+	}
+	if strings.Contains(plan+apply, secret) {
+		t.Fatalf("the plan text or apply log of run %s shows the sensitive value", runID)
+	}
+	poll(t, ctx, time.Minute, "the hub lists run "+runID, func(ctx context.Context) (bool, string) {
+		out, err := exec.CommandContext(ctx, magosctlPath, "--kubeconfig", hub.Kubeconfig, "-n", "default", "runs", name, "--cluster", clusterName).CombinedOutput()
+		return err == nil && strings.Contains(string(out), runID+" ") && strings.Contains(string(out), "Applied"), string(out)
+	})
 }
 
 // waitApplied waits for the Workspace to be Applied by a run other than notRun.

@@ -101,6 +101,11 @@ func TestRunHistory(t *testing.T) {
 			t.Fatalf("operation %+v", op)
 		}
 		s, data := outputOf(t, c, ns, op.OutputSecret)
+		stored := 0
+		for _, v := range s.Data {
+			stored += len(v)
+		}
+		t.Logf("%s: %d bytes stored (%s of output)", s.Name, stored, s.Annotations["magosproject.io/output-bytes"])
 		if s.Type != "magosproject.io/run-output" || s.Immutable == nil || !*s.Immutable {
 			t.Errorf("%s: type %q immutable %v", s.Name, s.Type, s.Immutable)
 		}

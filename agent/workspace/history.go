@@ -32,6 +32,9 @@ import (
 // maxRecordMessage caps a record's message.
 const maxRecordMessage = 1024
 
+// outputReadTimeout bounds reading an operation's output.
+const outputReadTimeout = time.Minute
+
 // recordedPhase reports whether a phase belongs to a run that started or ended: the phases a
 // record follows.
 func recordedPhase(p magosv1.Phase) bool { return p.Running() || p.Settled() }
@@ -162,7 +165,10 @@ func (r *Reconciler) outputSecret(ctx context.Context, ws *magosv1.Workspace, re
 		out         runner.Output
 		unavailable string
 	)
-	rc, err := r.opts.Launcher.Output(ctx, ref)
+	// A kubelet that does not answer must not hold the run up: its output is then unavailable.
+	readCtx, cancel := context.WithTimeout(ctx, outputReadTimeout)
+	defer cancel()
+	rc, err := r.opts.Launcher.Output(readCtx, ref)
 	if err == nil {
 		out, err = runner.ReadOutput(rc, runner.OutputLimits{})
 		_ = rc.Close()

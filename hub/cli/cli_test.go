@@ -109,6 +109,19 @@ func (f fixture) create(t *testing.T, obj client.Object) {
 	}
 }
 
+// workspace creates a Workspace (not a mirror) of the Project cdn in the namespace default.
+func (f fixture) workspace(t *testing.T, name string) *magosv1.Workspace {
+	t.Helper()
+	ws := &magosv1.Workspace{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name},
+		Spec: magosv1.WorkspaceSpec{ProjectRef: magosv1.ProjectReference{Name: "cdn"},
+			Source:    magosv1.Source{RepoURL: "file:///repo", TargetRevision: "main"},
+			Terraform: magosv1.TerraformSpec{Version: "1.10.6"}},
+	}
+	f.create(t, ws)
+	return ws
+}
+
 func (f fixture) mirror(t *testing.T, cluster, name, project string, phase magosv1.Phase, rev string) {
 	t.Helper()
 	spoke := &magosv1.Workspace{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name, Labels: map[string]string{"region": cluster}}}
@@ -268,13 +281,7 @@ func TestPauseResume(t *testing.T) {
 
 func TestRetryAndApprove(t *testing.T) {
 	f := setup(t)
-	ws := &magosv1.Workspace{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "api"},
-		Spec: magosv1.WorkspaceSpec{ProjectRef: magosv1.ProjectReference{Name: "cdn"},
-			Source:    magosv1.Source{RepoURL: "file:///repo", TargetRevision: "main"},
-			Terraform: magosv1.TerraformSpec{Version: "1.10.6"}},
-	}
-	f.create(t, ws)
+	ws := f.workspace(t, "api")
 	mustRun(t, f.hub.Kubeconfig, "retry", "api", "-n", "default")
 	mustRun(t, f.hub.Kubeconfig, "approve", "api", "-n", "default")
 	var got magosv1.Workspace

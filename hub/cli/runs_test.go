@@ -118,13 +118,7 @@ func TestRuns(t *testing.T) {
 
 	// In the Workspace's own cluster (the hub's test API server plays it: the Workspace is not a
 	// mirror).
-	local := &magosv1.Workspace{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "local"},
-		Spec: magosv1.WorkspaceSpec{ProjectRef: magosv1.ProjectReference{Name: "cdn"},
-			Source:    magosv1.Source{RepoURL: "file:///repo", TargetRevision: "main"},
-			Terraform: magosv1.TerraformSpec{Version: "1.10.6"}},
-	}
-	f.create(t, local)
+	local := f.workspace(t, "local")
 	local.Status.Runs = records(now)
 	if err := f.hub.Client.Status().Update(f.ctx, local); err != nil {
 		t.Fatal(err)

@@ -148,6 +148,16 @@ func TestAdmissionRejections(t *testing.T) {
 		obj  func() client.Object
 		want string
 	}{
+		{"workspace run history over 50", func() client.Object {
+			w := validWorkspace("w-history-big")
+			w.Spec.RunHistory = &magosv1.RunHistorySpec{Limit: new(int32(51))}
+			return w
+		}, "spec.runHistory.limit: Invalid value: 51: spec.runHistory.limit in body should be less than or equal to 50"},
+		{"workspace run history negative", func() client.Object {
+			w := validWorkspace("w-history-negative")
+			w.Spec.RunHistory = &magosv1.RunHistorySpec{Limit: new(int32(-1))}
+			return w
+		}, "spec.runHistory.limit in body should be greater than or equal to 0"},
 		{"rollout empty step name", func() client.Object {
 			r := validRollout("r-empty-step")
 			r.Spec.Strategy.Steps[0].Name = ""

@@ -27,7 +27,7 @@ type Target struct {
 	Secret    string
 }
 
-// Poll results, as refwatcher_poll_total reports them.
+// Poll results, as magos_refwatcher_polls_total reports them.
 const (
 	ResultError     = "error"
 	ResultSeeded    = "seeded"

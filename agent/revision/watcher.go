@@ -55,19 +55,19 @@ type Options struct {
 
 var (
 	pollTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "refwatcher_poll_total",
+		Name: "magos_refwatcher_polls_total",
 		Help: "Polls of tracked git refs, by result (error, seeded, unchanged, changed).",
 	}, []string{"result"})
 	registrySize = prometheus.NewGauge(prometheus.GaugeOpts{
-		Name: "refwatcher_registry_size",
+		Name: "magos_refwatcher_tracked_workspaces",
 		Help: "Workspaces whose ref is tracked.",
 	})
 	targetsSize = prometheus.NewGauge(prometheus.GaugeOpts{
-		Name: "refwatcher_targets",
+		Name: "magos_refwatcher_targets",
 		Help: "Distinct (repository, ref, credentials) polled.",
 	})
 	pollDuration = prometheus.NewHistogram(prometheus.HistogramOpts{
-		Name:    "refwatcher_poll_duration_seconds",
+		Name:    "magos_refwatcher_poll_duration_seconds",
 		Help:    "Duration of one ref poll.",
 		Buckets: prometheus.DefBuckets,
 	})

@@ -185,11 +185,11 @@ func TestWatcher(t *testing.T) {
 	// (unchanged), the one that found the second commit (changed, counted before the marks),
 	// each one timed.
 	for _, result := range []string{revision.ResultSeeded, revision.ResultUnchanged, revision.ResultChanged} {
-		if n := testenv.MetricSum(t, "refwatcher_poll_total", map[string]string{"result": result}); n < 1 {
-			t.Errorf("refwatcher_poll_total{result=%q} = %v, want at least 1", result, n)
+		if n := testenv.MetricSum(t, "magos_refwatcher_polls_total", map[string]string{"result": result}); n < 1 {
+			t.Errorf("magos_refwatcher_polls_total{result=%q} = %v, want at least 1", result, n)
 		}
 	}
-	if n, polls := testenv.MetricSum(t, "refwatcher_poll_duration_seconds", nil), float64(startPolls); n < polls {
+	if n, polls := testenv.MetricSum(t, "magos_refwatcher_poll_duration_seconds", nil), float64(startPolls); n < polls {
 		t.Errorf("refwatcher_poll_duration_seconds counts %v polls, want at least %v", n, polls)
 	}
 

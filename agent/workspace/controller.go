@@ -193,7 +193,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	res, err := r.reconcile(ctx, ws)
 	if err != nil {
-		reconcileTotal.WithLabelValues(req.Namespace, req.Name, "error").Inc()
+		reconcileTotal.WithLabelValues(req.Namespace, "error").Inc()
 		if apierrors.IsConflict(err) {
 			log.FromContext(ctx).V(1).Info("write conflict, retrying", "error", err.Error())
 			return ctrl.Result{RequeueAfter: conflictRetry}, nil
@@ -204,7 +204,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		r.reportDegraded(ctx, req.NamespacedName, err)
 		return ctrl.Result{}, err
 	}
-	reconcileTotal.WithLabelValues(req.Namespace, req.Name, "success").Inc()
+	reconcileTotal.WithLabelValues(req.Namespace, "success").Inc()
 	return res, nil
 }
 

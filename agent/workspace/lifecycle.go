@@ -457,9 +457,6 @@ func (f *finishedRun) record(ws *magosv1.Workspace) {
 	runsTotal.WithLabelValues(string(f.op), outcome).Inc()
 	if d := f.status.Duration(); d > 0 {
 		runDurationSeconds.WithLabelValues(string(f.op), outcome).Observe(d.Seconds())
-		if f.status.Result.Outcome == runner.OutcomeSucceeded && f.op != runner.OperationDestroy {
-			jobDurationSeconds.WithLabelValues(ws.Namespace, ws.Name, string(f.op)).Observe(d.Seconds())
-		}
 	}
 }
 

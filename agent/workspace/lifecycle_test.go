@@ -37,7 +37,7 @@ func TestRunToAppliedThenNewCommit(t *testing.T) {
 	})
 
 	appliedOK := map[string]string{"operation": string(runner.OperationApply), "outcome": string(runner.OutcomeSucceeded)}
-	runsBefore, durationsBefore := testenv.MetricSum(t, "workspace_runs_total", appliedOK), testenv.MetricSum(t, "workspace_run_duration_seconds", appliedOK)
+	runsBefore, durationsBefore := testenv.MetricSum(t, "magos_workspace_runs_total", appliedOK), testenv.MetricSum(t, "magos_workspace_run_duration_seconds", appliedOK)
 	ws := pendingRun(t, c, key, magosv1.ReasonAwaitingRollout, "")
 	if !runIDPattern.MatchString(ws.Status.CurrentRunID) || ws.Status.CurrentRunTrigger != magosv1.TriggerInitial {
 		t.Fatalf("first run: ID %q trigger %q, want YYYYMMDDTHHMMSS-<8 hex> and %q", ws.Status.CurrentRunID, ws.Status.CurrentRunTrigger, magosv1.TriggerInitial)
@@ -67,9 +67,10 @@ func TestRunToAppliedThenNewCommit(t *testing.T) {
 	for _, reason := range []string{magosv1.ReasonAwaitingRollout, magosv1.ReasonPlanJobCreated, magosv1.ReasonApplyJobCreated, magosv1.ReasonApplySucceeded} {
 		waitEvent(t, c, key, reason)
 	}
-	// The run in the metrics, recorded just after the status is written (workspace_runs_total
-	// and workspace_run_duration_seconds count every Workspace's runs: other tests run meanwhile).
-	this := func(k, v string) map[string]string { return map[string]string{"namespace": ns, "name": key.Name, k: v} }
+	// The run in the metrics, recorded just after the status is written (magos_workspace_runs_total
+	// and magos_workspace_run_duration_seconds count every Workspace's runs: other tests run
+	// meanwhile). No metric names the Workspace: the namespace, of this test alone, is the grain.
+	this := func(k, v string) map[string]string { return map[string]string{"namespace": ns, k: v} }
 	testenv.Eventually(t, 10*time.Second, func() error {
 		var errs []error
 		for _, m := range []struct {
@@ -77,12 +78,10 @@ func TestRunToAppliedThenNewCommit(t *testing.T) {
 			labels map[string]string
 			min    float64
 		}{
-			{"workspace_reconcile_total", this("result", "success"), 1},
-			{"workspace_phase_transitions_total", this("phase", string(magosv1.PhaseApplied)), 1},
-			{"workspace_job_duration_seconds", this("type", string(runner.OperationPlan)), 1},
-			{"workspace_job_duration_seconds", this("type", string(runner.OperationApply)), 1},
-			{"workspace_runs_total", appliedOK, runsBefore + 1},
-			{"workspace_run_duration_seconds", appliedOK, durationsBefore + 1},
+			{"magos_workspace_reconciles_total", this("result", "success"), 1},
+			{"magos_workspace_phase_transitions_total", this("phase", string(magosv1.PhaseApplied)), 1},
+			{"magos_workspace_runs_total", appliedOK, runsBefore + 1},
+			{"magos_workspace_run_duration_seconds", appliedOK, durationsBefore + 1},
 		} {
 			if got := testenv.MetricSum(t, m.name, m.labels); got < m.min {
 				errs = append(errs, fmt.Errorf("%s %v = %v, want at least %v", m.name, m.labels, got, m.min))
@@ -90,6 +89,7 @@ func TestRunToAppliedThenNewCommit(t *testing.T) {
 		}
 		return errors.Join(errs...)
 	})
+	testenv.CheckMetricConventions(t)
 
 	second := repo.Commit(t, "change the greeting", map[string]string{"main.tf": strings.Replace(moduleOK, `"hello"`, `"bonjour"`, 1)})
 	ws = pendingRun(t, c, key, magosv1.ReasonNewRevisionDetected, ws.Status.CurrentRunID)

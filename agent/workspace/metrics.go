@@ -8,38 +8,34 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 )
 
-// Metrics of the Workspace controller, on controller-runtime's registry (served at /metrics).
-// The first four keep upstream's names and labels.
+// Metrics of the Workspace controller, on controller-runtime's registry (served at /metrics),
+// named after Prometheus' conventions (docs/operations.md lists upstream's names they replace).
+// No label names a Workspace: the namespace is the finest grain.
 var (
 	reconcileTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "workspace_reconcile_total",
+		Name: "magos_workspace_reconciles_total",
 		Help: "Reconciles of Workspaces, by result (success or error).",
-	}, []string{"namespace", "name", "result"})
+	}, []string{"namespace", "result"})
 
 	phaseTransitionsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "workspace_phase_transitions_total",
+		Name: "magos_workspace_phase_transitions_total",
 		Help: "Phase changes of Workspaces, by the phase entered.",
-	}, []string{"namespace", "name", "phase"})
-
-	jobDurationSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Name:    "workspace_job_duration_seconds",
-		Help:    "Duration of successful plan and apply runs.",
-		Buckets: prometheus.DefBuckets,
-	}, []string{"namespace", "name", "type"})
+	}, []string{"namespace", "phase"})
 
 	activeCount = prometheus.NewGauge(prometheus.GaugeOpts{
-		Name: "workspace_active_count",
+		Name: "magos_workspaces_running",
 		Help: "Workspaces in Planning or Applying.",
 	})
 
 	runDurationSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Name:    "workspace_run_duration_seconds",
-		Help:    "Duration of plan, apply and destroy runs, by operation and outcome.",
-		Buckets: []float64{1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1800, 3600, 7200},
+		Name: "magos_workspace_run_duration_seconds",
+		Help: "Duration of plan, apply and destroy runs, by operation and outcome.",
+		// Plans and applies take seconds to an hour.
+		Buckets: []float64{1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1200, 1800, 3600},
 	}, []string{"operation", "outcome"})
 
 	runsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "workspace_runs_total",
+		Name: "magos_workspace_runs_total",
 		Help: "Finished plan, apply and destroy runs, by operation and outcome.",
 	}, []string{"operation", "outcome"})
 )
@@ -48,11 +44,11 @@ var registerOnce sync.Once
 
 func registerMetrics() {
 	registerOnce.Do(func() {
-		metrics.Registry.MustRegister(reconcileTotal, phaseTransitionsTotal, jobDurationSeconds, activeCount, runDurationSeconds, runsTotal)
+		metrics.Registry.MustRegister(reconcileTotal, phaseTransitionsTotal, activeCount, runDurationSeconds, runsTotal)
 	})
 }
 
-// activeSet tracks which Workspaces are in flight, for workspace_active_count, without
+// activeSet tracks which Workspaces are in flight, for magos_workspaces_running, without
 // listing every Workspace on every reconcile (upstream's cost).
 type activeSet struct {
 	mu  sync.Mutex

@@ -135,7 +135,7 @@ func (r *Reconciler) commit(ctx context.Context, ws *magosv1.Workspace, sched Sc
 	key := statusKey(ws)
 	r.active.update(key, ws.Status.Phase == magosv1.PhasePlanning || ws.Status.Phase == magosv1.PhaseApplying)
 	if from != ws.Status.Phase {
-		phaseTransitionsTotal.WithLabelValues(ws.Namespace, ws.Name, string(ws.Status.Phase)).Inc()
+		phaseTransitionsTotal.WithLabelValues(ws.Namespace, string(ws.Status.Phase)).Inc()
 		kind := corev1.EventTypeNormal
 		if ws.Status.Phase.RunFailed() {
 			kind = corev1.EventTypeWarning

@@ -222,7 +222,7 @@ type RolloutSpec struct {
 	// ProgressDeadline is how long the current step may go without progress (a Workspace of it
 	// starting, applying or failing, or the step changing) before the Rollout says so: condition
 	// Progressing=False with reason ProgressDeadlineExceeded, a Warning Event and the metric
-	// magos_hub_rollout_progress_deadline_exceeded. It does not stop the Rollout: it goes on when
+	// magos_rollout_progress_deadline_exceeded. It does not stop the Rollout: it goes on when
 	// the step progresses. Not counted while the Rollout is paused, soaking, failed or completed.
 	// A Go duration such as "10m". Unset: no deadline.
 	// +optional

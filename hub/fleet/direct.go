@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/client-go/discovery"
+	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -45,17 +46,32 @@ func NotMirrorSelector() labels.Selector {
 // Merge it into the manager's cache.Options.ByObject.
 func HubCacheByObject() map[client.Object]cache.ByObject {
 	return map[client.Object]cache.ByObject{
-		&magosv1.Workspace{}: {Label: MirrorSelector()},
+		&magosv1.Workspace{}: {Label: MirrorSelector(), Transform: WorkspaceTransform()},
+	}
+}
+
+// WorkspaceTransform is how the hub's caches keep Workspaces: without managed fields and
+// without their run records (status.runs), which no decision reads (magosctl reads them from the
+// API server) and which would otherwise be most of what the hub holds of a mirror. The hub
+// never writes a Workspace's status, so nothing it writes is made from a copy without them.
+func WorkspaceTransform() toolscache.TransformFunc {
+	strip := cache.TransformStripManagedFields()
+	return func(in any) (any, error) {
+		out, err := strip(in)
+		if ws, ok := out.(*magosv1.Workspace); ok {
+			ws.Status.Runs = nil
+		}
+		return out, err
 	}
 }
 
 // DirectCacheOptions is the cache of a direct cluster: Workspaces that are not mirrors (so that
 // the hub's own cluster, registered as a direct cluster, never shows the mirrors of agent
-// clusters), without managed fields.
+// clusters), without managed fields, and Workspaces as WorkspaceTransform keeps them.
 func DirectCacheOptions() cache.Options {
 	return cache.Options{
 		ByObject: map[client.Object]cache.ByObject{
-			&magosv1.Workspace{}: {Label: NotMirrorSelector()},
+			&magosv1.Workspace{}: {Label: NotMirrorSelector(), Transform: WorkspaceTransform()},
 		},
 		DefaultTransform: cache.TransformStripManagedFields(),
 	}

@@ -5,26 +5,27 @@ import (
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 )
 
-// Values of the result label of project_reconcile_total.
+// Values of the result label of magos_project_reconciles_total.
 const (
 	resultSuccess = "success"
 	resultError   = "error"
 )
 
-// The upstream Project metrics, with upstream names and labels.
+// The Project metrics, named after Prometheus' conventions (docs/operations.md lists upstream's
+// names they replace).
 var (
 	reconcileTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "project_reconcile_total",
+		Name: "magos_project_reconciles_total",
 		Help: "Project reconciles, by result (success or error).",
 	}, []string{"namespace", "name", "result"})
 
 	workspaceCount = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "project_workspace_count",
+		Name: "magos_project_workspaces",
 		Help: "Workspaces of the Project across the fleet.",
 	}, []string{"namespace", "name"})
 
 	managedByRollout = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "project_managed_by_rollout",
+		Name: "magos_project_managed_by_rollout",
 		Help: "1 when a Rollout orders the Project's Workspaces, 0 when they run in parallel.",
 	}, []string{"namespace", "name"})
 )

@@ -5,37 +5,37 @@ import (
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 )
 
-// Values of the result label of rollout_reconcile_total.
+// Values of the result label of magos_rollout_reconciles_total.
 const (
 	resultSuccess = "success"
 	resultError   = "error"
 )
 
-// The upstream Rollout metrics, with upstream names and labels, and
-// magos_hub_rollout_progress_deadline_exceeded.
+// The Rollout metrics, named after Prometheus' conventions (docs/operations.md lists upstream's
+// names they replace).
 var (
 	reconcileTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "rollout_reconcile_total",
+		Name: "magos_rollout_reconciles_total",
 		Help: "Rollout reconciles, by result (success or error).",
 	}, []string{"namespace", "name", "result"})
 
 	currentLevel = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "rollout_current_level",
+		Name: "magos_rollout_current_step",
 		Help: "Index of the Rollout's current step (the number of steps when completed).",
 	}, []string{"namespace", "name"})
 
 	levelTransitions = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "rollout_level_transitions_total",
+		Name: "magos_rollout_step_transitions_total",
 		Help: "Changes of the Rollout's current step.",
 	}, []string{"namespace", "name"})
 
 	deadlineExceeded = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "magos_hub_rollout_progress_deadline_exceeded",
+		Name: "magos_rollout_progress_deadline_exceeded",
 		Help: "1 while the Rollout's current step has not progressed for its spec.progressDeadline, else 0.",
 	}, []string{"namespace", "name"})
 
 	activeCount = prometheus.NewGauge(prometheus.GaugeOpts{
-		Name: "rollout_active_count",
+		Name: "magos_rollouts_in_progress",
 		Help: "Rollouts in phase Reconciling on the hub.",
 	})
 )

@@ -344,8 +344,8 @@ func (w *world) progressDeadline(t *testing.T) {
 		t.Errorf("applies %v, want only %s", got, dev)
 	}
 	testenv.Eventually(t, wait, func() error {
-		if v := w.metricValue(t, "magos_hub_rollout_progress_deadline_exceeded", this); v != 1 {
-			return fmt.Errorf("magos_hub_rollout_progress_deadline_exceeded = %v, want 1", v)
+		if v := w.metricValue(t, "magos_rollout_progress_deadline_exceeded", this); v != 1 {
+			return fmt.Errorf("magos_rollout_progress_deadline_exceeded = %v, want 1", v)
 		}
 		if notes := w.eventNotes(t, ns, "Rollout", "web"); !slices.ContainsFunc(notes, func(n string) bool {
 			return strings.HasPrefix(n, "ProgressDeadlineExceeded: Step prod has not progressed for 15s")
@@ -361,8 +361,8 @@ func (w *world) progressDeadline(t *testing.T) {
 		t.Errorf("Progressing condition after completion: %+v, want True", c)
 	}
 	w.assertStepOrder(t, ns, []string{dev}, []string{prod})
-	if v := w.metricValue(t, "magos_hub_rollout_progress_deadline_exceeded", this); v != 0 {
-		t.Errorf("magos_hub_rollout_progress_deadline_exceeded = %v after completion, want 0", v)
+	if v := w.metricValue(t, "magos_rollout_progress_deadline_exceeded", this); v != 0 {
+		t.Errorf("magos_rollout_progress_deadline_exceeded = %v after completion, want 0", v)
 	}
 }
 

@@ -145,13 +145,13 @@ func TestProject(t *testing.T) {
 			return nil
 		})
 		this := map[string]string{"namespace": ns, "name": "web"}
-		if got := w.metricValue(t, "project_reconcile_total", map[string]string{"namespace": ns, "name": "web", "result": "success"}); got < 1 {
+		if got := w.metricValue(t, "magos_project_reconciles_total", map[string]string{"namespace": ns, "name": "web", "result": "success"}); got < 1 {
 			t.Errorf("project_reconcile_total{result=success} = %v, want at least 1", got)
 		}
-		if got := w.metricValue(t, "project_workspace_count", this); got != 3 {
-			t.Errorf("project_workspace_count = %v, want 3", got)
+		if got := w.metricValue(t, "magos_project_workspaces", this); got != 3 {
+			t.Errorf("magos_project_workspaces = %v, want 3", got)
 		}
-		if got, ok := w.metric(t, "project_managed_by_rollout", this); !ok || got != 0 {
+		if got, ok := w.metric(t, "magos_project_managed_by_rollout", this); !ok || got != 0 {
 			t.Errorf("project_managed_by_rollout = %v (present %v), want 0: parallel", got, ok)
 		}
 	})
@@ -236,7 +236,7 @@ func TestProject(t *testing.T) {
 		w.CreateHub(t, projectOf(ns, "web", nil))
 		w.waitProject(t, ns, "web", reason(magosv1.ReasonManagedByRollout))
 		testenv.Eventually(t, wait, func() error {
-			if got := w.metricValue(t, "project_managed_by_rollout", map[string]string{"namespace": ns, "name": "web"}); got != 1 {
+			if got := w.metricValue(t, "magos_project_managed_by_rollout", map[string]string{"namespace": ns, "name": "web"}); got != 1 {
 				return fmt.Errorf("project_managed_by_rollout = %v, want 1", got)
 			}
 			return nil

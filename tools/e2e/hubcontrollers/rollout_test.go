@@ -3,10 +3,12 @@ package hubcontrollers_test
 import (
 	"fmt"
 	"slices"
+	"sort"
 	"strings"
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -100,18 +102,28 @@ func TestRollout(t *testing.T) {
 		if got := w.metricValue(t, "magos_hub_grants_total", map[string]string{"by": keys.GrantedByRollout}); got < grantsBefore+3 {
 			t.Errorf("magos_hub_grants_total{by=rollout} went from %v to %v, want 3 more", grantsBefore, got)
 		}
-		if got := w.metricValue(t, "rollout_reconcile_total", map[string]string{"namespace": ns, "name": "payments", "result": "success"}); got < 1 {
-			t.Errorf("rollout_reconcile_total{result=success} = %v, want at least 1", got)
+		if got := w.metricValue(t, "magos_rollout_reconciles_total", map[string]string{"namespace": ns, "name": "payments", "result": "success"}); got < 1 {
+			t.Errorf("magos_rollout_reconciles_total{result=success} = %v, want at least 1", got)
 		}
-		if got := w.metricValue(t, "rollout_level_transitions_total", this); got < 3 {
-			t.Errorf("rollout_level_transitions_total = %v, want at least 3 (dev to staging to prod to done)", got)
+		if got := w.metricValue(t, "magos_rollout_step_transitions_total", this); got < 3 {
+			t.Errorf("magos_rollout_step_transitions_total = %v, want at least 3 (dev to staging to prod to done)", got)
 		}
 		testenv.Eventually(t, wait, func() error {
-			if got := w.metricValue(t, "rollout_current_level", this); got != 3 {
-				return fmt.Errorf("rollout_current_level = %v, want 3 (the number of steps: completed)", got)
+			if got := w.metricValue(t, "magos_rollout_current_step", this); got != 3 {
+				return fmt.Errorf("magos_rollout_current_step = %v, want 3 (the number of steps: completed)", got)
 			}
 			return nil
 		})
+		// Every metric the hub serves follows the conventions (the scrape, not the hub's code,
+		// says what it serves).
+		var families []*dto.MetricFamily
+		for _, f := range w.scrape(t) {
+			families = append(families, f)
+		}
+		sort.Slice(families, func(i, j int) bool { return families[i].GetName() < families[j].GetName() })
+		for _, err := range testenv.MetricConventionErrors(families) {
+			t.Error(err)
+		}
 	})
 
 	t.Run("multi-region prod, one region per cluster, in order", func(t *testing.T) {
@@ -164,8 +176,8 @@ func TestRollout(t *testing.T) {
 		})
 		activeCount := func(want float64) func() error {
 			return func() error {
-				if got := w.metricValue(t, "rollout_active_count", nil); got != want {
-					return fmt.Errorf("rollout_active_count = %v, want %v", got, want)
+				if got := w.metricValue(t, "magos_rollouts_in_progress", nil); got != want {
+					return fmt.Errorf("magos_rollouts_in_progress = %v, want %v", got, want)
 				}
 				return nil
 			}

@@ -8,17 +8,14 @@ import (
 	"fmt"
 	"io"
 	"slices"
-	"sort"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
@@ -26,7 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
-	"github.com/magosfleet/magos/pkg/decision"
+	"github.com/magosfleet/magos/hub/rolloutgrid"
 	"github.com/magosfleet/magos/pkg/mirror"
 	"github.com/magosfleet/magos/pkg/scheme"
 )
@@ -324,52 +321,31 @@ type row struct {
 }
 
 func renderRollout(r *magosv1.Rollout, clusters []magosv1.Cluster, mirrors []magosv1.Workspace, now time.Time) string {
-	clusterLabels := map[string]labels.Set{}
-	bound := map[string]bool{}
-	for _, cl := range clusters {
-		clusterLabels[cl.Name] = cl.Labels
-		bound[cl.Name] = cl.Binds(r.Namespace)
-	}
-	var members []decision.Workspace
-	byKey := map[decision.Key]*magosv1.Workspace{}
+	ptrs := make([]*magosv1.Workspace, len(mirrors))
 	for i := range mirrors {
-		m := &mirrors[i]
-		cluster, ok := mirror.ClusterOf(m.Namespace)
-		if !ok || !bound[cluster] || mirror.Check(cluster, m) != nil {
-			continue // a mirror the hub leaves out of the decision (as fleetview.View does)
-		}
-		w := decision.FromWorkspace(cluster, m)
-		if !w.MemberOf(r.Namespace, r.Spec.ProjectRef) {
-			continue
-		}
-		members = append(members, w)
-		byKey[w.Key] = m
+		ptrs[i] = &mirrors[i]
 	}
-	sort.Slice(members, func(i, j int) bool { return members[i].Key.String() < members[j].Key.String() })
+	g := rolloutgrid.Build(r, clusters, ptrs, now)
 
 	var b bytes.Buffer
-	phase := string(r.Status.Phase)
-	if phase == "" {
-		phase = "Unknown"
+	fmt.Fprintf(&b, "Rollout %s/%s: %s", g.Namespace, g.Name, g.Phase)
+	if g.Reason != "" {
+		fmt.Fprintf(&b, " (%s)", g.Reason)
 	}
-	fmt.Fprintf(&b, "Rollout %s/%s: %s", r.Namespace, r.Name, phase)
-	if r.Status.Reason != "" {
-		fmt.Fprintf(&b, " (%s)", r.Status.Reason)
-	}
-	fmt.Fprintf(&b, ", %d/%d Workspaces applied", r.Status.AppliedWorkspaces, r.Status.TotalWorkspaces)
-	if r.Spec.Paused {
+	fmt.Fprintf(&b, ", %d/%d Workspaces applied", g.Applied, g.Total)
+	if g.Paused {
 		b.WriteString(", paused")
 	}
 	b.WriteString("\n")
-	if r.Status.Message != "" {
-		fmt.Fprintf(&b, "  %s\n", r.Status.Message)
+	if g.Message != "" {
+		fmt.Fprintf(&b, "  %s\n", g.Message)
 	}
-	for _, rev := range r.Status.Revisions {
+	for _, rev := range g.Revisions {
 		fmt.Fprintf(&b, "  rolling out commit %s of %s (%s) since %s\n",
 			shortSHA(rev.Commit), rev.RepoURL, rev.TargetRevision, rev.Since.UTC().Format(time.RFC3339))
 	}
-	if r.Status.NextWindowAt != nil {
-		fmt.Fprintf(&b, "  next change window opens at %s\n", r.Status.NextWindowAt.UTC().Format(time.RFC3339))
+	if g.NextWindowAt != nil {
+		fmt.Fprintf(&b, "  next change window opens at %s\n", g.NextWindowAt.Format(time.RFC3339))
 	}
 	for _, s := range r.Status.Steps {
 		if s.Phase == magosv1.StepAwaitingApproval {
@@ -383,53 +359,27 @@ func renderRollout(r *magosv1.Rollout, clusters []magosv1.Cluster, mirrors []mag
 			fmt.Fprintf(&b, "  step %s: %d plan(s) approved by %s at %s\n", s.Name, len(a.Plans), a.ApprovedBy, a.ApprovedAt.UTC().Format(time.RFC3339))
 		}
 	}
-	if c := meta.FindStatusCondition(r.Status.Conditions, magosv1.ConditionProgressing); c != nil && c.Status == metav1.ConditionFalse {
-		fmt.Fprintf(&b, "  %s: %s\n", c.Reason, c.Message)
+	if g.Halted != "" {
+		fmt.Fprintf(&b, "  %s\n", g.Halted)
 	}
-	if c := meta.FindStatusCondition(r.Status.Conditions, magosv1.ConditionReady); c != nil && c.ObservedGeneration != r.Generation {
+	if g.Stale {
 		b.WriteString("  (status is for an older generation of the Rollout; the hub has not caught up yet)\n")
 	}
 
-	stepState := map[string]string{}
-	stepStatus := map[string]magosv1.StepStatus{}
-	for _, s := range r.Status.Steps {
-		stepState[s.Name] = describeStep(s, now)
-		stepStatus[s.Name] = s
-	}
 	var rows []row
-	for _, step := range r.Spec.Strategy.Steps {
-		sel, err := step.Selector.AsSelector()
-		if err != nil {
-			rows = append(rows, row{step.Name, "InvalidSelector", "-", "-", "-", "-"})
-			continue
+	for _, s := range g.Steps {
+		switch {
+		case s.InvalidSelector:
+			rows = append(rows, row{s.Name, "InvalidSelector", "-", "-", "-", "-"})
+		case len(s.Workspaces) == 0:
+			rows = append(rows, row{s.Name, s.State, "-", "(no Workspace matches)", "-", "-"})
 		}
-		var csel labels.Selector
-		if step.ClusterSelector != nil {
-			if csel, err = step.ClusterSelector.AsSelector(); err != nil {
-				rows = append(rows, row{step.Name, "InvalidSelector", "-", "-", "-", "-"})
-				continue
-			}
-		}
-		state := stepState[step.Name]
-		if state == "" {
-			state = "-"
-		}
-		matched := 0
-		for _, w := range members {
-			if !sel.Matches(labels.Set(w.Labels)) || (csel != nil && !csel.Matches(clusterLabels[w.Key.Cluster])) {
-				continue
-			}
-			matched++
-			ws := byKey[w.Key]
-			rev := shortSHA(ws.Status.ObservedRevision)
-			phase := orDash(string(ws.Status.Phase))
-			if st := stepStatus[step.Name]; st.TargetsRecordedAt != nil && !slices.Contains(st.Targets, w.Key.String()) {
+		for _, w := range s.Workspaces {
+			phase := orDash(w.Phase)
+			if w.Late {
 				phase += " (late: joins with the next change)"
 			}
-			rows = append(rows, row{step.Name, state, w.Key.Cluster, w.Key.Namespace + "/" + w.Key.Name, phase, orDash(rev)})
-		}
-		if matched == 0 {
-			rows = append(rows, row{step.Name, state, "-", "(no Workspace matches)", "-", "-"})
+			rows = append(rows, row{s.Name, s.State, w.Cluster, w.Namespace + "/" + w.Name, phase, orDash(shortSHA(w.Revision))})
 		}
 	}
 	b.WriteString("\n")
@@ -440,31 +390,6 @@ func renderRollout(r *magosv1.Rollout, clusters []magosv1.Cluster, mirrors []mag
 	}
 	_ = tw.Flush()
 	return b.String()
-}
-
-// describeStep is a step's STATE column: its phase, with what it waits for (the soak's time
-// left) and the failures it tolerates.
-func describeStep(s magosv1.StepStatus, now time.Time) string {
-	out := s.Phase
-	if s.Phase == magosv1.StepSoaking && s.SoakEndsAt != nil {
-		out += fmt.Sprintf(" (%s left)", max(0, s.SoakEndsAt.Sub(now)).Round(time.Second))
-	}
-	if s.Phase == magosv1.StepAwaitingApproval {
-		out += fmt.Sprintf(" (%d plan(s))", len(s.Plans))
-	}
-	if s.Approval != nil {
-		out += ", approved by " + s.Approval.ApprovedBy
-	}
-	if s.Late > 0 {
-		out += fmt.Sprintf(", %d late", s.Late)
-	}
-	if s.Failed > 0 && s.Phase != magosv1.StepFailed {
-		out += fmt.Sprintf(", %d/%d failures tolerated", s.Failed, s.MaxFailures)
-	}
-	if s.MaxConcurrency > 0 && (s.Phase == magosv1.StepProgressing || s.Phase == magosv1.StepWaiting) {
-		out += fmt.Sprintf(", %d running (max %d)", s.Running, s.MaxConcurrency)
-	}
-	return out
 }
 
 // shortSHA shortens a commit SHA to 12 characters.

@@ -1,4 +1,4 @@
-package cli
+package rolloutgrid
 
 import (
 	"testing"
@@ -9,8 +9,8 @@ import (
 	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
 )
 
-// TestDescribeStep: the STATE column of `magosctl rollout status` says what a step waits for.
-func TestDescribeStep(t *testing.T) {
+// TestStepState: a step's state (the STATE column of `magosctl rollout status`) says what a step waits for.
+func TestStepState(t *testing.T) {
 	now := time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
 	ends := metav1.NewTime(now.Add(14*time.Second + 400*time.Millisecond))
 	past := metav1.NewTime(now.Add(-time.Second))
@@ -29,8 +29,8 @@ func TestDescribeStep(t *testing.T) {
 		{magosv1.StepStatus{Phase: magosv1.StepProgressing, Approval: &magosv1.StepApproval{ApprovedBy: "amy"}}, "Progressing, approved by amy"},
 		{magosv1.StepStatus{Phase: magosv1.StepCompleted, Late: 2}, "Completed, 2 late"},
 	} {
-		if got := describeStep(tt.step, now); got != tt.want {
-			t.Errorf("describeStep(%+v) = %q, want %q", tt.step, got, tt.want)
+		if got := StepState(tt.step, now); got != tt.want {
+			t.Errorf("StepState(%+v) = %q, want %q", tt.step, got, tt.want)
 		}
 	}
 }

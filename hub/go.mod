@@ -27,6 +27,8 @@ require (
 	sigs.k8s.io/yaml v1.6.0
 )
 
+require k8s.io/apiserver v0.36.3 // indirect
+
 require (
 	github.com/Azure/go-ansiterm v0.0.0-20230124172434-306776ec8161 // indirect
 	github.com/beorn7/perks v1.0.1 // indirect

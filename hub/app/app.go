@@ -25,6 +25,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	mcmanager "sigs.k8s.io/multicluster-runtime/pkg/manager"
 
+	"github.com/magosfleet/magos/hub/dashboard"
 	"github.com/magosfleet/magos/hub/fleet"
 	"github.com/magosfleet/magos/hub/fleetview"
 	"github.com/magosfleet/magos/hub/registry"
@@ -78,6 +79,8 @@ type Hub struct {
 	Fleet *fleet.Fleet
 	// Registry keeps the registered clusters and their Cluster objects.
 	Registry *registry.Registry
+	// Dashboard is the read-only HTTP API and web page, when Config.Dashboard enables it.
+	Dashboard *dashboard.Server
 }
 
 // CacheOptions is the hub manager's cache: Workspaces only when they are mirrors (one informer
@@ -163,13 +166,31 @@ func New(opts Options) (*Hub, error) {
 	if err := reg.SetupWithManager(local); err != nil {
 		return nil, fmt.Errorf("hub: %w", err)
 	}
+	var dash *dashboard.Server
+	if cfg.Dashboard.Enabled() {
+		dash, err = dashboard.New(dashboard.Options{
+			BindAddress: cfg.Dashboard.BindAddress,
+			CertFile:    cfg.Dashboard.CertFile,
+			KeyFile:     cfg.Dashboard.KeyFile,
+			RestConfig:  restCfg,
+			Cache:       local.GetCache(),
+			APIReader:   local.GetAPIReader(),
+			Logger:      opts.Logger.WithName("dashboard"),
+		})
+		if err != nil {
+			return nil, fmt.Errorf("hub: %w", err)
+		}
+		if err := local.Add(dash); err != nil {
+			return nil, fmt.Errorf("hub: adding the dashboard: %w", err)
+		}
+	}
 	if err := local.AddHealthzCheck("ping", healthz.Ping); err != nil {
 		return nil, fmt.Errorf("hub: %w", err)
 	}
 	if err := local.AddReadyzCheck("ping", healthz.Ping); err != nil {
 		return nil, fmt.Errorf("hub: %w", err)
 	}
-	return &Hub{Manager: mgr, Fleet: fl, Registry: reg}, nil
+	return &Hub{Manager: mgr, Fleet: fl, Registry: reg, Dashboard: dash}, nil
 }
 
 func orDefault(v, def string) string {

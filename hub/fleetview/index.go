@@ -39,3 +39,7 @@ func originNamespace(ws *magosv1.Workspace) string {
 }
 
 func projectKey(namespace, project string) string { return namespace + "/" + project }
+
+// ProjectIndexValue is the ProjectIndex value of the Workspaces of Project namespace/project:
+// list them with client.MatchingFields{ProjectIndex: ProjectIndexValue(namespace, project)}.
+func ProjectIndexValue(namespace, project string) string { return projectKey(namespace, project) }

@@ -7,6 +7,7 @@ package registry
 import (
 	"fmt"
 	"maps"
+	"net"
 	"slices"
 	"strings"
 	"time"
@@ -49,6 +50,8 @@ type Config struct {
 	PprofBindAddress string `mapstructure:"pprofBindAddress"`
 	// Log configures logging.
 	Log LogConfig `mapstructure:"log"`
+	// Dashboard configures the read-only HTTP API and web page (off by default).
+	Dashboard DashboardConfig `mapstructure:"dashboard"`
 	// KubeAPIQPS and KubeAPIBurst bound the hub's requests to its API server, over every
 	// controller: a sustained rate per second and a burst. Each granted run costs the hub
 	// about 4 requests, so the QPS bounds how many runs a second the hub can grant.
@@ -115,6 +118,19 @@ type SecretRefConfig struct {
 	Key string `mapstructure:"key"`
 }
 
+// DashboardConfig configures the hub's dashboard (package dashboard).
+type DashboardConfig struct {
+	// BindAddress is where it listens (host:port); "0" or empty turns it off, the default.
+	BindAddress string `mapstructure:"bindAddress"`
+	// CertFile and KeyFile are a PEM certificate and key to serve HTTPS with (both or
+	// neither; neither serves plain HTTP).
+	CertFile string `mapstructure:"certFile"`
+	KeyFile  string `mapstructure:"keyFile"`
+}
+
+// Enabled reports whether the dashboard is to be served.
+func (d DashboardConfig) Enabled() bool { return d.BindAddress != "" && d.BindAddress != "0" }
+
 // DefaultKubeAPIQPS and DefaultKubeAPIBurst are the defaults of KubeAPIQPS and KubeAPIBurst.
 const (
 	DefaultKubeAPIQPS   = 100
@@ -149,6 +165,14 @@ func (c *Config) Validate() error {
 	}
 	if c.KubeAPIBurst < 1 || float32(c.KubeAPIBurst) < c.KubeAPIQPS {
 		errs.Add("kubeApiBurst", "must be a whole number of requests at least kubeApiQps (%g), got %d", c.KubeAPIQPS, c.KubeAPIBurst)
+	}
+	if d := c.Dashboard; d.Enabled() {
+		if _, port, err := net.SplitHostPort(d.BindAddress); err != nil || port == "" {
+			errs.Add("dashboard.bindAddress", "must be host:port (e.g. :8443 or 127.0.0.1:8443), or 0 to turn the dashboard off, got %q", d.BindAddress)
+		}
+	}
+	if (c.Dashboard.CertFile == "") != (c.Dashboard.KeyFile == "") {
+		errs.Add("dashboard.certFile", "and dashboard.keyFile must be set together (HTTPS) or both left empty (HTTP)")
 	}
 	seen := map[string]int{}
 	for i := range c.Clusters {

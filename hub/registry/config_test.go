@@ -123,7 +123,10 @@ func TestLoadConfigErrorsNameTheKey(t *testing.T) {
 			`bindings[0].clusters[0]: no registered cluster is named "b"`},
 		"binding bad selector": {"clusters:\n  - name: a\n    agent: {}\nbindings:\n  - namespaces: [pay]\n    clusterSelector: {matchExpressions: [{key: env, operator: Near}]}\n",
 			"bindings[0].clusterSelector"},
-		"binding unknown key": {"clusters:\n  - name: a\n    agent: {}\nbindings:\n  - namespaces: [pay]\n    cluster: [a]\n", "cluster"},
+		"dashboard no port":     {"dashboard: {bindAddress: localhost}\nclusters: []\n", `dashboard.bindAddress: must be host:port (e.g. :8443 or 127.0.0.1:8443), or 0 to turn the dashboard off, got "localhost"`},
+		"dashboard cert alone":  {"dashboard: {bindAddress: ':8480', certFile: /tls.crt}\nclusters: []\n", "dashboard.certFile: and dashboard.keyFile must be set together"},
+		"dashboard unknown key": {"dashboard: {bindAdress: ':8480'}\nclusters: []\n", "invalid keys: bindadress"},
+		"binding unknown key":   {"clusters:\n  - name: a\n    agent: {}\nbindings:\n  - namespaces: [pay]\n    cluster: [a]\n", "cluster"},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {

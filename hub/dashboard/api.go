@@ -1,0 +1,350 @@
+package dashboard
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"sort"
+	"strings"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apiserver/pkg/authentication/user"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
+	"github.com/magosfleet/magos/hub/fleetview"
+	"github.com/magosfleet/magos/hub/rolloutgrid"
+	"github.com/magosfleet/magos/pkg/mirror"
+)
+
+// Error is the body of every answer that is not a success: {"error": "..."}.
+type Error struct {
+	Error string `json:"error"`
+}
+
+// statusError is an error with the HTTP status it answers with.
+type statusError struct {
+	status int
+	msg    string
+}
+
+func (e *statusError) Error() string { return e.msg }
+
+func errorf(status int, format string, args ...any) error {
+	return &statusError{status: status, msg: fmt.Sprintf(format, args...)}
+}
+
+// answer computes what a request returns, for u.
+type answer func(ctx context.Context, u user.Info, r *http.Request) (any, error)
+
+// authenticated runs h for the request's caller, or answers 401.
+func (s *Server) authenticated(h func(http.ResponseWriter, *http.Request, user.Info)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		u := s.access.authenticate(r)
+		if u == nil {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="magos-hub"`)
+			writeJSON(w, http.StatusUnauthorized, Error{"a Kubernetes token of the hub's API server is required (Authorization: Bearer, or POST /login)"})
+			return
+		}
+		h(w, r, u)
+	}
+}
+
+// json answers with what a computes, as JSON.
+func (s *Server) json(a answer) func(http.ResponseWriter, *http.Request, user.Info) {
+	return func(w http.ResponseWriter, r *http.Request, u user.Info) {
+		v, err := a(r.Context(), u, r)
+		if err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, v)
+	}
+}
+
+func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
+	var se *statusError
+	if errors.As(err, &se) {
+		writeJSON(w, se.status, Error{se.msg})
+		return
+	}
+	s.opts.Logger.Error(err, "dashboard request failed", "path", r.URL.Path)
+	writeJSON(w, http.StatusInternalServerError, Error{err.Error()})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// require answers 403 unless u may verb the resource.
+func (s *Server) require(ctx context.Context, u user.Info, verb, resource, namespace, name string) error {
+	ok, err := s.access.can(ctx, u, verb, resource, namespace, name)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		what := resource
+		if name != "" {
+			what += " " + name
+		}
+		where := ""
+		if namespace != "" {
+			where = " in namespace " + namespace
+		}
+		return errorf(http.StatusForbidden, "%s may not %s %s.%s%s", u.GetName(), verb, what, magosv1.GroupVersion.Group, where)
+	}
+	return nil
+}
+
+// Whoami is the caller as the hub's API server knows them.
+type Whoami struct {
+	User   string   `json:"user"`
+	Groups []string `json:"groups,omitempty"`
+}
+
+func (s *Server) whoami(w http.ResponseWriter, _ *http.Request, u user.Info) {
+	writeJSON(w, http.StatusOK, Whoami{User: u.GetName(), Groups: u.GetGroups()})
+}
+
+// RolloutList is the answer of GET /api/v1/rollouts.
+type RolloutList struct {
+	Items []RolloutSummary `json:"items"`
+}
+
+// RolloutSummary is one Rollout in the list.
+type RolloutSummary struct {
+	Namespace   string `json:"namespace"`
+	Name        string `json:"name"`
+	Phase       string `json:"phase"`
+	Reason      string `json:"reason,omitempty"`
+	Message     string `json:"message,omitempty"`
+	CurrentStep string `json:"currentStep,omitempty"`
+	Steps       int    `json:"steps"`
+	Applied     int32  `json:"applied"`
+	Total       int32  `json:"total"`
+	Paused      bool   `json:"paused,omitempty"`
+}
+
+// rollouts lists the Rollouts of every namespace where u may list Rollouts.
+func (s *Server) rollouts(ctx context.Context, u user.Info, _ *http.Request) (any, error) {
+	var list magosv1.RolloutList
+	if err := s.opts.Cache.List(ctx, &list, client.UnsafeDisableDeepCopy); err != nil {
+		return nil, fmt.Errorf("listing rollouts: %w", err)
+	}
+	allowed := map[string]bool{}
+	out := RolloutList{Items: []RolloutSummary{}}
+	for i := range list.Items {
+		r := &list.Items[i]
+		ok, seen := allowed[r.Namespace]
+		if !seen {
+			var err error
+			if ok, err = s.access.can(ctx, u, "list", "rollouts", r.Namespace, ""); err != nil {
+				return nil, err
+			}
+			allowed[r.Namespace] = ok
+		}
+		if !ok {
+			continue
+		}
+		phase := string(r.Status.Phase)
+		if phase == "" {
+			phase = "Unknown"
+		}
+		out.Items = append(out.Items, RolloutSummary{
+			Namespace: r.Namespace, Name: r.Name, Phase: phase, Reason: r.Status.Reason, Message: r.Status.Message,
+			CurrentStep: r.Status.CurrentStepName, Steps: len(r.Spec.Strategy.Steps),
+			Applied: r.Status.AppliedWorkspaces, Total: r.Status.TotalWorkspaces, Paused: r.Spec.Paused,
+		})
+	}
+	sort.Slice(out.Items, func(i, j int) bool {
+		a, b := out.Items[i], out.Items[j]
+		return a.Namespace < b.Namespace || (a.Namespace == b.Namespace && a.Name < b.Name)
+	})
+	return out, nil
+}
+
+// grid is one Rollout's grid (rolloutgrid.Grid), for a caller who may get the Rollout and
+// list the Workspaces of its namespace.
+func (s *Server) grid(ctx context.Context, u user.Info, r *http.Request) (any, error) {
+	ns, name := r.PathValue("namespace"), r.PathValue("name")
+	if err := s.require(ctx, u, "get", "rollouts", ns, name); err != nil {
+		return nil, err
+	}
+	if err := s.require(ctx, u, "list", "workspaces", ns, ""); err != nil {
+		return nil, err
+	}
+	var ro magosv1.Rollout
+	if err := s.opts.Cache.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &ro); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, errorf(http.StatusNotFound, "rollout %s/%s not found", ns, name)
+		}
+		return nil, fmt.Errorf("reading rollout %s/%s: %w", ns, name, err)
+	}
+	var clusters magosv1.ClusterList
+	if err := s.opts.Cache.List(ctx, &clusters, client.UnsafeDisableDeepCopy); err != nil {
+		return nil, fmt.Errorf("listing clusters: %w", err)
+	}
+	var mirrors magosv1.WorkspaceList
+	if err := s.opts.Cache.List(ctx, &mirrors, client.UnsafeDisableDeepCopy,
+		client.MatchingFields{fleetview.ProjectIndex: fleetview.ProjectIndexValue(ns, ro.Spec.ProjectRef)}); err != nil {
+		return nil, fmt.Errorf("listing the mirrors of project %s/%s: %w", ns, ro.Spec.ProjectRef, err)
+	}
+	ptrs := make([]*magosv1.Workspace, len(mirrors.Items))
+	for i := range mirrors.Items {
+		ptrs[i] = &mirrors.Items[i]
+	}
+	return rolloutgrid.Build(&ro, clusters.Items, ptrs, s.opts.Now()), nil
+}
+
+// ClusterList is the answer of GET /api/v1/clusters.
+type ClusterList struct {
+	Items []ClusterSummary `json:"items"`
+}
+
+// ClusterSummary is one registered cluster.
+type ClusterSummary struct {
+	Name   string            `json:"name"`
+	Labels map[string]string `json:"labels,omitempty"`
+	// Transport is agent (its Workspaces mirrored to the hub) or direct.
+	Transport string `json:"transport"`
+	// Namespaces are the hub namespaces the cluster is bound to.
+	Namespaces []string `json:"namespaces,omitempty"`
+	// Workspaces is the number of Workspaces the hub sees in the cluster.
+	Workspaces        int32              `json:"workspaces"`
+	LastHeartbeatTime *metav1.Time       `json:"lastHeartbeatTime,omitempty"`
+	Conditions        []metav1.Condition `json:"conditions,omitempty"`
+}
+
+func (s *Server) clusters(ctx context.Context, u user.Info, _ *http.Request) (any, error) {
+	if err := s.require(ctx, u, "list", "clusters", "", ""); err != nil {
+		return nil, err
+	}
+	var list magosv1.ClusterList
+	if err := s.opts.Cache.List(ctx, &list); err != nil {
+		return nil, fmt.Errorf("listing clusters: %w", err)
+	}
+	out := ClusterList{Items: []ClusterSummary{}}
+	for _, c := range list.Items {
+		out.Items = append(out.Items, ClusterSummary{
+			Name: c.Name, Labels: c.Labels, Transport: c.Spec.Transport, Namespaces: c.Spec.Namespaces,
+			Workspaces: c.Status.Workspaces, LastHeartbeatTime: c.Status.LastHeartbeatTime, Conditions: c.Status.Conditions,
+		})
+	}
+	sort.Slice(out.Items, func(i, j int) bool { return out.Items[i].Name < out.Items[j].Name })
+	return out, nil
+}
+
+// WorkspaceList is the answer of GET /api/v1/clusters/{cluster}/workspaces.
+type WorkspaceList struct {
+	Cluster string             `json:"cluster"`
+	Items   []WorkspaceSummary `json:"items"`
+}
+
+// WorkspaceSummary is one Workspace of a cluster, as its hub mirror shows it.
+type WorkspaceSummary struct {
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	Project   string `json:"project,omitempty"`
+	// Bound is false when the cluster is not bound to the Workspace's namespace: no Project or
+	// Rollout of the hub takes it in.
+	Bound    bool   `json:"bound"`
+	Phase    string `json:"phase,omitempty"`
+	Reason   string `json:"reason,omitempty"`
+	Message  string `json:"message,omitempty"`
+	Revision string `json:"revision,omitempty"`
+	RunID    string `json:"runID,omitempty"`
+}
+
+// clusterWorkspaces lists an agent cluster's Workspaces (its mirrors on the hub) in the
+// namespaces where u may list Workspaces.
+func (s *Server) clusterWorkspaces(ctx context.Context, u user.Info, r *http.Request) (any, error) {
+	name := r.PathValue("cluster")
+	if err := s.require(ctx, u, "get", "clusters", "", name); err != nil {
+		return nil, err
+	}
+	var c magosv1.Cluster
+	if err := s.opts.Cache.Get(ctx, client.ObjectKey{Name: name}, &c); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, errorf(http.StatusNotFound, "cluster %s is not registered", name)
+		}
+		return nil, fmt.Errorf("reading cluster %s: %w", name, err)
+	}
+	if c.Spec.Transport != magosv1.TransportAgent {
+		return nil, errorf(http.StatusNotFound, "cluster %s is a direct cluster: the hub keeps no mirrors of its Workspaces", name)
+	}
+	var list magosv1.WorkspaceList
+	if err := s.opts.Cache.List(ctx, &list, client.UnsafeDisableDeepCopy, client.InNamespace(mirror.Namespace(name))); err != nil {
+		return nil, fmt.Errorf("listing the mirrors of cluster %s: %w", name, err)
+	}
+	allowed := map[string]bool{}
+	out := WorkspaceList{Cluster: name, Items: []WorkspaceSummary{}}
+	for i := range list.Items {
+		m := &list.Items[i]
+		if mirror.Check(name, m) != nil {
+			continue
+		}
+		o := mirror.OriginOf(name, m)
+		ok, seen := allowed[o.Namespace]
+		if !seen {
+			var err error
+			if ok, err = s.access.can(ctx, u, "list", "workspaces", o.Namespace, ""); err != nil {
+				return nil, err
+			}
+			allowed[o.Namespace] = ok
+		}
+		if !ok {
+			continue
+		}
+		out.Items = append(out.Items, WorkspaceSummary{
+			Namespace: o.Namespace, Name: o.Name, Project: m.Spec.ProjectRef.Name, Bound: c.Binds(o.Namespace),
+			Phase: string(m.Status.Phase), Reason: m.Status.Reason, Message: m.Status.Message,
+			Revision: m.Status.ObservedRevision, RunID: m.Status.CurrentRunID,
+		})
+	}
+	sort.Slice(out.Items, func(i, j int) bool {
+		return strings.Compare(out.Items[i].Namespace+"/"+out.Items[i].Name, out.Items[j].Namespace+"/"+out.Items[j].Name) < 0
+	})
+	return out, nil
+}
+
+// Runs is the answer of GET .../workspaces/{name}/runs: the Workspace's run records, newest
+// first, as its agent mirrored them.
+type Runs struct {
+	Cluster   string              `json:"cluster"`
+	Namespace string              `json:"namespace"`
+	Name      string              `json:"name"`
+	Runs      []magosv1.RunRecord `json:"runs"`
+}
+
+// runs reads a Workspace's run records from its mirror. The hub's cache keeps no records
+// (fleet.WorkspaceTransform), so the mirror is read from the API server.
+func (s *Server) runs(ctx context.Context, u user.Info, r *http.Request) (any, error) {
+	cluster, ns, name := r.PathValue("cluster"), r.PathValue("namespace"), r.PathValue("name")
+	if err := s.require(ctx, u, "get", "workspaces", ns, name); err != nil {
+		return nil, err
+	}
+	var m magosv1.Workspace
+	key := client.ObjectKey{Namespace: mirror.Namespace(cluster), Name: mirror.Name(ns, name)}
+	err := s.opts.APIReader.Get(ctx, key, &m)
+	if apierrors.IsNotFound(err) || (err == nil && mirror.Check(cluster, &m) != nil) {
+		return nil, errorf(http.StatusNotFound, "workspace %s/%s of cluster %s: the hub has no mirror of it", ns, name, cluster)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading the mirror of workspace %s/%s of cluster %s: %w", ns, name, cluster, err)
+	}
+	o := mirror.OriginOf(cluster, &m)
+	if o.Namespace != ns || o.Name != name {
+		return nil, errorf(http.StatusNotFound, "workspace %s/%s of cluster %s: the hub has no mirror of it", ns, name, cluster)
+	}
+	runs := slices.Clone(m.Status.Runs)
+	if runs == nil {
+		runs = []magosv1.RunRecord{}
+	}
+	return Runs{Cluster: cluster, Namespace: ns, Name: name, Runs: runs}, nil
+}

@@ -1,0 +1,171 @@
+// The Magos Fleet dashboard: a list of Rollouts and, for one Rollout, a grid of its steps by
+// clusters that follows the hub's server-sent events. Everything is rendered with textContent:
+// no text from the API is ever parsed as HTML.
+"use strict";
+
+const $ = (id) => document.getElementById(id);
+let source = null;
+
+function el(tag, attrs, ...children) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (k === "class") e.className = v;
+    else if (k.startsWith("data-")) e.setAttribute(k, v);
+    else if (k === "onclick") e.addEventListener("click", v);
+    else e[k] = v;
+  }
+  for (const c of children) e.append(c instanceof Node ? c : document.createTextNode(String(c ?? "")));
+  return e;
+}
+
+function show(section) {
+  for (const id of ["login", "rollouts", "rollout"]) $(id).hidden = id !== section;
+}
+
+function showError(msg) {
+  $("error").textContent = msg || "";
+  $("error").hidden = !msg;
+}
+
+async function getJSON(path) {
+  const res = await fetch(path, { credentials: "same-origin" });
+  const body = await res.json().catch(() => ({ error: res.statusText }));
+  if (res.status === 401) { signedOut(); throw new Error(body.error); }
+  if (!res.ok) throw new Error(body.error || res.statusText);
+  return body;
+}
+
+function signedOut() {
+  if (source) { source.close(); source = null; }
+  $("whoami").textContent = "";
+  $("logout").hidden = true;
+  show("login");
+}
+
+// follow opens a server-sent events stream and renders each update with render.
+function follow(path, render) {
+  if (source) source.close();
+  source = new EventSource(path);
+  source.addEventListener("update", (ev) => {
+    showError("");
+    $("live").textContent = "live: updated " + new Date().toLocaleTimeString();
+    render(JSON.parse(ev.data));
+  });
+  source.addEventListener("error", (ev) => {
+    if (ev.data) { showError(JSON.parse(ev.data).error); source.close(); return; }
+    $("live").textContent = "live: reconnecting...";
+  });
+}
+
+function short(sha) { return sha ? sha.slice(0, 12) : "-"; }
+
+function renderRollouts(list) {
+  const rows = $("rollout-rows");
+  rows.replaceChildren();
+  for (const r of list.items) {
+    const href = "#/namespaces/" + encodeURIComponent(r.namespace) + "/rollouts/" + encodeURIComponent(r.name);
+    rows.append(el("tr", { "data-rollout": r.namespace + "/" + r.name },
+      el("td", {}, r.namespace),
+      el("td", {}, el("a", { href }, r.name)),
+      el("td", {}, el("span", { class: "phase", "data-phase": r.phase }, r.phase + (r.paused ? " (paused)" : ""))),
+      el("td", {}, r.currentStep || "-"),
+      el("td", {}, r.applied + "/" + r.total),
+      el("td", {}, r.message || "")));
+  }
+  $("rollouts-empty").hidden = list.items.length > 0;
+}
+
+let selected = null; // the Workspace whose runs are shown: {cluster, namespace, name}
+
+function renderGrid(g) {
+  $("rollout-title").textContent = "Rollout " + g.namespace + "/" + g.name;
+  $("rollout-phase").textContent = g.phase + (g.reason ? " (" + g.reason + ")" : "");
+  $("rollout-phase").setAttribute("data-phase", g.phase);
+  $("rollout-summary").textContent = g.applied + "/" + g.total + " Workspaces applied" +
+    (g.currentStep ? ", step " + g.currentStep : "") + (g.paused ? ", paused" : "") +
+    (g.stale ? " (the hub has not caught up with the latest spec yet)" : "");
+  $("rollout-message").textContent = [g.message, g.halted].filter(Boolean).join(" — ");
+  $("rollout-revisions").replaceChildren(...(g.revisions || []).map((r) =>
+    el("li", {}, "rolling out commit " + short(r.commit) + " of " + r.repoURL + " (" + r.targetRevision + ")")));
+
+  $("grid-head").replaceChildren(el("th", {}, "Step"), ...g.clusters.map((c) => el("th", { "data-cluster": c }, c)));
+  const rows = $("grid-rows");
+  rows.replaceChildren();
+  for (const s of g.steps) {
+    const tr = el("tr", { "data-step": s.name },
+      el("td", { class: "step" }, s.name, el("span", { class: "state", "data-step-phase": s.phase || "" },
+        s.invalidSelector ? "InvalidSelector" : s.state)));
+    for (const c of g.clusters) {
+      const td = el("td", { "data-step": s.name, "data-cluster": c });
+      for (const w of s.workspaces.filter((w) => w.cluster === c)) {
+        const isSel = selected && selected.cluster === w.cluster && selected.namespace === w.namespace && selected.name === w.name;
+        td.append(el("span", {
+          class: "ws phase" + (isSel ? " selected" : ""), "data-phase": w.phase || "", "data-workspace": w.namespace + "/" + w.name,
+          title: w.message || "", onclick: () => selectWorkspace(w),
+        }, w.namespace + "/" + w.name + " ", el("b", {}, (w.phase || "-") + (w.late ? " (late)" : "")), " ", el("span", { class: "rev" }, short(w.revision))));
+      }
+      tr.append(td);
+    }
+    rows.append(tr);
+  }
+  if (selected) loadRuns(selected);
+}
+
+function selectWorkspace(w) {
+  selected = { cluster: w.cluster, namespace: w.namespace, name: w.name };
+  for (const e of document.querySelectorAll(".ws.selected")) e.classList.remove("selected");
+  loadRuns(selected);
+}
+
+async function loadRuns(w) {
+  const path = "/api/v1/clusters/" + encodeURIComponent(w.cluster) + "/namespaces/" + encodeURIComponent(w.namespace) +
+    "/workspaces/" + encodeURIComponent(w.name) + "/runs";
+  let body;
+  try { body = await getJSON(path); } catch (e) { showError(e.message); return; }
+  $("runs").hidden = false;
+  $("runs-title").textContent = "Runs of " + w.namespace + "/" + w.name + " in " + w.cluster;
+  $("runs-hint").textContent = "Plan text and logs stay in the cluster: magosctl plan " + w.name + " -n " + w.namespace +
+    " --run RUN (and magosctl logs) with the kubeconfig of " + w.cluster + ".";
+  $("run-rows").replaceChildren(...body.runs.map((r) => el("tr", { "data-run": r.runID },
+    el("td", {}, r.runID),
+    el("td", {}, r.trigger || ""),
+    el("td", {}, short(r.revision)),
+    el("td", {}, el("span", { class: "phase", "data-phase": r.phase || "" }, r.phase + (r.reason ? " (" + r.reason + ")" : ""))),
+    el("td", {}, r.startedAt || ""),
+    el("td", {}, r.finishedAt || ""),
+    el("td", {}, r.resourceChanges ? "+" + r.resourceChanges.add + " ~" + r.resourceChanges.change + " -" + r.resourceChanges.destroy : ""),
+    el("td", {}, r.policy || ""),
+    el("td", {}, (r.operations || []).map((o) => o.operation + ": " + o.outcome + (o.outputSecret ? " (Secret " + o.outputSecret + ")" : "")).join("; ")))));
+}
+
+async function route() {
+  showError("");
+  let me;
+  try { me = await getJSON("/api/v1/whoami"); } catch (e) { return; }
+  $("whoami").textContent = me.user;
+  $("logout").hidden = false;
+  const m = location.hash.match(/^#\/namespaces\/([^/]+)\/rollouts\/([^/]+)$/);
+  if (m) {
+    const [ns, name] = [decodeURIComponent(m[1]), decodeURIComponent(m[2])];
+    selected = null;
+    $("runs").hidden = true;
+    show("rollout");
+    follow("/api/v1/watch/namespaces/" + encodeURIComponent(ns) + "/rollouts/" + encodeURIComponent(name), renderGrid);
+  } else {
+    show("rollouts");
+    follow("/api/v1/watch/rollouts", renderRollouts);
+  }
+}
+
+$("login-form").addEventListener("submit", async (ev) => {
+  ev.preventDefault();
+  const res = await fetch("/login", { method: "POST", body: new URLSearchParams({ token: $("token").value.trim() }) });
+  const body = await res.json().catch(() => ({}));
+  if (!res.ok) { $("login-error").textContent = body.error || res.statusText; return; }
+  $("token").value = "";
+  $("login-error").textContent = "";
+  route();
+});
+$("logout").addEventListener("click", async () => { await fetch("/logout", { method: "POST" }); signedOut(); });
+window.addEventListener("hashchange", route);
+route();

@@ -63,6 +63,9 @@ type Options struct {
 	// HubMetricsAddress is where the hub serves its Prometheus metrics (off if empty); with
 	// several replicas, only the first serves them.
 	HubMetricsAddress string
+	// Dashboard is the address the hub serves its dashboard on (host:port; off if empty).
+	// With several replicas, only the first serves it.
+	Dashboard string
 	// HubLeaseDuration is how long an agent's heartbeat is valid (6s if zero, with a heartbeat
 	// every third of it): after it, the hub marks a stopped agent's cluster unavailable.
 	HubLeaseDuration time.Duration
@@ -83,13 +86,14 @@ type Fleet struct {
 	// Dir is Options.Dir.
 	Dir string
 
-	env     *localcluster.Fleet
-	procs   []*process
-	out     io.Writer
-	single  bool
-	proxies map[string]*transportProxy // by spoke name, when Options.HubProxy
-	hubs    []string                   // the hub replicas' process names
-	grace   time.Duration              // Options.ProjectParallelGracePeriod
+	env       *localcluster.Fleet
+	procs     []*process
+	out       io.Writer
+	single    bool
+	proxies   map[string]*transportProxy // by spoke name, when Options.HubProxy
+	hubs      []string                   // the hub replicas' process names
+	grace     time.Duration              // Options.ProjectParallelGracePeriod
+	dashboard string                     // Options.Dashboard
 
 	// mu guards registered, bindings and the hub's config file.
 	mu         sync.Mutex
@@ -210,6 +214,10 @@ func (f *Fleet) start(ctx context.Context, opts Options) error {
 		args := []string{"controller",
 			"--kubeconfig", f.Kubeconfig("hub"), "--config", f.path("hub-config.yaml"),
 			"--metrics-bind-address", metrics, "--health-probe-bind-address", "0", "--log-development"}
+		if i == 0 && opts.Dashboard != "" {
+			args = append(args, "--dashboard-bind-address", opts.Dashboard)
+			f.dashboard = opts.Dashboard
+		}
 		if replicas > 1 {
 			f.step("starting the hub replica %s (leader election on)", name)
 			args = append(args, "--leader-elect", "--leader-election-namespace", HubLeaseNamespace,

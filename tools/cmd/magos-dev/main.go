@@ -5,7 +5,8 @@
 //
 // up starts a hub API server and spoke API servers, registers the spokes with the hub as agent
 // clusters, runs the hub and one agent per spoke (Workspaces run as local processes), writes
-// hub.kubeconfig and <spoke>.kubeconfig into --dir, prints "ready" and runs until interrupted.
+// hub.kubeconfig and <spoke>.kubeconfig into --dir, prints the dashboard's address (--dashboard)
+// and where the token to sign in with is, prints "ready" and runs until interrupted.
 // demo does the same, then rolls a small module out region by region and exits.
 package main
 
@@ -48,6 +49,7 @@ func run(ctx context.Context, args []string) error {
 	failRegion := fs.String("fail-region", "", "demo: make this region's Workspace fail, to show the Rollout halting")
 	approval := fs.Bool("approval", false, "demo: the last region's step requires approval; the demo waits for magosctl rollout approve")
 	timeout := fs.Duration("timeout", 10*time.Minute, "demo: give up after this long")
+	dashboard := fs.String("dashboard", "127.0.0.1:8480", "address of the hub's dashboard, host:port (empty turns it off)")
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
 	}
@@ -70,7 +72,7 @@ func run(ctx context.Context, args []string) error {
 		return fmt.Errorf("--dir: %w", err)
 	}
 	started := time.Now()
-	fleet, err := devfleet.Start(ctx, devfleet.Options{Dir: *dir, Spokes: *spokes, Single: *single, Progress: os.Stderr})
+	fleet, err := devfleet.Start(ctx, devfleet.Options{Dir: *dir, Spokes: *spokes, Single: *single, Progress: os.Stderr, Dashboard: *dashboard})
 	if err != nil {
 		return err
 	}
@@ -82,6 +84,9 @@ func run(ctx context.Context, args []string) error {
 	}()
 	fmt.Fprintf(os.Stderr, "magos-dev: fleet up in %s; kubeconfigs in %s, logs in %s\n",
 		time.Since(started).Round(time.Second), *dir, filepath.Join(*dir, "logs"))
+	if err := printDashboard(ctx, fleet); err != nil {
+		return err
+	}
 	if cmd == "up" {
 		fmt.Println("ready")
 		fmt.Printf("  kubectl --kubeconfig %s get clusters\n", fleet.Kubeconfig("hub"))
@@ -103,6 +108,25 @@ func run(ctx context.Context, args []string) error {
 	case *failRegion != "" && summary.HaltedAt != *failRegion:
 		return fmt.Errorf("demo: expected the Rollout to halt at %s, it halted at %q", *failRegion, summary.HaltedAt)
 	}
+	return nil
+}
+
+// printDashboard prints the dashboard's address and writes a token to sign in with into the
+// fleet's folder.
+func printDashboard(ctx context.Context, fleet *devfleet.Fleet) error {
+	url := fleet.DashboardURL()
+	if url == "" {
+		return nil
+	}
+	token, err := fleet.DashboardToken(ctx)
+	if err != nil {
+		return err
+	}
+	file := filepath.Join(fleet.Dir, "dashboard.token")
+	if err := os.WriteFile(file, []byte(token+"\n"), 0o600); err != nil {
+		return fmt.Errorf("writing the dashboard token: %w", err)
+	}
+	fmt.Printf("dashboard: %s (sign in with the token in %s)\n", url, file)
 	return nil
 }
 

@@ -1,0 +1,62 @@
+package devfleet
+
+import (
+	"context"
+	"fmt"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
+)
+
+// DashboardViewer is the ServiceAccount (in the hub's default namespace) and the ClusterRole of
+// DashboardToken: read access to every Magos object, nothing else.
+const DashboardViewer = "magos-dashboard-viewer"
+
+// DashboardURL is the address of the hub's dashboard (Options.Dashboard), or "" when off.
+func (f *Fleet) DashboardURL() string {
+	if f.dashboard == "" {
+		return ""
+	}
+	return "http://" + f.dashboard
+}
+
+// DashboardToken returns a token, valid for an hour, of the ServiceAccount DashboardViewer,
+// which it creates with a ClusterRole that may read every Magos object: what a person signs
+// in to the dashboard with.
+func (f *Fleet) DashboardToken(ctx context.Context) (string, error) {
+	c := f.Hub.Client
+	objs := []client.Object{
+		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: corev1.NamespaceDefault, Name: DashboardViewer}},
+		&rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: DashboardViewer}, Rules: []rbacv1.PolicyRule{{
+			APIGroups: []string{magosv1.GroupVersion.Group},
+			Resources: []string{"rollouts", "projects", "workspaces", "clusters"},
+			Verbs:     []string{"get", "list", "watch"},
+		}}},
+		&rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: DashboardViewer},
+			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: DashboardViewer},
+			Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: corev1.NamespaceDefault, Name: DashboardViewer}}},
+	}
+	for _, o := range objs {
+		if err := c.Create(ctx, o); err != nil && !apierrors.IsAlreadyExists(err) {
+			return "", fmt.Errorf("the dashboard viewer: %w", err)
+		}
+	}
+	cs, err := kubernetes.NewForConfig(f.Hub.Config)
+	if err != nil {
+		return "", err
+	}
+	secs := int64(3600)
+	tr, err := cs.CoreV1().ServiceAccounts(corev1.NamespaceDefault).CreateToken(ctx, DashboardViewer,
+		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &secs}}, metav1.CreateOptions{})
+	if err != nil {
+		return "", fmt.Errorf("a token of the dashboard viewer: %w", err)
+	}
+	return tr.Status.Token, nil
+}

@@ -12,7 +12,7 @@ require (
 	github.com/skeema/knownhosts v1.3.1
 	github.com/spf13/pflag v1.1.0
 	github.com/spf13/viper v1.21.0
-	github.com/zclconf/go-cty v1.16.3
+	github.com/zclconf/go-cty v1.16.4
 	go.uber.org/zap v1.28.0
 	golang.org/x/crypto v0.56.0
 	k8s.io/api v0.36.3
@@ -24,6 +24,11 @@ require (
 )
 
 require github.com/robfig/cron/v3 v3.0.1
+
+require (
+	github.com/hashicorp/go-version v1.9.0 // indirect
+	github.com/hashicorp/terraform-json v0.29.0 // indirect
+)
 
 require (
 	cel.dev/expr v0.25.1 // indirect

@@ -72,20 +72,28 @@ func TestSummarizePlan(t *testing.T) {
 		json string
 		want planSummary
 		msg  string
+		err  string
 	}{
-		{name: "nothing", json: `{"resource_changes":[{"change":{"actions":["no-op"]}},{"change":{"actions":["read"]}}],"output_changes":{"o":{"actions":["no-op"]}}}`,
+		{name: "nothing", json: `{"format_version":"1.2","resource_changes":[{"change":{"actions":["no-op"]}},{"change":{"actions":["read"]}}],"output_changes":{"o":{"actions":["no-op"]}}}`,
 			want: planSummary{}, msg: "No changes."},
-		{name: "create update delete", json: `{"resource_changes":[{"change":{"actions":["create"]}},{"change":{"actions":["update"]}},{"change":{"actions":["delete"]}}]}`,
+		{name: "create update delete", json: `{"format_version":"1.2","resource_changes":[{"change":{"actions":["create"]}},{"change":{"actions":["update"]}},{"change":{"actions":["delete"]}}]}`,
 			want: planSummary{add: 1, change: 1, destroy: 1, hasChanges: true}, msg: "Plan: 1 to add, 1 to change, 1 to destroy."},
-		{name: "replace counts as add and destroy", json: `{"resource_changes":[{"change":{"actions":["delete","create"]}},{"change":{"actions":["create","delete"]}}]}`,
+		{name: "replace counts as add and destroy", json: `{"format_version":"1.2","resource_changes":[{"change":{"actions":["delete","create"]}},{"change":{"actions":["create","delete"]}}]}`,
 			want: planSummary{add: 2, destroy: 2, hasChanges: true}},
-		{name: "output change only", json: `{"output_changes":{"o":{"actions":["update"]}}}`,
+		{name: "output change only", json: `{"format_version":"1.2","output_changes":{"o":{"actions":["update"]}}}`,
 			want: planSummary{hasChanges: true}, msg: "Plan: 0 to add, 0 to change, 0 to destroy."},
-		{name: "forget", json: `{"resource_changes":[{"change":{"actions":["forget"]}}]}`, want: planSummary{hasChanges: true}},
+		{name: "a format this reader does not know", json: `{"format_version":"2.0","resource_changes":[]}`, err: "unsupported plan format version"},
+		{name: "forget", json: `{"format_version":"1.2","resource_changes":[{"change":{"actions":["forget"]}}]}`, want: planSummary{hasChanges: true}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			got, err := summarizePlan([]byte(tt.json))
+			if tt.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.err) {
+					t.Fatalf("summarizePlan = %+v, %v; want an error containing %q", got, err, tt.err)
+				}
+				return
+			}
 			if err != nil || got != tt.want {
 				t.Fatalf("summarizePlan = %+v, %v; want %+v", got, err, tt.want)
 			}

@@ -5,7 +5,8 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"slices"
+
+	tfjson "github.com/hashicorp/terraform-json"
 )
 
 // planSummary is what a run reports of a plan.
@@ -14,43 +15,37 @@ type planSummary struct {
 	hasChanges           bool
 }
 
-// summarizePlan counts the resource changes of a plan JSON (`tofu show -json`): create adds,
+// summarizePlan counts the resource changes of a plan JSON (`tofu show -json`, read with
+// HashiCorp's terraform-json, which refuses a format version it does not know): create adds,
 // update changes, delete destroys, and a replacement (delete and create, either order) both adds
 // and destroys. The plan has changes when a resource is added, changed, destroyed or forgotten,
 // or an output changes (applying it changes the state).
 func summarizePlan(planJSON []byte) (planSummary, error) {
-	var p struct {
-		ResourceChanges []struct {
-			Change struct {
-				Actions []string `json:"actions"`
-			} `json:"change"`
-		} `json:"resource_changes"`
-		OutputChanges map[string]struct {
-			Actions []string `json:"actions"`
-		} `json:"output_changes"`
-	}
+	var p tfjson.Plan
 	if err := json.Unmarshal(planJSON, &p); err != nil {
 		return planSummary{}, fmt.Errorf("reading the plan JSON: %w", err)
 	}
 	var s planSummary
 	for _, rc := range p.ResourceChanges {
-		a := rc.Change.Actions
-		switch {
-		case slices.Contains(a, "create") && slices.Contains(a, "delete"):
+		if rc == nil || rc.Change == nil {
+			continue
+		}
+		switch a := rc.Change.Actions; {
+		case a.Replace():
 			s.add++
 			s.destroy++
-		case slices.Contains(a, "create"):
+		case a.Create():
 			s.add++
-		case slices.Contains(a, "delete"):
+		case a.Delete():
 			s.destroy++
-		case slices.Contains(a, "update"):
+		case a.Update():
 			s.change++
-		case slices.Contains(a, "forget"):
+		case a.Forget():
 			s.hasChanges = true
 		}
 	}
 	for _, oc := range p.OutputChanges {
-		if !slices.Equal(oc.Actions, []string{"no-op"}) {
+		if oc != nil && !oc.Actions.NoOp() {
 			s.hasChanges = true
 		}
 	}

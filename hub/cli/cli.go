@@ -9,10 +9,17 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
-	authenticationv1 "k8s.io/api/authentication/v1"
+	"slices"
+	"strings"
 	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/spf13/cobra"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
@@ -26,8 +33,10 @@ import (
 type Options struct {
 	// Config holds the kubectl-style flags (--kubeconfig, --context, -n, ...).
 	Config *genericclioptions.ConfigFlags
-	// Output is "" (a table), "yaml" or "json".
-	Output string
+	// Print holds -o/--output and its templates (cli-runtime's PrintFlags, as in kubectl):
+	// json, yaml, name, jsonpath, go-template and their -file forms; "" or wide print the
+	// command's table (wide with more columns).
+	Print *genericclioptions.PrintFlags
 	// Out and ErrOut are where commands write.
 	Out, ErrOut io.Writer
 	// Now is the clock (tests set it).
@@ -38,7 +47,8 @@ type Options struct {
 
 // NewCommand returns the root magosctl command.
 func NewCommand(out, errOut io.Writer) *cobra.Command {
-	o := &Options{Config: genericclioptions.NewConfigFlags(true), Out: out, ErrOut: errOut, Now: time.Now}
+	o := &Options{Config: genericclioptions.NewConfigFlags(true), Out: out, ErrOut: errOut, Now: time.Now,
+		Print: genericclioptions.NewPrintFlags("").WithTypeSetter(scheme.New())}
 	root := &cobra.Command{
 		Use:           "magosctl",
 		Short:         "Operate a Magos Fleet: clusters, rollouts, retries and approvals",
@@ -46,13 +56,17 @@ func NewCommand(out, errOut io.Writer) *cobra.Command {
 		SilenceErrors: true,
 	}
 	o.Config.AddFlags(root.PersistentFlags())
-	root.PersistentFlags().StringVarP(&o.Output, "output", "o", "", "output format: yaml or json (default: a table)")
+	// PrintFlags adds its flags to one command; every command shares them here.
+	printing := &cobra.Command{}
+	o.Print.AddFlags(printing)
+	root.PersistentFlags().AddFlagSet(printing.Flags())
 	root.PersistentPreRunE = func(*cobra.Command, []string) error {
-		switch o.Output {
-		case "", "yaml", "json":
+		// jsonpath=TEMPLATE and go-template=TEMPLATE carry their template, as in kubectl.
+		format, _, _ := strings.Cut(o.output(), "=")
+		if format == "" || format == "wide" || slices.Contains(o.Print.AllowedFormats(), format) {
 			return nil
 		}
-		return fmt.Errorf("--output %q: want yaml or json", o.Output)
+		return fmt.Errorf("--output %q: want one of %s, or wide (default: a table)", o.output(), strings.Join(o.Print.AllowedFormats(), ", "))
 	}
 	root.AddCommand(
 		newClustersCommand(o),
@@ -109,10 +123,50 @@ func (o *Options) Namespace() (string, error) {
 }
 
 // print writes obj as YAML or JSON per --output, and reports whether it did.
-func (o *Options) print(obj any) (bool, error) {
-	switch o.Output {
+// output is the -o format.
+func (o *Options) output() string {
+	if o.Print == nil || o.Print.OutputFormat == nil {
+		return ""
+	}
+	return *o.Print.OutputFormat
+}
+
+// wide reports whether -o wide asks for the table with more columns.
+func (o *Options) wide() bool { return o.output() == "wide" }
+
+// print prints obj in the -o format and reports whether it did; with no format (or wide) it
+// leaves the table to the caller. An API object goes through cli-runtime's printers with its
+// kind and version set; other data (run records, a run's output) is printed as the JSON or
+// YAML of its fields, or run through the JSONPath or template as that JSON, and -o name is
+// refused for it unless names is given.
+func (o *Options) print(obj any, names ...string) (bool, error) {
+	format := o.output()
+	if format == "" || format == "wide" {
+		return false, nil
+	}
+	if ro, ok := obj.(runtime.Object); ok {
+		p, err := o.Print.ToPrinter()
+		if err != nil {
+			return true, err
+		}
+		if format != "name" || !meta.IsListType(ro) {
+			return true, p.PrintObj(ro, o.Out)
+		}
+		// The name printer takes one object at a time, as kubectl gives it.
+		items, err := meta.ExtractList(ro)
+		if err != nil {
+			return true, err
+		}
+		for _, item := range items {
+			if err := p.PrintObj(item, o.Out); err != nil {
+				return true, err
+			}
+		}
+		return true, nil
+	}
+	switch format {
 	case "json":
-		b, err := json.MarshalIndent(obj, "", "  ")
+		b, err := json.MarshalIndent(obj, "", "    ")
 		if err != nil {
 			return true, err
 		}
@@ -125,8 +179,35 @@ func (o *Options) print(obj any) (bool, error) {
 		}
 		_, err = o.Out.Write(b)
 		return true, err
+	case "name":
+		if names == nil {
+			return true, errors.New("--output name: this command prints no named objects")
+		}
+		for _, n := range names {
+			if _, err := fmt.Fprintln(o.Out, n); err != nil {
+				return true, err
+			}
+		}
+		return true, nil
 	}
-	return false, nil
+	// JSONPath and templates read the data as its JSON.
+	raw, err := json.Marshal(obj)
+	if err != nil {
+		return true, err
+	}
+	var content any
+	if err := json.Unmarshal(raw, &content); err != nil {
+		return true, err
+	}
+	m, ok := content.(map[string]any)
+	if !ok {
+		m = map[string]any{"items": content}
+	}
+	p, err := o.Print.TemplatePrinterFlags.ToPrinter(format)
+	if err != nil {
+		return true, err
+	}
+	return true, p.PrintObj(&unstructured.Unstructured{Object: m}, o.Out)
 }
 
 func contextFor(cmd *cobra.Command) context.Context {

@@ -154,7 +154,16 @@ func TestClusters(t *testing.T) {
 	if out := mustRun(t, f.hub.Kubeconfig, "clusters", "-o", "yaml"); !strings.Contains(out, "kind: ClusterList") && !strings.Contains(out, "items:") {
 		t.Errorf("-o yaml: %s", out)
 	}
-	if _, err := run(t, f.hub.Kubeconfig, "clusters", "-o", "wide"); err == nil || !strings.Contains(err.Error(), "want yaml or json") {
+	if out := mustRun(t, f.hub.Kubeconfig, "clusters", "-o", "wide"); !strings.Contains(out, "AGENT VERSION") || !strings.Contains(out, "us-east-1") {
+		t.Errorf("-o wide lacks the agent's version:\n%s", out)
+	}
+	if out := mustRun(t, f.hub.Kubeconfig, "clusters", "-o", "name"); out != "cluster.magosproject.io/eu-west-1\ncluster.magosproject.io/us-east-1\n" {
+		t.Errorf("-o name: %q", out)
+	}
+	if out := mustRun(t, f.hub.Kubeconfig, "clusters", "-o", "jsonpath={.items[*].metadata.name}"); out != "eu-west-1 us-east-1" {
+		t.Errorf("-o jsonpath: %q", out)
+	}
+	if _, err := run(t, f.hub.Kubeconfig, "clusters", "-o", "table"); err == nil || !strings.Contains(err.Error(), `--output "table": want one of json, yaml`) {
 		t.Errorf("bad --output: %v", err)
 	}
 }

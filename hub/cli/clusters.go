@@ -5,6 +5,7 @@ import (
 	"sort"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -38,7 +39,11 @@ func newClustersCommand(o *Options) *cobra.Command {
 
 func (o *Options) printClusters(clusters []magosv1.Cluster) error {
 	w := tabwriter.NewWriter(o.Out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "NAME\tTRANSPORT\tREADY\tAVAILABLE\tWORKSPACES\tHEARTBEAT\tNAMESPACES\tLABELS")
+	header := "NAME\tTRANSPORT\tREADY\tAVAILABLE\tWORKSPACES\tHEARTBEAT\tNAMESPACES\tLABELS"
+	if o.wide() {
+		header += "\tAGENT VERSION\tMIRRORED\tSYNCED SINCE"
+	}
+	fmt.Fprintln(w, header)
 	for _, cl := range clusters {
 		ready, available := "Unknown", "Unknown"
 		if c := meta.FindStatusCondition(cl.Status.Conditions, magosv1.ConditionReady); c != nil {
@@ -55,8 +60,16 @@ func (o *Options) printClusters(clusters []magosv1.Cluster) error {
 		if len(cl.Spec.Namespaces) > 0 {
 			bound = strings.Join(cl.Spec.Namespaces, ",")
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", cl.Name, cl.Spec.Transport, ready, available,
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s", cl.Name, cl.Spec.Transport, ready, available,
 			cl.Status.Workspaces, heartbeat, bound, formatLabels(cl.Labels))
+		if o.wide() {
+			synced := "-"
+			if cl.Status.SyncedSince != nil {
+				synced = cl.Status.SyncedSince.UTC().Format(time.RFC3339)
+			}
+			fmt.Fprintf(w, "\t%s\t%d\t%s", orDash(cl.Status.AgentVersion), cl.Status.Mirrored, synced)
+		}
+		fmt.Fprintln(w)
 	}
 	return w.Flush()
 }

@@ -52,7 +52,7 @@ func newRolloutCommand(o *Options) *cobra.Command {
 			key := client.ObjectKey{Namespace: ns, Name: args[0]}
 			ctx := contextFor(cmd)
 			if !watch {
-				if o.Output != "" {
+				if f := o.output(); f != "" && f != "wide" {
 					var r magosv1.Rollout
 					if err := c.Get(ctx, key, &r); err != nil {
 						return fmt.Errorf("rollout %s: %w", key, err)

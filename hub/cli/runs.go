@@ -102,7 +102,11 @@ func newRunsCommand(o *Options) *cobra.Command {
 			if runs == nil {
 				runs = []magosv1.RunRecord{}
 			}
-			if done, err := o.print(runs); done {
+			ids := make([]string, len(runs))
+			for i, rec := range runs {
+				ids[i] = rec.RunID
+			}
+			if done, err := o.print(runs, ids...); done {
 				return err
 			}
 			if len(runs) == 0 {
@@ -118,7 +122,11 @@ func newRunsCommand(o *Options) *cobra.Command {
 
 func (o *Options) printRuns(runs []magosv1.RunRecord) error {
 	w := tabwriter.NewWriter(o.Out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "RUN\tPHASE\tREASON\tREVISION\tTRIGGER\tCHANGES\tPOLICY\tSTARTED\tDURATION")
+	header := "RUN\tPHASE\tREASON\tREVISION\tTRIGGER\tCHANGES\tPOLICY\tSTARTED\tDURATION"
+	if o.wide() {
+		header += "\tGENERATION\tPLAN DIGEST\tOPERATIONS"
+	}
+	fmt.Fprintln(w, header)
 	for _, rec := range runs {
 		changes := "-"
 		if rc := rec.ResourceChanges; rc != nil {
@@ -135,8 +143,16 @@ func (o *Options) printRuns(runs []magosv1.RunRecord) error {
 		if rec.PolicyViolations > 0 {
 			policy = fmt.Sprintf("%s (%d)", rec.Policy, rec.PolicyViolations)
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", rec.RunID, orDash(string(rec.Phase)), orDash(rec.Reason),
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s", rec.RunID, orDash(string(rec.Phase)), orDash(rec.Reason),
 			orDash(shortSHA(rec.Revision)), orDash(rec.Trigger), changes, policy, started, took)
+		if o.wide() {
+			ops := make([]string, len(rec.Operations))
+			for i, op := range rec.Operations {
+				ops[i] = op.Operation + ":" + op.Outcome
+			}
+			fmt.Fprintf(w, "\t%d\t%s\t%s", rec.Generation, orDash(shortSHA(rec.PlanDigest)), orDash(strings.Join(ops, ",")))
+		}
+		fmt.Fprintln(w)
 	}
 	return w.Flush()
 }

@@ -108,6 +108,16 @@ func TestRuns(t *testing.T) {
 	if len(got) != 2 || got[0].RunID != runNew || got[1].PolicyViolations != 3 || len(got[0].Operations) != 2 {
 		t.Errorf("runs -o json: %+v", got)
 	}
+	runsFromHub := []string{"runs", "edge", "-n", "default", "--cluster", "us-east-1"}
+	if out := mustRun(t, f.hub.Kubeconfig, append(runsFromHub, "-o", "name")...); out != runNew+"\n"+runOld+"\n" {
+		t.Errorf("runs -o name: %q, want the run IDs newest first", out)
+	}
+	if out := mustRun(t, f.hub.Kubeconfig, append(runsFromHub, "-o", "jsonpath={.items[0].runID}")...); out != runNew {
+		t.Errorf("runs -o jsonpath: %q, want %s", out, runNew)
+	}
+	if out := mustRun(t, f.hub.Kubeconfig, append(runsFromHub, "-o", "wide")...); !strings.Contains(out, "OPERATIONS") || !strings.Contains(out, "plan:Succeeded") {
+		t.Errorf("runs -o wide lacks the operations:\n%s", out)
+	}
 	if out := mustRun(t, f.hub.Kubeconfig, "runs", "other", "-n", "default"); out != "" {
 		t.Errorf("runs of a Workspace with no record printed %q, want nothing on stdout", out)
 	}

@@ -102,6 +102,23 @@ func (s *Server) require(ctx context.Context, u user.Info, verb, resource, names
 	return nil
 }
 
+// listableIn returns whether u may list the resource in a namespace, asking the API server
+// once per namespace for one answer.
+func (s *Server) listableIn(u user.Info, resource string) func(ctx context.Context, namespace string) (bool, error) {
+	seen := map[string]bool{}
+	return func(ctx context.Context, namespace string) (bool, error) {
+		if ok, done := seen[namespace]; done {
+			return ok, nil
+		}
+		ok, err := s.access.can(ctx, u, "list", resource, namespace, "")
+		if err != nil {
+			return false, err
+		}
+		seen[namespace] = ok
+		return ok, nil
+	}
+}
+
 // Whoami is the caller as the hub's API server knows them.
 type Whoami struct {
 	User   string   `json:"user"`
@@ -137,19 +154,13 @@ func (s *Server) rollouts(ctx context.Context, u user.Info, _ *http.Request) (an
 	if err := s.opts.Cache.List(ctx, &list, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, fmt.Errorf("listing rollouts: %w", err)
 	}
-	allowed := map[string]bool{}
+	allowed := s.listableIn(u, "rollouts")
 	out := RolloutList{Items: []RolloutSummary{}}
 	for i := range list.Items {
 		r := &list.Items[i]
-		ok, seen := allowed[r.Namespace]
-		if !seen {
-			var err error
-			if ok, err = s.access.can(ctx, u, "list", "rollouts", r.Namespace, ""); err != nil {
-				return nil, err
-			}
-			allowed[r.Namespace] = ok
-		}
-		if !ok {
+		if ok, err := allowed(ctx, r.Namespace); err != nil {
+			return nil, err
+		} else if !ok {
 			continue
 		}
 		phase := string(r.Status.Phase)
@@ -282,7 +293,7 @@ func (s *Server) clusterWorkspaces(ctx context.Context, u user.Info, r *http.Req
 	if err := s.opts.Cache.List(ctx, &list, client.UnsafeDisableDeepCopy, client.InNamespace(mirror.Namespace(name))); err != nil {
 		return nil, fmt.Errorf("listing the mirrors of cluster %s: %w", name, err)
 	}
-	allowed := map[string]bool{}
+	allowed := s.listableIn(u, "workspaces")
 	out := WorkspaceList{Cluster: name, Items: []WorkspaceSummary{}}
 	for i := range list.Items {
 		m := &list.Items[i]
@@ -290,15 +301,9 @@ func (s *Server) clusterWorkspaces(ctx context.Context, u user.Info, r *http.Req
 			continue
 		}
 		o := mirror.OriginOf(name, m)
-		ok, seen := allowed[o.Namespace]
-		if !seen {
-			var err error
-			if ok, err = s.access.can(ctx, u, "list", "workspaces", o.Namespace, ""); err != nil {
-				return nil, err
-			}
-			allowed[o.Namespace] = ok
-		}
-		if !ok {
+		if ok, err := allowed(ctx, o.Namespace); err != nil {
+			return nil, err
+		} else if !ok {
 			continue
 		}
 		out.Items = append(out.Items, WorkspaceSummary{

@@ -58,7 +58,7 @@ type Server struct {
 	access  *access
 	changes *notifier
 	handler http.Handler
-	// Addr is, once Start listens, the address it listens on.
+	// addr holds, once Start listens, the address it listens on (see Addr).
 	addr chan string
 }
 
@@ -118,7 +118,6 @@ func (s *Server) Start(ctx context.Context) error {
 		Handler:           s.handler,
 		ReadHeaderTimeout: 10 * time.Second,
 		BaseContext:       func(net.Listener) context.Context { return ctx },
-		ErrorLog:          nil,
 	}
 	if s.opts.CertFile != "" {
 		srv.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {

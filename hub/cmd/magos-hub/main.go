@@ -25,6 +25,7 @@ import (
 
 	"github.com/spf13/pflag"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -99,6 +100,9 @@ func controller(ctx context.Context, args []string) error {
 		return fmt.Errorf("log options: %w", err)
 	}
 	ctrl.SetLogger(log)
+	// Kubernetes libraries that log through klog (the dashboard's token and access reviews) log
+	// through the same logger.
+	klog.SetLogger(log.WithName("klog"))
 	restCfg, err := ctrl.GetConfig()
 	if err != nil {
 		return fmt.Errorf("reaching the hub's API server: %w", err)

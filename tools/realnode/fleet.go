@@ -277,6 +277,8 @@ func HubValues(tag string, clusters map[string]map[string]any) map[string]any {
 		"image":        map[string]any{"repository": "magos-hub", "tag": tag, "pullPolicy": "Never"},
 		"replicaCount": 1,
 		"config":       cfg,
+		// The dashboard on a NodePort, which the tests reach on the hub's node.
+		"dashboard": map[string]any{"enabled": true, "service": map[string]any{"type": "NodePort"}},
 	}
 }
 

@@ -5,7 +5,9 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"io"
 	"maps"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,6 +21,7 @@ import (
 	authnv1 "k8s.io/api/authentication/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -219,6 +222,7 @@ func TestProductionPath(t *testing.T) {
 		}
 		return r.Status.Phase == magosv1.PhaseApplied, fmt.Sprintf("rollout %s %s: %s", r.Status.Phase, r.Status.Reason, r.Status.Message)
 	})
+	checkDashboard(t, ctx, hub, ws.Name)
 
 	t.Run("a new commit is planned and applied through new Jobs", func(t *testing.T) {
 		commit(map[string]string{"main.tf": strings.Replace(module, `default = "v1"`, `default = "v2"`, 1)})
@@ -677,6 +681,69 @@ func waitFailed(t *testing.T, ctx context.Context, cl *cluster, name string) *ma
 	})
 	t.Logf("%s Failed: %s", name, ws.Status.Message)
 	return ws
+}
+
+// checkDashboard reads the Rollout infra from the hub's dashboard as a person would: through the
+// chart's Service (a NodePort on the hub's node, kube-proxy forwarding to the hub's Pod), signed
+// in with the token of a ServiceAccount that may read Magos objects in default. The grid shows
+// the spoke's Workspace Applied.
+func checkDashboard(t *testing.T, ctx context.Context, hub *cluster, workspace string) {
+	t.Helper()
+	svc := &corev1.Service{}
+	if err := hub.Client.Get(ctx, client.ObjectKey{Namespace: system, Name: "magos-hub-dashboard"}, svc); err != nil {
+		t.Fatalf("the dashboard Service: %v", err)
+	}
+	if len(svc.Spec.Ports) != 1 || svc.Spec.Ports[0].NodePort == 0 {
+		t.Fatalf("the dashboard Service has ports %+v, want one NodePort", svc.Spec.Ports)
+	}
+	const viewer = "dashboard-viewer"
+	mustCreate(t, ctx, hub.Client, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: viewer}})
+	mustCreate(t, ctx, hub.Client, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: viewer},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{magosv1.GroupVersion.Group}, Resources: []string{"rollouts", "workspaces"}, Verbs: []string{"get", "list"}}}})
+	mustCreate(t, ctx, hub.Client, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: viewer},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: viewer},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: "default", Name: viewer}}})
+	cfg, err := clientcmd.BuildConfigFromFlags("", hub.Kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, err := cs.CoreV1().ServiceAccounts("default").CreateToken(ctx, viewer, &authnv1.TokenRequest{}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := fmt.Sprintf("http://%s:%d/api/v1/namespaces/default/rollouts/infra", hub.Node.Address, svc.Spec.Ports[0].NodePort)
+	poll(t, ctx, 2*time.Minute, "the dashboard shows the Workspace applied", func(ctx context.Context) (bool, string) {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		req.Header.Set("Authorization", "Bearer "+tr.Status.Token)
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return false, err.Error()
+		}
+		defer res.Body.Close()
+		body, _ := io.ReadAll(res.Body)
+		var grid struct {
+			Phase string `json:"phase"`
+			Steps []struct {
+				Workspaces []struct{ Cluster, Name, Phase string } `json:"workspaces"`
+			} `json:"steps"`
+		}
+		if res.StatusCode != http.StatusOK || json.Unmarshal(body, &grid) != nil {
+			return false, fmt.Sprintf("GET %s: %d %s", url, res.StatusCode, body)
+		}
+		for _, s := range grid.Steps {
+			for _, w := range s.Workspaces {
+				if w.Cluster == clusterName && w.Name == workspace && w.Phase == string(magosv1.PhaseApplied) {
+					return true, ""
+				}
+			}
+		}
+		return false, fmt.Sprintf("the grid (phase %s) does not show %s/%s Applied: %s", grid.Phase, clusterName, workspace, body)
+	})
+	t.Logf("dashboard: %s shows %s/%s Applied", url, clusterName, workspace)
 }
 
 func mustCreate(t *testing.T, ctx context.Context, c client.Client, o client.Object) {

@@ -20,6 +20,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -166,29 +167,51 @@ func (c *Cluster) PIDs() []int {
 	return append(pids, childPIDsWithArg(c.env.ControlPlane.Etcd.DataDir)...)
 }
 
+// startAttempts is how many times startCluster starts an API server before giving up.
+const startAttempts = 3
+
 func startCluster(name, assets, dir string, opts Options) (*Cluster, error) {
 	root, err := RepoRoot()
 	if err != nil {
 		return nil, err
 	}
-	env := &envtest.Environment{
-		BinaryAssetsDirectory: assets,
-		CRDInstallOptions: envtest.CRDInstallOptions{
-			Paths: []string{
-				filepath.Join(root, "charts", "magos-hub", "files", "crds"),
-				filepath.Join(root, "charts", "magos-agent", "files", "kyverno-validatingpolicy-crd.yaml"),
+	newEnv := func() *envtest.Environment {
+		env := &envtest.Environment{
+			BinaryAssetsDirectory: assets,
+			CRDInstallOptions: envtest.CRDInstallOptions{
+				Paths: []string{
+					filepath.Join(root, "charts", "magos-hub", "files", "crds"),
+					filepath.Join(root, "charts", "magos-agent", "files", "kyverno-validatingpolicy-crd.yaml"),
+				},
+				ErrorIfPathMissing: true,
 			},
-			ErrorIfPathMissing: true,
-		},
-		ErrorIfCRDPathMissing: true,
+			ErrorIfCRDPathMissing: true,
+			// Several API servers start at once on a loaded machine: give each more than
+			// envtest's default 20s.
+			ControlPlaneStartTimeout: time.Minute,
+		}
+		if opts.Bare {
+			env.CRDInstallOptions = envtest.CRDInstallOptions{}
+			env.ErrorIfCRDPathMissing = false
+		}
+		return env
 	}
-	if opts.Bare {
-		env.CRDInstallOptions = envtest.CRDInstallOptions{}
-		env.ErrorIfCRDPathMissing = false
+	// envtest gives a new API server 5s to show its default namespace; on a loaded machine that
+	// can pass, which fails the start of a server that is merely slow. Such a start is tried
+	// again with a fresh etcd and API server, up to startAttempts times.
+	var env *envtest.Environment
+	var cfg *rest.Config
+	var startErrs []error
+	for range startAttempts {
+		env = newEnv()
+		if cfg, err = env.Start(); err == nil {
+			break
+		}
+		startErrs = append(startErrs, err)
+		_ = env.Stop()
 	}
-	cfg, err := env.Start()
 	if err != nil {
-		return nil, fmt.Errorf("cluster %s: starting envtest: %w", name, err)
+		return nil, fmt.Errorf("cluster %s: starting envtest (%d attempts): %w", name, startAttempts, errors.Join(startErrs...))
 	}
 	cfg.QPS, cfg.Burst = 200, 400
 	c := &Cluster{Name: name, Config: cfg, env: env}

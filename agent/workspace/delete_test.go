@@ -240,6 +240,17 @@ func TestDestroyConsumesTheRetryItSatisfies(t *testing.T) {
 
 	grant(t, c, mkey, destroyRun)
 	waitFor(t, c, key, 60*time.Second, inPhase(magosv1.PhaseDeleting, magosv1.ReasonDestroyFailed))
+	// The agent consumes the request in a write of its own, just after the status's.
+	testenv.Eventually(t, 30*time.Second, func() error {
+		ws, err := getWorkspace(c, key)
+		if err != nil {
+			return err
+		}
+		if v := ws.Annotations[keys.ReconcileRequest]; v != "" {
+			return fmt.Errorf("reconcile-request %q not consumed by the destroy it asked for", v)
+		}
+		return nil
+	})
 	testenv.Consistently(t, 3*time.Second, func() error {
 		ws, err := getWorkspace(c, key)
 		if err != nil {

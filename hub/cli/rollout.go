@@ -321,11 +321,7 @@ type row struct {
 }
 
 func renderRollout(r *magosv1.Rollout, clusters []magosv1.Cluster, mirrors []magosv1.Workspace, now time.Time) string {
-	ptrs := make([]*magosv1.Workspace, len(mirrors))
-	for i := range mirrors {
-		ptrs[i] = &mirrors[i]
-	}
-	g := rolloutgrid.Build(r, clusters, ptrs, now)
+	g := rolloutgrid.Build(r, clusters, mirrors, now)
 
 	var b bytes.Buffer
 	fmt.Fprintf(&b, "Rollout %s/%s: %s", g.Namespace, g.Name, g.Phase)

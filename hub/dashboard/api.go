@@ -206,11 +206,7 @@ func (s *Server) grid(ctx context.Context, u user.Info, r *http.Request) (any, e
 		client.MatchingFields{fleetview.ProjectIndex: fleetview.ProjectIndexValue(ns, ro.Spec.ProjectRef)}); err != nil {
 		return nil, fmt.Errorf("listing the mirrors of project %s/%s: %w", ns, ro.Spec.ProjectRef, err)
 	}
-	ptrs := make([]*magosv1.Workspace, len(mirrors.Items))
-	for i := range mirrors.Items {
-		ptrs[i] = &mirrors.Items[i]
-	}
-	return rolloutgrid.Build(&ro, clusters.Items, ptrs, s.opts.Now()), nil
+	return rolloutgrid.Build(&ro, clusters.Items, mirrors.Items, s.opts.Now()), nil
 }
 
 // ClusterList is the answer of GET /api/v1/clusters.

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
 	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
@@ -85,7 +87,7 @@ type Workspace struct {
 // clusters not bound to r's namespace, mirrors that fail mirror.Check and Workspaces of other
 // Projects are left out, as the hub leaves them out of its decisions. It reads its arguments
 // only.
-func Build(r *magosv1.Rollout, clusters []magosv1.Cluster, mirrors []*magosv1.Workspace, now time.Time) Grid {
+func Build(r *magosv1.Rollout, clusters []magosv1.Cluster, mirrors []magosv1.Workspace, now time.Time) Grid {
 	clusterLabels := map[string]labels.Set{}
 	bound := map[string]bool{}
 	for i := range clusters {
@@ -95,7 +97,8 @@ func Build(r *magosv1.Rollout, clusters []magosv1.Cluster, mirrors []*magosv1.Wo
 	}
 	var members []decision.Workspace
 	byKey := map[decision.Key]*magosv1.Workspace{}
-	for _, m := range mirrors {
+	for i := range mirrors {
+		m := &mirrors[i]
 		cluster, ok := mirror.ClusterOf(m.Namespace)
 		if !ok || !bound[cluster] || mirror.Check(cluster, m) != nil {
 			continue
@@ -180,22 +183,16 @@ func Build(r *magosv1.Rollout, clusters []magosv1.Cluster, mirrors []*magosv1.Wo
 
 // halted is the message of the Rollout's Progressing condition when it is False.
 func halted(r *magosv1.Rollout) string {
-	for _, c := range r.Status.Conditions {
-		if c.Type == magosv1.ConditionProgressing && c.Status == "False" {
-			return c.Reason + ": " + c.Message
-		}
+	if c := meta.FindStatusCondition(r.Status.Conditions, magosv1.ConditionProgressing); c != nil && c.Status == metav1.ConditionFalse {
+		return c.Reason + ": " + c.Message
 	}
 	return ""
 }
 
 // stale reports whether the Rollout's Ready condition describes an older generation.
 func stale(r *magosv1.Rollout) bool {
-	for _, c := range r.Status.Conditions {
-		if c.Type == magosv1.ConditionReady {
-			return c.ObservedGeneration != r.Generation
-		}
-	}
-	return false
+	c := meta.FindStatusCondition(r.Status.Conditions, magosv1.ConditionReady)
+	return c != nil && c.ObservedGeneration != r.Generation
 }
 
 // StepState is a step's phase with what it waits for (a soak's time left, plans awaiting

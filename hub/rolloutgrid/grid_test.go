@@ -19,13 +19,13 @@ func cluster(name string, namespaces ...string) magosv1.Cluster {
 }
 
 // mirrorOf is the hub's mirror, in cluster, of Workspace ns/name of project.
-func mirrorOf(cluster, ns, name, project string, labels map[string]string, phase magosv1.Phase) *magosv1.Workspace {
+func mirrorOf(cluster, ns, name, project string, labels map[string]string, phase magosv1.Phase) magosv1.Workspace {
 	origin := &magosv1.Workspace{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: labels},
 		Spec: magosv1.WorkspaceSpec{ProjectRef: magosv1.ProjectReference{Name: project}}}
 	m := origin.DeepCopy()
 	m.Namespace, m.Name, m.Labels = mirror.Namespace(cluster), mirror.Name(ns, name), mirror.Labels(cluster, origin)
 	m.Status.Phase = phase
-	return m
+	return *m
 }
 
 func rollout(steps ...magosv1.RolloutStep) *magosv1.Rollout {
@@ -62,7 +62,7 @@ func TestBuild(t *testing.T) {
 	us, eu := map[string]string{"region": "us"}, map[string]string{"region": "eu"}
 	bound := []magosv1.Cluster{cluster("us", "team"), cluster("eu", magosv1.AllNamespaces)}
 	forged := mirrorOf("eu", "team", "forged", "web", us, magosv1.PhaseIdle)
-	forged.Labels = mirror.Labels("us", forged) // in eu's namespace, claiming us
+	forged.Labels = mirror.Labels("us", &forged) // in eu's namespace, claiming us
 	frozen := rollout(step("us", us), step("eu", eu))
 	recorded := metav1.NewTime(time.Unix(0, 0))
 	frozen.Status.Steps = []magosv1.StepStatus{{Name: "eu", Phase: magosv1.StepProgressing, TargetsRecordedAt: &recorded, Targets: []string{"eu/team/a"}}}
@@ -76,34 +76,34 @@ func TestBuild(t *testing.T) {
 		name     string
 		rollout  *magosv1.Rollout
 		clusters []magosv1.Cluster
-		mirrors  []*magosv1.Workspace
+		mirrors  []magosv1.Workspace
 		cells    []string
 		columns  []string
 	}{
 		{name: "region by region", rollout: rollout(step("eu", eu), step("us", us)), clusters: bound,
-			mirrors: []*magosv1.Workspace{mirrorOf("us", "team", "a", "web", us, magosv1.PhaseIdle), mirrorOf("eu", "team", "a", "web", eu, magosv1.PhaseApplied)},
+			mirrors: []magosv1.Workspace{mirrorOf("us", "team", "a", "web", us, magosv1.PhaseIdle), mirrorOf("eu", "team", "a", "web", eu, magosv1.PhaseApplied)},
 			cells:   []string{"eu:eu/a=Applied", "us:us/a=Idle"}, columns: []string{"eu", "us"}},
 		{name: "a step with no Workspace", rollout: rollout(step("us", us), step("eu", eu)), clusters: bound,
-			mirrors: []*magosv1.Workspace{mirrorOf("us", "team", "a", "web", us, magosv1.PhaseIdle)},
+			mirrors: []magosv1.Workspace{mirrorOf("us", "team", "a", "web", us, magosv1.PhaseIdle)},
 			cells:   []string{"us:us/a=Idle"}, columns: []string{"us"}},
 		{name: "another Project, another namespace", rollout: rollout(step("us", us)), clusters: bound,
-			mirrors: []*magosv1.Workspace{mirrorOf("us", "team", "a", "api", us, ""), mirrorOf("us", "other", "a", "web", us, "")},
+			mirrors: []magosv1.Workspace{mirrorOf("us", "team", "a", "api", us, ""), mirrorOf("us", "other", "a", "web", us, "")},
 			columns: []string{}},
 		{name: "a cluster not bound to the namespace", rollout: rollout(step("eu", eu), step("us", us)), clusters: []magosv1.Cluster{cluster("us", "other"), cluster("eu", "team")},
-			mirrors: []*magosv1.Workspace{mirrorOf("us", "team", "a", "web", us, ""), mirrorOf("eu", "team", "a", "web", eu, "")},
+			mirrors: []magosv1.Workspace{mirrorOf("us", "team", "a", "web", us, ""), mirrorOf("eu", "team", "a", "web", eu, "")},
 			cells:   []string{"eu:eu/a="}, columns: []string{"eu"}},
 		{name: "an unregistered cluster", rollout: rollout(step("us", us)), clusters: nil,
-			mirrors: []*magosv1.Workspace{mirrorOf("us", "team", "a", "web", us, "")}, columns: []string{}},
+			mirrors: []magosv1.Workspace{mirrorOf("us", "team", "a", "web", us, "")}, columns: []string{}},
 		{name: "a forged mirror", rollout: rollout(step("us", us)), clusters: bound,
-			mirrors: []*magosv1.Workspace{forged}, columns: []string{}},
+			mirrors: []magosv1.Workspace{forged}, columns: []string{}},
 		{name: "late for frozen targets", rollout: frozen, clusters: bound,
-			mirrors: []*magosv1.Workspace{mirrorOf("eu", "team", "a", "web", eu, ""), mirrorOf("eu", "team", "b", "web", eu, "")},
+			mirrors: []magosv1.Workspace{mirrorOf("eu", "team", "a", "web", eu, ""), mirrorOf("eu", "team", "b", "web", eu, "")},
 			cells:   []string{"eu:eu/a=", "eu:eu/b=+"}, columns: []string{"eu"}},
 		{name: "an invalid selector selects nothing", rollout: rollout(bad, step("us", us)), clusters: bound,
-			mirrors: []*magosv1.Workspace{mirrorOf("us", "team", "a", "web", us, "")},
+			mirrors: []magosv1.Workspace{mirrorOf("us", "team", "a", "web", us, "")},
 			cells:   []string{"bad:invalid", "us:us/a="}, columns: []string{"us"}},
 		{name: "a cluster selector", rollout: rollout(inUS), clusters: bound,
-			mirrors: []*magosv1.Workspace{mirrorOf("us", "team", "a", "web", map[string]string{"tier": "web"}, ""), mirrorOf("eu", "team", "a", "web", map[string]string{"tier": "web"}, "")},
+			mirrors: []magosv1.Workspace{mirrorOf("us", "team", "a", "web", map[string]string{"tier": "web"}, ""), mirrorOf("eu", "team", "a", "web", map[string]string{"tier": "web"}, "")},
 			cells:   []string{"us-only:us/a="}, columns: []string{"us"}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -62,12 +61,7 @@ func TestDashboardInstalled(t *testing.T) {
 	if err := os.WriteFile(config, []byte(as[corev1.ConfigMap](t, objs["ConfigMap/magos-hub-config"]).Data["config.yaml"]), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	addr := testenv.FreeAddress(t)
 	args, env := localCommand(t, container, "magos-hub-0", serviceAccountKubeconfig(t, c.Kubeconfig, "magos-hub"),
 		map[string]string{"--metrics-bind-address=": "0", "--health-probe-bind-address=": "0", "--config=": config, "--dashboard-bind-address=": addr})
 	if !slices.Contains(args, "--dashboard-bind-address="+addr) {

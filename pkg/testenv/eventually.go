@@ -45,6 +45,16 @@ func orDefault(d time.Duration) time.Duration {
 	return d
 }
 
+// FreeAddress is localcluster.FreeAddress for a test: it fails the test when no port is free.
+func FreeAddress(t testing.TB) string {
+	t.Helper()
+	addr, err := localcluster.FreeAddress()
+	if err != nil {
+		t.Fatalf("finding a free port: %v", err)
+	}
+	return addr
+}
+
 // Start starts a fleet of local API servers for a test and stops it when the test ends. It
 // fails the test when the API servers cannot be started.
 func Start(t testing.TB, opts localcluster.Options) *localcluster.Fleet {

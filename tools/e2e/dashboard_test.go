@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -70,7 +69,7 @@ func TestDashboardInABrowser(t *testing.T) {
 		}
 		t.Skip("chromium is not installed: apt-get install chromium to run the browser test")
 	}
-	addr := freeAddress(t)
+	addr := testenv.FreeAddress(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	var progress testenv.Buffer
@@ -306,17 +305,6 @@ func watchSpoke(t *testing.T, ctx context.Context, f *devfleet.Fleet, cluster st
 			changed(last)
 		}
 	}()
-}
-
-// freeAddress is a loopback address no one listens on now.
-func freeAddress(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
 }
 
 // saveArtifact writes a test artifact into MAGOS_ARTIFACTS_DIR (default bin/artifacts at the

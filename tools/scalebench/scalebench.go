@@ -21,7 +21,6 @@ import (
 	"fmt"
 	"io"
 	"maps"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -465,10 +464,10 @@ func (b *bench) writeConfig(names []string) error {
 // port and its log in Dir.
 func (b *bench) startHub() error {
 	var err error
-	if b.metrics, err = freeAddress(); err != nil {
+	if b.metrics, err = localcluster.FreeAddress(); err != nil {
 		return err
 	}
-	pprof, err := freeAddress()
+	pprof, err := localcluster.FreeAddress()
 	if err != nil {
 		return err
 	}
@@ -495,16 +494,6 @@ func (b *bench) startHub() error {
 		close(b.hubDone)
 	}()
 	return nil
-}
-
-// freeAddress returns a loopback address with a port free a moment ago.
-func freeAddress() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer l.Close()
-	return l.Addr().String(), nil
 }
 
 // stop stops the agents and the hub.

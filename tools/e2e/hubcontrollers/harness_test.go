@@ -14,7 +14,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -116,7 +115,7 @@ func start(t *testing.T, opts devfleet.Options) *world {
 	t.Cleanup(cancel)
 	opts.Dir = t.TempDir()
 	opts.Spokes = regions
-	opts.HubMetricsAddress = freeAddress(t)
+	opts.HubMetricsAddress = testenv.FreeAddress(t)
 	var progress bytes.Buffer
 	opts.Progress = &progress
 	f, err := devfleet.Start(ctx, opts)
@@ -154,18 +153,6 @@ func dumpLogs(t *testing.T, f *devfleet.Fleet) {
 		}
 		t.Logf("---- %s (end) ----\n%s", filepath.Base(l), b)
 	}
-}
-
-// freeAddress returns a loopback address with a port free a moment ago (for a process to
-// listen on).
-func freeAddress(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }
 
 // scrape returns the metric families the hub's metrics endpoint serves now.

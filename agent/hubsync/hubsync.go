@@ -1,7 +1,8 @@
 // Package hubsync is the agent's half of the hub protocol (docs/architecture.md, "Mirrors" and
 // "Agent liveness"): it mirrors every spoke Workspace into the cluster's namespace on the hub,
-// copies the hub's decisions on each mirror down to the spoke Workspace, and heartbeats by
-// renewing the Lease magos-agent in that namespace.
+// copies the output of its recorded runs there (runoutput.go), copies the hub's decisions on
+// each mirror down to the spoke Workspace, and heartbeats by renewing the Lease magos-agent in
+// that namespace.
 //
 // The heartbeat is the sync's liveness, not the process's: before each renewal it audits the
 // sync from the caches the syncer already has, comparing every spoke Workspace with its mirror
@@ -17,8 +18,9 @@
 // failed audit carries a new synced-since.
 //
 // It needs only the agent's bootstrap kubeconfig, whose credentials can touch nothing on the hub
-// but Workspaces, Leases and Events in magos-cluster-<name> (and mint tokens for the agent's own
-// ServiceAccount); its hub-side cache is confined to that namespace. With Options.TokenExpiry,
+// but Workspaces, Leases and Events in magos-cluster-<name>, create and delete Secrets there,
+// and mint tokens for the agent's own ServiceAccount; its hub-side cache is confined to that
+// namespace. With Options.TokenExpiry,
 // the hub clients authenticate with the tokens a hubtoken.Renewer keeps fresh, which runs with
 // the hub-side cache.
 package hubsync
@@ -189,8 +191,8 @@ func SetupWithManager(mgr ctrl.Manager, opts Options) error {
 	if err := mgr.Add(hubRunnable); err != nil {
 		return fmt.Errorf("hubsync: %w", err)
 	}
-	r := &syncer{cluster: opts.ClusterName, namespace: ns, spoke: mgr.GetClient(), hub: hub.GetClient(), hubLive: hub.GetAPIReader(),
-		statusFault: opts.statusFault}
+	r := &syncer{cluster: opts.ClusterName, namespace: ns, spoke: mgr.GetClient(), spokeLive: mgr.GetAPIReader(),
+		hub: hub.GetClient(), hubLive: hub.GetAPIReader(), statusFault: opts.statusFault}
 	notMirror := mirror.NotMirror()
 	err = ctrl.NewControllerManagedBy(mgr).
 		Named(opts.ControllerName).
@@ -268,6 +270,9 @@ type syncer struct {
 	cluster   string
 	namespace string
 	spoke     client.Client
+	// spokeLive reads the spoke's API server: the output Secrets copied to the hub are not in
+	// the manager's cache.
+	spokeLive client.Reader
 	hub       client.Client
 	// hubLive reads the hub's API server, not the cache: a decision is carried down only as the
 	// hub holds it now.
@@ -311,12 +316,19 @@ func (r *syncer) Reconcile(ctx context.Context, req reconcile.Request) (ctrl.Res
 		}
 	case err != nil:
 		return ctrl.Result{}, fmt.Errorf("reading mirror %s on the hub: %w", key, err)
-	default:
-		if err := r.updateMirror(ctx, m, want); err != nil {
-			return ctrl.Result{}, err
-		}
+	}
+	// The mirror as it was, which says what run output it has on the hub.
+	before := m.DeepCopy()
+	if err := r.updateMirror(ctx, m, want); err != nil {
+		return ctrl.Result{}, err
+	}
+	if err := r.copyRunOutput(ctx, before, want, ws.Namespace); err != nil {
+		return ctrl.Result{}, err
 	}
 	if err := r.updateMirrorStatus(ctx, m, want, req.NamespacedName); err != nil {
+		return ctrl.Result{}, err
+	}
+	if err := r.pruneRunOutput(ctx, before, want); err != nil {
 		return ctrl.Result{}, err
 	}
 	return ctrl.Result{}, r.copyDecisionDown(ctx, m, ws)

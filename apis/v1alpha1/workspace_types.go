@@ -209,6 +209,18 @@ type RunHistorySpec struct {
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=50
 	Limit *int32 `json:"limit,omitempty"`
+	// CopyToHub says whether the agent copies the plan text and log of each kept operation to
+	// the Workspace's cluster namespace on the hub (default true), so that readers of the hub
+	// can see them without credentials to this cluster. false keeps them in this cluster only;
+	// copies made before are deleted from the hub.
+	// +optional
+	CopyToHub *bool `json:"copyToHub,omitempty"`
+}
+
+// CopiesRunOutputToHub reports whether the agent copies the Workspace's run output (plan text
+// and log) to the hub.
+func (s *WorkspaceSpec) CopiesRunOutputToHub() bool {
+	return s.RunHistory == nil || s.RunHistory.CopyToHub == nil || *s.RunHistory.CopyToHub
 }
 
 // HistoryLimit is how many runs the Workspace keeps a record of.

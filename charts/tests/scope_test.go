@@ -143,6 +143,16 @@ func TestHubScope(t *testing.T) {
 		_, err := agentCS.CoordinationV1().Leases(ns).Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "probe"}}, metav1.CreateOptions{})
 		return err
 	}
+	// runOutput creates or deletes, as cs, a Secret like the copy of a run's output an agent
+	// keeps on the hub.
+	runOutput := func(cs kubernetes.Interface, ns, verb string) error {
+		if verb == "delete" {
+			return cs.CoreV1().Secrets(ns).Delete(ctx, "cdn-run-plan", metav1.DeleteOptions{})
+		}
+		_, err := cs.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "cdn-run-plan"},
+			Type: "magosproject.io/run-output", Data: map[string][]byte{"plan.gz": nil}}, metav1.CreateOptions{})
+		return err
+	}
 	role := func(ns, name string) *rbacv1.Role {
 		return &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: marked}}
 	}
@@ -175,6 +185,16 @@ func TestHubScope(t *testing.T) {
 			_, err := hubCS.CoreV1().Secrets("magos-cluster-east").List(ctx, metav1.ListOptions{})
 			return err
 		}, rbac},
+		{"hub deletes a Secret in kube-system", func() error {
+			return hubCS.CoreV1().Secrets("kube-system").Delete(ctx, "database-password", metav1.DeleteOptions{})
+		}, notAgentNS},
+		{"hub deletes a Secret in a magos-cluster-* namespace it did not create", func() error {
+			return hubCS.CoreV1().Secrets("magos-cluster-stranger").Delete(ctx, "database-password", metav1.DeleteOptions{})
+		}, notMarked},
+		{"hub creates a Secret in kube-system", func() error {
+			_, err := hubCS.CoreV1().Secrets("kube-system").Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "planted", Labels: marked}}, metav1.CreateOptions{})
+			return err
+		}, notAgentNS},
 		{"hub mints a token for another ServiceAccount in kube-system", func() error { return token(hubCS, "kube-system", "victim") }, rbac},
 		{"hub mints a token for a magos-agent ServiceAccount in kube-system", func() error { return token(hubCS, "kube-system", "magos-agent") }, notAgentNS},
 		{"hub mints a token in a magos-cluster-* namespace it did not create", func() error { return token(hubCS, "magos-cluster-stranger", "magos-agent") }, notMarked},
@@ -216,6 +236,9 @@ func TestHubScope(t *testing.T) {
 		// An agent: its own namespace, its own token.
 		{"agent writes its Lease", func() error { return lease("magos-cluster-east") }, ""},
 		{"agent mints a token for itself", func() error { return token(agentCS, "magos-cluster-east", "magos-agent") }, ""},
+		{"agent copies a run's output to its namespace", func() error { return runOutput(agentCS, "magos-cluster-east", "create") }, ""},
+		{"hub deletes the copy of an agent's run output", func() error { return runOutput(hubCS, "magos-cluster-east", "delete") }, notHubs},
+		{"agent deletes the copy of its run output", func() error { return runOutput(agentCS, "magos-cluster-east", "delete") }, ""},
 		// An agent: nothing else.
 		{"agent writes a Lease in another cluster's namespace", func() error { return lease("magos-cluster-west") }, rbac},
 		{"agent writes a mirror in another cluster's namespace", func() error {
@@ -225,6 +248,7 @@ func TestHubScope(t *testing.T) {
 				Namespace("magos-cluster-west").Create(ctx, ws, metav1.CreateOptions{})
 			return err
 		}, rbac},
+		{"agent copies a run's output to another cluster's namespace", func() error { return runOutput(agentCS, "magos-cluster-west", "create") }, rbac},
 		{"agent mints a token for another cluster's agent", func() error { return token(agentCS, "magos-cluster-west", "magos-agent") }, rbac},
 		{"agent reads Secrets in its namespace", func() error {
 			_, err := agentCS.CoreV1().Secrets("magos-cluster-east").List(ctx, metav1.ListOptions{})

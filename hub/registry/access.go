@@ -37,7 +37,8 @@ const (
 )
 
 // AgentRules are the agent's permissions, confined to its cluster namespace by a Role: its
-// mirrors, its heartbeat Lease, Events, and new tokens for its own ServiceAccount (the agent
+// mirrors, copies of its runs' output (Secrets it creates and deletes, never reads), its
+// heartbeat Lease, Events, and new tokens for its own ServiceAccount (the agent
 // renews its credentials itself; resourceNames keeps it from minting a token for any other
 // ServiceAccount). Nothing else on the hub.
 func AgentRules() []rbacv1.PolicyRule {
@@ -62,6 +63,13 @@ func AgentRules() []rbacv1.PolicyRule {
 			APIGroups: []string{"", "events.k8s.io"},
 			Resources: []string{"events"},
 			Verbs:     []string{"create", "patch"},
+		},
+		{
+			// Copies of the output (plan text and log) of its Workspaces' runs, made and pruned
+			// by name: the agent never reads a Secret on the hub (agent/hubsync).
+			APIGroups: []string{""},
+			Resources: []string{"secrets"},
+			Verbs:     []string{"create", "delete"},
 		},
 		{
 			// TokenRequest: POST .../serviceaccounts/<name>/token names the ServiceAccount, so

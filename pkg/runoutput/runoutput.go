@@ -1,6 +1,8 @@
 // Package runoutput defines the Secret that keeps what one operation (plan or apply) of a
 // Workspace's run printed: its plan text and the tail of its log, gzipped. The agent writes one
-// per operation, owned by the Workspace, in the Workspace's namespace; magosctl reads them
+// per operation, owned by the Workspace, in the Workspace's namespace, and (unless the Workspace
+// opts out with spec.runHistory.copyToHub: false) a Copy of it on the hub, owned by the
+// Workspace's mirror, in the mirror's namespace. magosctl and the hub's dashboard read them
 // through Read.
 //
 // The Secrets are immutable: an operation's output never changes once it ended.
@@ -11,6 +13,7 @@ import (
 	"compress/gzip"
 	"fmt"
 	"io"
+	"maps"
 	"strconv"
 	"strings"
 
@@ -95,6 +98,34 @@ func New(namespace, workspace, runID string, op runner.Operation, out runner.Out
 		}
 	}
 	return s, nil
+}
+
+// Copy returns a copy of the output Secret s for the Workspace named workspace in namespace,
+// owned by owner: the same data and annotations, under the name and labels SecretName and
+// Labels give that Workspace. The agent keeps such a copy on the hub for the mirror of the
+// Workspace whose output s is (named after the mirror, in the mirror's namespace). It returns
+// an error when s is not an output Secret.
+func Copy(s *corev1.Secret, namespace, workspace string, owner metav1.OwnerReference) (*corev1.Secret, error) {
+	runID, op := s.Labels[keys.RunID], runner.Operation(s.Labels[LabelOperation])
+	if s.Type != SecretType || runID == "" || op == "" {
+		return nil, fmt.Errorf("secret %s/%s is not a run's output Secret (type %q, labels %v)", s.Namespace, s.Name, s.Type, s.Labels)
+	}
+	data := make(map[string][]byte, len(s.Data))
+	for k, v := range s.Data {
+		data[k] = bytes.Clone(v)
+	}
+	return &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace:       namespace,
+			Name:            SecretName(workspace, runID, op),
+			Labels:          Labels(workspace, runID, op),
+			Annotations:     maps.Clone(s.Annotations),
+			OwnerReferences: []metav1.OwnerReference{owner},
+		},
+		Type:      SecretType,
+		Immutable: new(true),
+		Data:      data,
+	}, nil
 }
 
 // Contents is what an output Secret holds, uncompressed.

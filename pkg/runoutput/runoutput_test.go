@@ -7,6 +7,9 @@ import (
 	"strings"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/magosfleet/magos/pkg/runner"
 	"github.com/magosfleet/magos/pkg/runoutput"
 )
@@ -92,5 +95,43 @@ func BenchmarkStoredBytes(b *testing.B) {
 			b.ReportMetric(float64(len(in)), "output-bytes")
 			b.ReportMetric(float64(stored), "stored-bytes")
 		})
+	}
+}
+
+// TestCopy: the copy for a mirror reads back as the original, under the mirror's name and labels,
+// with its owner; what is not an output Secret is refused.
+func TestCopy(t *testing.T) {
+	out, err := runner.ReadOutput(strings.NewReader("init\n"+runner.PlanTextBegins+"\n"+planLines(2)+runner.PlanTextEnds+"\n"), runner.OutputLimits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := runoutput.New("ns", "edge", "20261205T010203-abcdef01", runner.OperationPlan, out, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	owner := metav1.OwnerReference{APIVersion: "magosproject.io/v1alpha1", Kind: "Workspace", Name: "ns-edge-1a2b3c4d", UID: "u-1"}
+	c, err := runoutput.Copy(s, "magos-cluster-east", "ns-edge-1a2b3c4d", owner)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Namespace != "magos-cluster-east" || c.Name != "ns-edge-1a2b3c4d-20261205t010203-abcdef01-plan" ||
+		c.Labels["magosproject.io/workspace"] != "ns-edge-1a2b3c4d" || c.Labels["magosproject.io/run-id"] != "20261205T010203-abcdef01" ||
+		len(c.OwnerReferences) != 1 || c.OwnerReferences[0].UID != "u-1" || !*c.Immutable {
+		t.Fatalf("copy %s/%s labels %v owners %v", c.Namespace, c.Name, c.Labels, c.OwnerReferences)
+	}
+	got, err := runoutput.Read(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.PlanText != out.PlanText || got.Log != out.Log || got.OutputBytes != out.Bytes {
+		t.Fatalf("the copy reads %+v, want what the original holds", got)
+	}
+	c.Data["log.gz"][0] ^= 0xff // the copy shares no bytes with the original
+	if again, err := runoutput.Read(s); err != nil || again.Log != out.Log {
+		t.Fatalf("changing the copy changed the original: %v", err)
+	}
+	s.Type = corev1.SecretTypeOpaque
+	if _, err := runoutput.Copy(s, "magos-cluster-east", "x", owner); err == nil {
+		t.Fatal("an Opaque Secret was copied as run output")
 	}
 }

@@ -22,7 +22,7 @@ import (
 )
 
 // runsOf is a Workspace whose run history magosctl reads: a spoke Workspace, whose output
-// Secrets are in its own namespace, or a hub mirror, which carries the records only.
+// Secrets are in its own namespace, or a hub mirror, beside which the agent keeps copies of them.
 type runsOf struct {
 	ws *magosv1.Workspace
 	// what names the Workspace in messages.
@@ -176,8 +176,9 @@ func newPlanCommand(o *Options) *cobra.Command {
 		Use:   "plan WORKSPACE [--run ID] [--cluster CLUSTER]",
 		Short: "Show the plan text of a Workspace's run",
 		Long: "Show the plan text of a Workspace's run: the output of its plan, with the values tofu\n" +
-			"marks sensitive masked. Without --run, the newest recorded run that planned. It reads the\n" +
-			"Workspace's own cluster: the hub keeps the records of runs, not their output.",
+			"marks sensitive masked. Without --run, the newest recorded run that planned. From the hub\n" +
+			"it reads the copy the agent keeps there (unless the Workspace sets\n" +
+			"spec.runHistory.copyToHub: false); against a spoke, the Workspace's own.",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return o.showOutput(cmd, args[0], cluster, run, string(runner.OperationPlan), true)
@@ -195,7 +196,8 @@ func newLogsCommand(o *Options) *cobra.Command {
 		Short: "Show the log of a Workspace's run",
 		Long: "Show the log of a Workspace's run: the end of what its plan or apply printed (at most\n" +
 			"128 KiB, marked when cut). Without --run, the newest recorded run that ran; without\n" +
-			"--operation, the run's last operation. It reads the Workspace's own cluster.",
+			"--operation, the run's last operation. From the hub it reads the agent's copy, as\n" +
+			"magosctl plan does.",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			switch operation {
@@ -222,15 +224,23 @@ func (o *Options) showOutput(cmd *cobra.Command, name, cluster, runID, operation
 	if err != nil {
 		return err
 	}
+	// A spoke Workspace names its output Secret; a mirror stands for the agent's copy of it.
+	secretName := op.OutputSecret
 	if r.cluster != "" {
-		// The hub has the run's record (the mirror's status), not its output.
-		return fmt.Errorf("the output of run %s of %s is kept in cluster %s, not on the hub: run this against that cluster (its kubeconfig, or --context)",
-			rec.RunID, r.what, r.cluster)
+		if !r.ws.Spec.CopiesRunOutputToHub() {
+			return fmt.Errorf("the output of run %s of %s is kept in cluster %s only (spec.runHistory.copyToHub: false): run this against that cluster (its kubeconfig, or --context)",
+				rec.RunID, r.what, r.cluster)
+		}
+		secretName = runoutput.SecretName(r.ws.Name, rec.RunID, runner.Operation(op.Operation))
 	}
 	secret := &corev1.Secret{}
-	if err := c.Get(contextFor(cmd), client.ObjectKey{Namespace: r.ws.Namespace, Name: op.OutputSecret}, secret); err != nil {
+	if err := c.Get(contextFor(cmd), client.ObjectKey{Namespace: r.ws.Namespace, Name: secretName}, secret); err != nil {
 		if apierrors.IsNotFound(err) {
-			return fmt.Errorf("the %s of run %s of %s: its output Secret %s is gone (deleted, or the run left the history meanwhile)", op.Operation, rec.RunID, r.what, op.OutputSecret)
+			if r.cluster != "" {
+				return fmt.Errorf("the %s of run %s of %s: the hub has no copy of its output (Secret %s/%s): the run left the history meanwhile, or the agent could not copy it; its cluster %s may still have it",
+					op.Operation, rec.RunID, r.what, r.ws.Namespace, secretName, r.cluster)
+			}
+			return fmt.Errorf("the %s of run %s of %s: its output Secret %s is gone (deleted, or the run left the history meanwhile)", op.Operation, rec.RunID, r.what, secretName)
 		}
 		return fmt.Errorf("the %s of run %s of %s: %w", op.Operation, rec.RunID, r.what, err)
 	}

@@ -32,9 +32,9 @@ func gz(t *testing.T, s string) []byte {
 }
 
 // outputSecret creates an output Secret as the agent writes one.
-func (f fixture) outputSecret(t *testing.T, name string, data map[string]string, annotations map[string]string) {
+func (f fixture) outputSecret(t *testing.T, namespace, name string, data map[string]string, annotations map[string]string) {
 	t.Helper()
-	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name, Annotations: annotations},
+	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name, Annotations: annotations},
 		Type: "magosproject.io/run-output", Data: map[string][]byte{}}
 	for k, v := range data {
 		s.Data[k] = gz(t, v)
@@ -121,9 +121,26 @@ func TestRuns(t *testing.T) {
 	if out := mustRun(t, f.hub.Kubeconfig, "runs", "other", "-n", "default"); out != "" {
 		t.Errorf("runs of a Workspace with no record printed %q, want nothing on stdout", out)
 	}
-	if _, err := run(t, f.hub.Kubeconfig, "plan", "edge", "-n", "default", "--cluster", "us-east-1"); err == nil ||
-		!strings.Contains(err.Error(), "is kept in cluster us-east-1, not on the hub") {
-		t.Errorf("plan from the hub: %v", err)
+	planFromHub := []string{"plan", "edge", "-n", "default", "--cluster", "us-east-1"}
+	if _, err := run(t, f.hub.Kubeconfig, planFromHub...); err == nil ||
+		!strings.Contains(err.Error(), "the hub has no copy of its output (Secret magos-cluster-us-east-1/"+m.Name+"-"+strings.ToLower(runNew)+"-plan)") {
+		t.Errorf("plan from the hub without the agent's copy: %v", err)
+	}
+	// The agent's copy, named after the mirror (written here by hand).
+	f.outputSecret(t, m.Namespace, m.Name+"-"+strings.ToLower(runNew)+"-plan", map[string]string{"plan.gz": "Plan: 2 to add (copied to the hub).\n", "log.gz": "hub copy of the log\n"}, nil)
+	if out := mustRun(t, f.hub.Kubeconfig, planFromHub...); out != "Plan: 2 to add (copied to the hub).\n" {
+		t.Errorf("plan from the hub printed %q, want the copy's plan text", out)
+	}
+	if out := mustRun(t, f.hub.Kubeconfig, "logs", "edge", "-n", "default", "--cluster", "us-east-1", "--operation", "plan"); out != "hub copy of the log\n" {
+		t.Errorf("logs from the hub printed %q, want the copy's log", out)
+	}
+	m.Spec.RunHistory = &magosv1.RunHistorySpec{CopyToHub: new(false)}
+	if err := f.hub.Client.Update(f.ctx, &m); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := run(t, f.hub.Kubeconfig, planFromHub...); err == nil ||
+		!strings.Contains(err.Error(), "is kept in cluster us-east-1 only (spec.runHistory.copyToHub: false)") {
+		t.Errorf("plan from the hub of a Workspace that opted out: %v", err)
 	}
 
 	// In the Workspace's own cluster (the hub's test API server plays it: the Workspace is not a
@@ -133,9 +150,9 @@ func TestRuns(t *testing.T) {
 	if err := f.hub.Client.Status().Update(f.ctx, local); err != nil {
 		t.Fatal(err)
 	}
-	f.outputSecret(t, "local-new-plan", map[string]string{"plan.gz": "Plan: 2 to add, 1 to change, 0 to destroy.\n", "log.gz": "Initializing...\nthe new plan log\n"}, nil)
-	f.outputSecret(t, "local-new-apply", map[string]string{"log.gz": "Apply complete! Resources: 2 added, 1 changed, 0 destroyed.\n"}, nil)
-	f.outputSecret(t, "local-old-plan", map[string]string{"plan.gz": "  - resource will be destroyed\n[... truncated by magos ...]\n", "log.gz": "old plan log\n"},
+	f.outputSecret(t, "default", "local-new-plan", map[string]string{"plan.gz": "Plan: 2 to add, 1 to change, 0 to destroy.\n", "log.gz": "Initializing...\nthe new plan log\n"}, nil)
+	f.outputSecret(t, "default", "local-new-apply", map[string]string{"log.gz": "Apply complete! Resources: 2 added, 1 changed, 0 destroyed.\n"}, nil)
+	f.outputSecret(t, "default", "local-old-plan", map[string]string{"plan.gz": "  - resource will be destroyed\n[... truncated by magos ...]\n", "log.gz": "old plan log\n"},
 		map[string]string{"magosproject.io/plan-truncated": "true"})
 
 	for _, tc := range []struct {

@@ -19,6 +19,8 @@ import (
 	"github.com/magosfleet/magos/hub/fleetview"
 	"github.com/magosfleet/magos/hub/rolloutgrid"
 	"github.com/magosfleet/magos/pkg/mirror"
+	"github.com/magosfleet/magos/pkg/runner"
+	"github.com/magosfleet/magos/pkg/runoutput"
 )
 
 // Error is the body of every answer that is not a success: {"error": "..."}.
@@ -323,9 +325,23 @@ type Runs struct {
 	Runs      []magosv1.RunRecord `json:"runs"`
 }
 
-// runs reads a Workspace's run records from its mirror. The hub's cache keeps no records
-// (fleet.WorkspaceTransform), so the mirror is read from the API server.
+// runs reads a Workspace's run records from its mirror.
 func (s *Server) runs(ctx context.Context, u user.Info, r *http.Request) (any, error) {
+	m, err := s.mirrorOf(ctx, u, r)
+	if err != nil {
+		return nil, err
+	}
+	runs := slices.Clone(m.Status.Runs)
+	if runs == nil {
+		runs = []magosv1.RunRecord{}
+	}
+	return Runs{Cluster: r.PathValue("cluster"), Namespace: r.PathValue("namespace"), Name: r.PathValue("name"), Runs: runs}, nil
+}
+
+// mirrorOf reads the mirror of the Workspace the request's path names, for a caller who may get
+// that Workspace. The hub's cache keeps no run records (fleet.WorkspaceTransform), so the mirror
+// is read from the API server.
+func (s *Server) mirrorOf(ctx context.Context, u user.Info, r *http.Request) (*magosv1.Workspace, error) {
 	cluster, ns, name := r.PathValue("cluster"), r.PathValue("namespace"), r.PathValue("name")
 	if err := s.require(ctx, u, "get", "workspaces", ns, name); err != nil {
 		return nil, err
@@ -339,13 +355,82 @@ func (s *Server) runs(ctx context.Context, u user.Info, r *http.Request) (any, e
 	if err != nil {
 		return nil, fmt.Errorf("reading the mirror of workspace %s/%s of cluster %s: %w", ns, name, cluster, err)
 	}
-	o := mirror.OriginOf(cluster, &m)
-	if o.Namespace != ns || o.Name != name {
+	if o := mirror.OriginOf(cluster, &m); o.Namespace != ns || o.Name != name {
 		return nil, errorf(http.StatusNotFound, "workspace %s/%s of cluster %s: the hub has no mirror of it", ns, name, cluster)
 	}
-	runs := slices.Clone(m.Status.Runs)
-	if runs == nil {
-		runs = []magosv1.RunRecord{}
+	return &m, nil
+}
+
+// RunOutput is the answer of GET .../workspaces/{name}/runs/{run}/{operation}: what one
+// operation (plan or apply) of a run printed, from the copy its agent keeps on the hub.
+type RunOutput struct {
+	Cluster   string `json:"cluster"`
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	RunID     string `json:"runID"`
+	Operation string `json:"operation"`
+	Outcome   string `json:"outcome"`
+	// PlanText is the plan's text, sensitive values masked (plans only).
+	PlanText      string `json:"planText,omitempty"`
+	PlanTruncated bool   `json:"planTruncated,omitempty"`
+	// Log is the end of what the operation printed.
+	Log          string `json:"log"`
+	LogTruncated bool   `json:"logTruncated,omitempty"`
+	// OutputBytes is the size of all the operation printed.
+	OutputBytes int64 `json:"outputBytes"`
+}
+
+// runOutput answers with the plan text and log of one operation of a recorded run. The Secret
+// holding them is read with the caller's own token: the API server's RBAC on Secrets of the
+// cluster's hub namespace decides, on top of get on the Workspace.
+func (s *Server) runOutput(ctx context.Context, u user.Info, r *http.Request) (any, error) {
+	m, err := s.mirrorOf(ctx, u, r)
+	if err != nil {
+		return nil, err
 	}
-	return Runs{Cluster: cluster, Namespace: ns, Name: name, Runs: runs}, nil
+	cluster, runID, operation := r.PathValue("cluster"), r.PathValue("run"), r.PathValue("operation")
+	what := fmt.Sprintf("the %s of run %s of workspace %s/%s of cluster %s", operation, runID, r.PathValue("namespace"), r.PathValue("name"), cluster)
+	var op *magosv1.RunOperation
+	for _, rec := range m.Status.Runs {
+		if rec.RunID != runID {
+			continue
+		}
+		for i := range rec.Operations {
+			if rec.Operations[i].Operation == operation {
+				op = &rec.Operations[i]
+			}
+		}
+	}
+	switch {
+	case op == nil:
+		return nil, errorf(http.StatusNotFound, "%s: no such recorded operation", what)
+	case op.OutputSecret == "":
+		return nil, errorf(http.StatusNotFound, "%s: it kept no output", what)
+	case !m.Spec.CopiesRunOutputToHub():
+		return nil, errorf(http.StatusNotFound, "%s: its output is kept in cluster %s only (spec.runHistory.copyToHub: false)", what, cluster)
+	}
+	core, err := callerClient(s.opts.RestConfig, r)
+	if err != nil {
+		return nil, err
+	}
+	name := runoutput.SecretName(m.Name, runID, runner.Operation(operation))
+	secret, err := core.Secrets(m.Namespace).Get(ctx, name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsForbidden(err):
+		return nil, errorf(http.StatusForbidden, "%s: %s may not get secrets in namespace %s, where its output is kept", what, u.GetName(), m.Namespace)
+	case apierrors.IsNotFound(err):
+		return nil, errorf(http.StatusNotFound, "%s: the hub has no copy of its output (Secret %s/%s)", what, m.Namespace, name)
+	case err != nil:
+		return nil, fmt.Errorf("%s: reading Secret %s/%s: %w", what, m.Namespace, name, err)
+	}
+	got, err := runoutput.Read(secret)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	if got.Unavailable != "" {
+		return nil, errorf(http.StatusNotFound, "%s left no output: %s", what, got.Unavailable)
+	}
+	return RunOutput{Cluster: cluster, Namespace: r.PathValue("namespace"), Name: r.PathValue("name"), RunID: runID,
+		Operation: operation, Outcome: op.Outcome, PlanText: got.PlanText, PlanTruncated: got.PlanTruncated,
+		Log: got.Log, LogTruncated: got.LogTruncated, OutputBytes: got.OutputBytes}, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -15,6 +16,7 @@ import (
 	"k8s.io/apiserver/pkg/authorization/authorizerfactory"
 	authenticationv1client "k8s.io/client-go/kubernetes/typed/authentication/v1"
 	authorizationv1client "k8s.io/client-go/kubernetes/typed/authorization/v1"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
 
 	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
@@ -74,14 +76,14 @@ func newAccess(cfg *rest.Config) (*access, error) {
 // authenticate returns the caller of req, from its Authorization header or else its token
 // cookie; nil when neither holds a token the API server accepts.
 func (a *access) authenticate(req *http.Request) user.Info {
-	if req.Header.Get("Authorization") == "" {
-		c, err := req.Cookie(TokenCookie)
-		if err != nil || c.Value == "" {
-			return nil
-		}
-		req = req.Clone(req.Context())
-		req.Header.Set("Authorization", "Bearer "+c.Value)
+	token := bearerToken(req)
+	if token == "" {
+		return nil
 	}
+	// A copy: the authenticator strips the Authorization header from the request it reads, and
+	// the handler may need the token yet (callerClient).
+	req = req.Clone(req.Context())
+	req.Header.Set("Authorization", "Bearer "+token)
 	// A token the API server rejects is an error to the authenticator; to the caller it is the
 	// same as no token.
 	res, ok, err := a.authn.AuthenticateRequest(req)
@@ -102,4 +104,34 @@ func (a *access) can(ctx context.Context, u user.Info, verb, resource, namespace
 		return false, fmt.Errorf("asking the API server whether %s may %s %s: %w", u.GetName(), verb, resource, err)
 	}
 	return d == authorizer.DecisionAllow, nil
+}
+
+// bearerToken is the token req carries: its Authorization header's bearer token, else its token
+// cookie's; empty when it carries neither.
+func bearerToken(req *http.Request) string {
+	if h := req.Header.Get("Authorization"); h != "" {
+		token, ok := strings.CutPrefix(h, "Bearer ")
+		if !ok {
+			return ""
+		}
+		return strings.TrimSpace(token)
+	}
+	if c, err := req.Cookie(TokenCookie); err == nil {
+		return c.Value
+	}
+	return ""
+}
+
+// callerClient returns a client of the hub's API server that authenticates with the caller's own token
+// (from req), so that the API server's RBAC decides what it may read: the dashboard reads
+// Secrets this way, never with the hub's credentials (the hub may read none in the namespaces
+// of agent clusters).
+func callerClient(cfg *rest.Config, req *http.Request) (corev1client.CoreV1Interface, error) {
+	token := bearerToken(req)
+	if token == "" {
+		return nil, errorf(http.StatusUnauthorized, "no token to read with")
+	}
+	c := rest.AnonymousClientConfig(cfg)
+	c.BearerToken = token
+	return corev1client.NewForConfig(c)
 }

@@ -2,7 +2,8 @@
 // grid of steps by clusters (rolloutgrid), the Workspaces of each cluster and their runs, as
 // JSON and as server-sent events, and a page that shows them live. Callers authenticate with a
 // Kubernetes token (TokenReview) and see only what RBAC lets them read (SubjectAccessReview):
-// the hub reads on their behalf from its own cache, and asks the API server first.
+// the hub reads on their behalf from its own cache, and asks the API server first. A run's
+// plan text and log, kept in Secrets the hub may not read, are read with the caller's token.
 package dashboard
 
 import (
@@ -163,6 +164,7 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET /api/v1/clusters", s.authenticated(s.json(s.clusters)))
 	mux.HandleFunc("GET /api/v1/clusters/{cluster}/workspaces", s.authenticated(s.json(s.clusterWorkspaces)))
 	mux.HandleFunc("GET /api/v1/clusters/{cluster}/namespaces/{namespace}/workspaces/{name}/runs", s.authenticated(s.json(s.runs)))
+	mux.HandleFunc("GET /api/v1/clusters/{cluster}/namespaces/{namespace}/workspaces/{name}/runs/{run}/{operation}", s.authenticated(s.json(s.runOutput)))
 	return securityHeaders(mux)
 }
 

@@ -2,6 +2,8 @@ package dashboard_test
 
 import (
 	"bufio"
+	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -303,6 +305,41 @@ func TestDashboardAPI(t *testing.T) {
 		t.Errorf("runs of a forged mirror: %d %q, want 404", got, e.Error)
 	}
 
+	// A run's output, read with the caller's own token: RBAC on the Secrets of the cluster's hub
+	// namespace decides.
+	output := "/api/v1/clusters/eu-west-1/namespaces/team-a/workspaces/web/runs/20261205T070000-0badcafe/plan"
+	if got := f.get(viewer, output, &e); got != http.StatusForbidden ||
+		!strings.Contains(e.Error, "system:serviceaccount:team-a:viewer may not get secrets in namespace magos-cluster-eu-west-1") {
+		t.Errorf("plan for a user who may not read Secrets there: %d %q, want 403", got, e.Error)
+	}
+	hubNS := mirror.Namespace("eu-west-1")
+	f.create(&rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: hubNS, Name: "plan-reader"},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get"}}}})
+	f.create(&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: hubNS, Name: "plan-reader"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "plan-reader"},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: "team-a", Name: "viewer"}}})
+	testenv.Eventually(t, 30*time.Second, func() error {
+		if got := f.get(viewer, output, &e); got != http.StatusNotFound || !strings.Contains(e.Error, "the hub has no copy of its output") {
+			return fmt.Errorf("plan with no copy on the hub: %d %q, want 404", got, e.Error)
+		}
+		return nil
+	})
+	// The agent's copy (written here by hand, as the agent names it: after the mirror).
+	f.create(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: hubNS, Name: eu.Name + "-20261205t070000-0badcafe-plan",
+		Annotations: map[string]string{"magosproject.io/output-bytes": "4242", "magosproject.io/log-truncated": "true"}},
+		Type: "magosproject.io/run-output", Data: map[string][]byte{"plan.gz": gz(t, "Plan: 1 to add.\n"), "log.gz": gz(t, "...the end of the log\n")}})
+	var out dashboard.RunOutput
+	if got := f.get(viewer, output, &out); got != http.StatusOK || out.PlanText != "Plan: 1 to add.\n" || out.Log != "...the end of the log\n" ||
+		!out.LogTruncated || out.PlanTruncated || out.OutputBytes != 4242 || out.Outcome != "Succeeded" || out.RunID != "20261205T070000-0badcafe" {
+		t.Errorf("plan: %d %+v", got, out)
+	}
+	if got := f.get(viewer, strings.Replace(output, "/plan", "/apply", 1), &e); got != http.StatusNotFound || !strings.Contains(e.Error, "no such recorded operation") {
+		t.Errorf("an operation the run did not record: %d %q, want 404", got, e.Error)
+	}
+	if got := f.get(outsider, output, &e); got != http.StatusForbidden {
+		t.Errorf("plan for a user of another namespace: %d, want 403", got)
+	}
+
 	// A browser signs in once; the token lives in an HttpOnly cookie.
 	jar, _ := cookiejar.New(nil)
 	browser := &http.Client{Jar: jar}
@@ -413,4 +450,18 @@ func TestDashboardStream(t *testing.T) {
 		t.Fatal(err)
 	}
 	next("us/us-east-1/team-a/web=Applying")
+}
+
+// gz compresses s as the agent stores run output (written here, not by the code that reads it).
+func gz(t *testing.T, s string) []byte {
+	t.Helper()
+	var b bytes.Buffer
+	w := gzip.NewWriter(&b)
+	if _, err := io.WriteString(w, s); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return b.Bytes()
 }

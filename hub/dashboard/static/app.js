@@ -113,6 +113,7 @@ function renderGrid(g) {
 
 function selectWorkspace(w) {
   selected = { cluster: w.cluster, namespace: w.namespace, name: w.name };
+  $("output").hidden = true;
   for (const e of document.querySelectorAll(".ws.selected")) e.classList.remove("selected");
   loadRuns(selected);
 }
@@ -124,8 +125,9 @@ async function loadRuns(w) {
   try { body = await getJSON(path); } catch (e) { showError(e.message); return; }
   $("runs").hidden = false;
   $("runs-title").textContent = "Runs of " + w.namespace + "/" + w.name + " in " + w.cluster;
-  $("runs-hint").textContent = "Plan text and logs stay in the cluster: magosctl plan " + w.name + " -n " + w.namespace +
-    " --run RUN (and magosctl logs) with the kubeconfig of " + w.cluster + ".";
+  $("runs-hint").textContent = "Plan text and logs come from the copies the agent of " + w.cluster +
+    " keeps on the hub: reading them takes get on Secrets in namespace magos-cluster-" + w.cluster +
+    " (magosctl plan " + w.name + " -n " + w.namespace + " --cluster " + w.cluster + " --run RUN shows them too).";
   $("run-rows").replaceChildren(...body.runs.map((r) => el("tr", { "data-run": r.runID },
     el("td", {}, r.runID),
     el("td", {}, r.trigger || ""),
@@ -135,7 +137,26 @@ async function loadRuns(w) {
     el("td", {}, r.finishedAt || ""),
     el("td", {}, r.resourceChanges ? "+" + r.resourceChanges.add + " ~" + r.resourceChanges.change + " -" + r.resourceChanges.destroy : ""),
     el("td", {}, r.policy || ""),
-    el("td", {}, (r.operations || []).map((o) => o.operation + ": " + o.outcome + (o.outputSecret ? " (Secret " + o.outputSecret + ")" : "")).join("; ")))));
+    el("td", {}, ...(r.operations || []).map((o) => o.outputSecret
+      ? el("button", { class: "output", "data-output": r.runID + "/" + o.operation, onclick: () => loadOutput(w, r.runID, o.operation) },
+        o.operation + ": " + o.outcome)
+      : el("span", { class: "output" }, o.operation + ": " + o.outcome))))));
+}
+
+// loadOutput shows the plan text and log of one operation of a run, one click from its row.
+async function loadOutput(w, runID, operation) {
+  const path = "/api/v1/clusters/" + encodeURIComponent(w.cluster) + "/namespaces/" + encodeURIComponent(w.namespace) +
+    "/workspaces/" + encodeURIComponent(w.name) + "/runs/" + encodeURIComponent(runID) + "/" + encodeURIComponent(operation);
+  $("output").hidden = false;
+  $("output-title").textContent = "The " + operation + " of run " + runID;
+  $("output-plan").textContent = "";
+  $("output-log").textContent = "";
+  let body;
+  try { body = await getJSON(path); } catch (e) { $("output-plan").textContent = e.message; return; }
+  $("output-plan").textContent = body.planText
+    ? body.planText + (body.planTruncated ? "\n(cut at its size limit)" : "")
+    : "(no plan text: the " + operation + " printed none)";
+  $("output-log").textContent = (body.logTruncated ? "(only the end of " + body.outputBytes + " bytes)\n" : "") + body.log;
 }
 
 async function route() {
@@ -149,6 +170,7 @@ async function route() {
     const [ns, name] = [decodeURIComponent(m[1]), decodeURIComponent(m[2])];
     selected = null;
     $("runs").hidden = true;
+    $("output").hidden = true;
     show("rollout");
     follow("/api/v1/watch/namespaces/" + encodeURIComponent(ns) + "/rollouts/" + encodeURIComponent(name), renderGrid);
   } else {

@@ -3,6 +3,7 @@ package devfleet
 import (
 	"context"
 	"fmt"
+	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -13,6 +14,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
+	"github.com/magosfleet/magos/pkg/localcluster"
+	"github.com/magosfleet/magos/pkg/mirror"
 )
 
 // DashboardViewer is the ServiceAccount (in the hub's default namespace) and the ClusterRole of
@@ -27,9 +30,14 @@ func (f *Fleet) DashboardURL() string {
 	return "http://" + f.dashboard
 }
 
+// RunOutputReader is the ClusterRole that may get Secrets, which DashboardToken binds to
+// DashboardViewer in each agent cluster's hub namespace only: there, the Secrets are the copies
+// of run output (plan text and logs) the agent keeps.
+const RunOutputReader = "magos-run-output-reader"
+
 // DashboardToken returns a token, valid for an hour, of the ServiceAccount DashboardViewer,
-// which it creates with a ClusterRole that may read every Magos object: what a person signs
-// in to the dashboard with.
+// which it creates with a ClusterRole that may read every Magos object, and RunOutputReader in
+// the hub namespace of each agent cluster: what a person signs in to the dashboard with.
 func (f *Fleet) DashboardToken(ctx context.Context) (string, error) {
 	c := f.Hub.Client
 	objs := []client.Object{
@@ -43,8 +51,27 @@ func (f *Fleet) DashboardToken(ctx context.Context) (string, error) {
 			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: DashboardViewer},
 			Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: corev1.NamespaceDefault, Name: DashboardViewer}}},
 	}
+	// Run output: the copies agents keep in their clusters' hub namespaces, readable there only.
+	objs = append(objs, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: RunOutputReader}, Rules: []rbacv1.PolicyRule{{
+		APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get"},
+	}}})
+	for _, name := range f.Order {
+		if f.single {
+			break
+		}
+		objs = append(objs, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: mirror.Namespace(name), Name: DashboardViewer},
+			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: RunOutputReader},
+			Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: corev1.NamespaceDefault, Name: DashboardViewer}}})
+	}
 	for _, o := range objs {
-		if err := c.Create(ctx, o); err != nil && !apierrors.IsAlreadyExists(err) {
+		// A cluster's hub namespace appears once the hub has registered it.
+		err := localcluster.Poll(time.Minute, func() error {
+			if err := c.Create(ctx, o); err != nil && !apierrors.IsAlreadyExists(err) {
+				return err
+			}
+			return nil
+		})
+		if err != nil {
 			return "", fmt.Errorf("the dashboard viewer: %w", err)
 		}
 	}

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -203,6 +204,30 @@ func TestDashboardInABrowser(t *testing.T) {
 		saveArtifact(t, "dashboard-rollout-progressing.png", mid)
 	}
 	saveArtifact(t, "dashboard-rollout-applied.png", final)
+
+	// One click from the grid to the plan of the last region's newest run: the copy its agent
+	// keeps on the hub, read with the viewer's own token.
+	planButton := `#run-rows tr:first-child button[data-output$="/plan"]`
+	steps(t, browser, "opening the plan of the last region's run",
+		chromedp.Click(chromedp.CSS(fmt.Sprintf(`#grid-rows td[data-cluster=%q] .ws`, last))),
+		chromedp.WaitVisible(chromedp.CSS(planButton)),
+		chromedp.Click(chromedp.CSS(planButton)),
+		chromedp.WaitVisible(chromedp.CSS("#output")))
+	testenv.Eventually(t, 30*time.Second, func() error {
+		plan, err := chromedp.Run(browser, chromedp.Evaluate[string](`document.getElementById('output-plan').textContent`))
+		if err != nil {
+			return err
+		}
+		if !strings.Contains(plan, "Plan: ") && !strings.Contains(plan, "No changes.") {
+			return fmt.Errorf("the page shows as the plan of %s's run: %q, want tofu's plan text", last, plan)
+		}
+		return nil
+	})
+	shot, err := chromedp.Run(browser, chromedp.CaptureScreenshot())
+	if err != nil {
+		t.Fatal(err)
+	}
+	saveArtifact(t, "dashboard-plan.png", shot)
 
 	// The page changed while the Rollout progressed, showing the regions applied in step order.
 	firstApplied := map[string]time.Time{}

@@ -786,7 +786,8 @@ func variables(name string, plain, sensitive map[string]string) *magosv1.Variabl
 
 // checkRunOutputs checks, through magosctl as users read them, that the run's plan text and
 // apply log were kept from the real runner Pods' logs (read by the agent through the API server
-// from the kubelet) without the sensitive value, and that the hub lists the run.
+// from the kubelet) without the sensitive value, and that the hub lists the run and shows the
+// same plan text (the agent's copy).
 func checkRunOutputs(t *testing.T, ctx context.Context, magosctlPath string, hub, spoke *cluster, name, runID, secret string) {
 	t.Helper()
 	magosctl := func(kubeconfig string, args ...string) string {
@@ -812,6 +813,12 @@ func checkRunOutputs(t *testing.T, ctx context.Context, magosctlPath string, hub
 		out, err := exec.CommandContext(ctx, magosctlPath, "--kubeconfig", hub.Kubeconfig, "-n", "default", "runs", name, "--cluster", clusterName).CombinedOutput()
 		return err == nil && strings.Contains(string(out), runID+" ") && strings.Contains(string(out), "Applied"), string(out)
 	})
+	// The agent's copy on the hub, made under the hub chart's RBAC and scope policy: the same
+	// plan text, read from the hub.
+	fromHub := magosctl(hub.Kubeconfig, "plan", name, "--run", runID, "--cluster", clusterName)
+	if fromHub != plan {
+		t.Fatalf("magosctl plan %s --run %s --cluster %s from the hub printed:\n%s\nwant what the spoke printed:\n%s", name, runID, clusterName, fromHub, plan)
+	}
 }
 
 // waitApplied waits for the Workspace to be Applied by a run other than notRun.

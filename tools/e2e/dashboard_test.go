@@ -223,6 +223,7 @@ func TestDashboardInABrowser(t *testing.T) {
 		}
 		return nil
 	})
+	steps(t, browser, "scrolling to the plan", chromedp.ScrollIntoView(chromedp.CSS("#output-plan")))
 	shot, err := chromedp.Run(browser, chromedp.CaptureScreenshot())
 	if err != nil {
 		t.Fatal(err)

@@ -122,10 +122,10 @@ func bearerToken(req *http.Request) string {
 	return ""
 }
 
-// callerClient returns a client of the hub's API server that authenticates with the caller's own token
-// (from req), so that the API server's RBAC decides what it may read: the dashboard reads
-// Secrets this way, never with the hub's credentials (the hub may read none in the namespaces
-// of agent clusters).
+// callerClient returns a client of the hub's API server that authenticates with the caller's
+// own token (from req), so that the API server's RBAC decides what it may read: the dashboard
+// reads Secrets this way, never with the hub's credentials (the hub may read none in the
+// namespaces of agent clusters).
 func callerClient(cfg *rest.Config, req *http.Request) (corev1client.CoreV1Interface, error) {
 	token := bearerToken(req)
 	if token == "" {

@@ -21,7 +21,8 @@ import (
 )
 
 // TestHubSecretAccess checks that the hub may get exactly the Secrets its config names as direct
-// clusters' kubeconfigs, and no other: one Role per namespace, by name, get only.
+// clusters' kubeconfigs, and no other: one Role per namespace, by name, get only (it holds
+// create and delete on Secrets, never a read, only to grant them to agents).
 func TestHubSecretAccess(t *testing.T) {
 	ref := func(ns, name string) map[string]any {
 		return map[string]any{"secretRef": map[string]any{"namespace": ns, "name": name, "key": "kubeconfig"}}
@@ -34,9 +35,14 @@ func TestHubSecretAccess(t *testing.T) {
 		map[string]any{"name": "file", "kubeconfig": map[string]any{"path": "/etc/kubeconfigs/file"}},
 		map[string]any{"name": "us-east-1", "agent": map[string]any{}},
 	}}})
+	// In every namespace the hub holds create and delete on Secrets, only to grant them to agents
+	// (the scope policy confines both: TestHubScope), and may read none.
 	for _, r := range as[rbacv1.ClusterRole](t, objs["ClusterRole/magos-hub"]).Rules {
-		if slices.Contains(r.Resources, "secrets") || slices.Contains(r.Resources, "*") {
-			t.Errorf("the hub's ClusterRole grants Secrets in every namespace: %+v", r)
+		if slices.Contains(r.Resources, "*") || slices.Contains(r.Verbs, "*") && slices.Contains(r.Resources, "secrets") {
+			t.Errorf("the hub's ClusterRole grants everything on Secrets: %+v", r)
+		}
+		if slices.Contains(r.Resources, "secrets") && !slices.Equal(r.Verbs, []string{"create", "delete"}) {
+			t.Errorf("the hub's ClusterRole grants %v on Secrets in every namespace, want create and delete only (to grant them to agents)", r.Verbs)
 		}
 	}
 	want := map[string][]string{namespace: {"edge-kubeconfig", "lab-kubeconfig"}, "dr-secrets": {"dr"}}

@@ -317,18 +317,19 @@ func (r *syncer) Reconcile(ctx context.Context, req reconcile.Request) (ctrl.Res
 	case err != nil:
 		return ctrl.Result{}, fmt.Errorf("reading mirror %s on the hub: %w", key, err)
 	}
-	// The mirror as it was, which says what run output it has on the hub.
-	before := m.DeepCopy()
+	// The run output the mirror has on the hub, as it was (before its spec changes), and the
+	// output the desired mirror stands for.
+	had, wanted := hubOutputs(m), hubOutputs(want)
 	if err := r.updateMirror(ctx, m, want); err != nil {
 		return ctrl.Result{}, err
 	}
-	if err := r.copyRunOutput(ctx, before, want, ws.Namespace); err != nil {
+	if err := r.copyRunOutput(ctx, m, had, wanted, ws.Namespace); err != nil {
 		return ctrl.Result{}, err
 	}
 	if err := r.updateMirrorStatus(ctx, m, want, req.NamespacedName); err != nil {
 		return ctrl.Result{}, err
 	}
-	if err := r.pruneRunOutput(ctx, before, want); err != nil {
+	if err := r.pruneRunOutput(ctx, m.Namespace, had, wanted); err != nil {
 		return ctrl.Result{}, err
 	}
 	return ctrl.Result{}, r.copyDecisionDown(ctx, m, ws)

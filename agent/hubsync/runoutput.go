@@ -48,16 +48,15 @@ func hubOutputs(m *magosv1.Workspace) map[string]string {
 	return out
 }
 
-// copyRunOutput copies to the hub the output Secrets that the desired mirror want names and
-// the mirror m, as the hub holds it, does not. A spoke Secret already gone (its run left the
-// history) is skipped; a hub that refuses the copy (one whose agent Role predates run output
-// copies) is logged and skipped, so that mirroring goes on.
-func (r *syncer) copyRunOutput(ctx context.Context, m, want *magosv1.Workspace, spokeNamespace string) error {
-	have, wanted := hubOutputs(m), hubOutputs(want)
-	names := slices.Sorted(maps.Keys(wanted))
+// copyRunOutput copies to the hub, as the copies of the mirror m, the output Secrets in
+// wanted (hubOutputs of the desired mirror) that are not in had (hubOutputs of m as the hub
+// held it). A spoke Secret already gone (its run left the history) is skipped; a hub that
+// refuses the copy (one whose agent Role predates run output copies) is logged and skipped, so
+// that mirroring goes on.
+func (r *syncer) copyRunOutput(ctx context.Context, m *magosv1.Workspace, had, wanted map[string]string, spokeNamespace string) error {
 	owner := metav1.OwnerReference{APIVersion: magosv1.GroupVersion.String(), Kind: "Workspace", Name: m.Name, UID: m.UID}
-	for _, name := range names {
-		if _, ok := have[name]; ok {
+	for _, name := range slices.Sorted(maps.Keys(wanted)) {
+		if _, ok := had[name]; ok {
 			continue
 		}
 		src := &corev1.Secret{}
@@ -85,15 +84,15 @@ func (r *syncer) copyRunOutput(ctx context.Context, m, want *magosv1.Workspace, 
 	return nil
 }
 
-// pruneRunOutput deletes from the hub the copies that the mirror's old status named and its new
-// one does not (runs that left the history, or every copy when the Workspace opted out).
-func (r *syncer) pruneRunOutput(ctx context.Context, old, now *magosv1.Workspace) error {
-	kept := hubOutputs(now)
-	for name := range hubOutputs(old) {
-		if _, ok := kept[name]; ok {
+// pruneRunOutput deletes from the hub namespace the copies in had (what the mirror's old status
+// named) that are not in wanted (what its new one names): runs that left the history, or every
+// copy when the Workspace opted out.
+func (r *syncer) pruneRunOutput(ctx context.Context, namespace string, had, wanted map[string]string) error {
+	for name := range had {
+		if _, ok := wanted[name]; ok {
 			continue
 		}
-		s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: old.Namespace, Name: name}}
+		s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name}}
 		if err := r.hub.Delete(ctx, s); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsForbidden(err) {
 			return fmt.Errorf("deleting run output %s from the hub: %w", name, err)
 		}

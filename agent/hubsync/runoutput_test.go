@@ -36,9 +36,9 @@ func spokeOutput(t *testing.T, c client.Client, ns, name string, runID, op, text
 	return s
 }
 
-// hubOutputs lists the Secrets of a cluster's hub namespace as "name" sorted, with the Secrets
+// hubSecrets lists the Secrets of a cluster's hub namespace as "name" sorted, with the Secrets
 // themselves.
-func hubOutputs(cluster string) ([]string, map[string]corev1.Secret, error) {
+func hubSecrets(cluster string) ([]string, map[string]corev1.Secret, error) {
 	var list corev1.SecretList
 	if err := env.Hub.Client.List(context.Background(), &list, client.InNamespace(mirror.Namespace(cluster))); err != nil {
 		return nil, nil, err
@@ -88,7 +88,7 @@ func TestRunOutputIsCopiedToTheHub(t *testing.T) {
 	testenv.Eventually(t, 60*time.Second, func() error {
 		var names []string
 		var err error
-		if names, byName, err = hubOutputs(cluster); err != nil {
+		if names, byName, err = hubSecrets(cluster); err != nil {
 			return err
 		}
 		if !slices.Equal(names, copies) {
@@ -118,7 +118,7 @@ func TestRunOutputIsCopiedToTheHub(t *testing.T) {
 		t.Fatal(err)
 	}
 	testenv.Eventually(t, 60*time.Second, func() error {
-		names, _, err := hubOutputs(cluster)
+		names, _, err := hubSecrets(cluster)
 		if err != nil {
 			return err
 		}
@@ -137,7 +137,7 @@ func TestRunOutputIsCopiedToTheHub(t *testing.T) {
 		t.Fatal(err)
 	}
 	testenv.Eventually(t, 60*time.Second, func() error {
-		names, _, err := hubOutputs(cluster)
+		names, _, err := hubSecrets(cluster)
 		if err != nil {
 			return err
 		}

@@ -1,8 +1,6 @@
 package cli_test
 
 import (
-	"bytes"
-	"compress/gzip"
 	"encoding/json"
 	"strings"
 	"testing"
@@ -13,23 +11,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
+	"github.com/magosfleet/magos/hub/hubtest"
 	"github.com/magosfleet/magos/pkg/mirror"
 )
-
-// gz compresses s as the agent stores outputs (written here by hand, not by the code that reads
-// them).
-func gz(t *testing.T, s string) []byte {
-	t.Helper()
-	var b bytes.Buffer
-	w := gzip.NewWriter(&b)
-	if _, err := w.Write([]byte(s)); err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return b.Bytes()
-}
 
 // outputSecret creates an output Secret as the agent writes one.
 func (f fixture) outputSecret(t *testing.T, namespace, name string, data map[string]string, annotations map[string]string) {
@@ -37,7 +21,7 @@ func (f fixture) outputSecret(t *testing.T, namespace, name string, data map[str
 	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name, Annotations: annotations},
 		Type: "magosproject.io/run-output", Data: map[string][]byte{}}
 	for k, v := range data {
-		s.Data[k] = gz(t, v)
+		s.Data[k] = hubtest.Gzip(t, v)
 	}
 	f.create(t, s)
 }

@@ -2,8 +2,6 @@ package dashboard_test
 
 import (
 	"bufio"
-	"bytes"
-	"compress/gzip"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -327,7 +325,7 @@ func TestDashboardAPI(t *testing.T) {
 	// The agent's copy (written here by hand, as the agent names it: after the mirror).
 	f.create(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: hubNS, Name: eu.Name + "-20261205t070000-0badcafe-plan",
 		Annotations: map[string]string{"magosproject.io/output-bytes": "4242", "magosproject.io/log-truncated": "true"}},
-		Type: "magosproject.io/run-output", Data: map[string][]byte{"plan.gz": gz(t, "Plan: 1 to add.\n"), "log.gz": gz(t, "...the end of the log\n")}})
+		Type: "magosproject.io/run-output", Data: map[string][]byte{"plan.gz": hubtest.Gzip(t, "Plan: 1 to add.\n"), "log.gz": hubtest.Gzip(t, "...the end of the log\n")}})
 	var out dashboard.RunOutput
 	if got := f.get(viewer, output, &out); got != http.StatusOK || out.PlanText != "Plan: 1 to add.\n" || out.Log != "...the end of the log\n" ||
 		!out.LogTruncated || out.PlanTruncated || out.OutputBytes != 4242 || out.Outcome != "Succeeded" || out.RunID != "20261205T070000-0badcafe" {
@@ -450,18 +448,4 @@ func TestDashboardStream(t *testing.T) {
 		t.Fatal(err)
 	}
 	next("us/us-east-1/team-a/web=Applying")
-}
-
-// gz compresses s as the agent stores run output (written here, not by the code that reads it).
-func gz(t *testing.T, s string) []byte {
-	t.Helper()
-	var b bytes.Buffer
-	w := gzip.NewWriter(&b)
-	if _, err := io.WriteString(w, s); err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return b.Bytes()
 }

@@ -391,14 +391,10 @@ func (s *Server) runOutput(ctx context.Context, u user.Info, r *http.Request) (a
 	cluster, runID, operation := r.PathValue("cluster"), r.PathValue("run"), r.PathValue("operation")
 	what := fmt.Sprintf("the %s of run %s of workspace %s/%s of cluster %s", operation, runID, r.PathValue("namespace"), r.PathValue("name"), cluster)
 	var op *magosv1.RunOperation
-	for _, rec := range m.Status.Runs {
-		if rec.RunID != runID {
-			continue
-		}
-		for i := range rec.Operations {
-			if rec.Operations[i].Operation == operation {
-				op = &rec.Operations[i]
-			}
+	if j := slices.IndexFunc(m.Status.Runs, func(rec magosv1.RunRecord) bool { return rec.RunID == runID }); j >= 0 {
+		ops := m.Status.Runs[j].Operations
+		if i := slices.IndexFunc(ops, func(o magosv1.RunOperation) bool { return o.Operation == operation }); i >= 0 {
+			op = &ops[i]
 		}
 	}
 	switch {

@@ -55,10 +55,11 @@ func (f *Fleet) DashboardToken(ctx context.Context) (string, error) {
 	objs = append(objs, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: RunOutputReader}, Rules: []rbacv1.PolicyRule{{
 		APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get"},
 	}}})
-	for _, name := range f.Order {
-		if f.single {
-			break
-		}
+	agentClusters := f.Order
+	if f.single {
+		agentClusters = nil // its one cluster is direct: no hub namespace, no copies
+	}
+	for _, name := range agentClusters {
 		objs = append(objs, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: mirror.Namespace(name), Name: DashboardViewer},
 			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: RunOutputReader},
 			Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: corev1.NamespaceDefault, Name: DashboardViewer}}})

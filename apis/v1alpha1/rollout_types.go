@@ -39,6 +39,12 @@ const (
 	// ReasonApprovalVoided (an Event): a plan of the step changed after its approval, which no
 	// longer holds; the step awaits approval again.
 	ReasonApprovalVoided = "ApprovalVoided"
+	// ReasonPreviewing: with spec.planFirst, Workspaces of the current or a later step have not
+	// planned the change yet, so the current step applies nothing new.
+	ReasonPreviewing = "Previewing"
+	// ReasonPreviewFailed: with spec.planFirst, more Workspaces of a later step failed to plan
+	// the change or broke a policy than the step's maxFailures: nothing applies.
+	ReasonPreviewFailed = "PreviewFailed"
 )
 
 // Step phases in status.steps.
@@ -53,6 +59,23 @@ const (
 	StepSoaking = "Soaking"
 	// StepAwaitingApproval: the step requires approval, and its plans wait for one.
 	StepAwaitingApproval = "AwaitingApproval"
+	// StepPreviewing: with spec.planFirst, the step waits for the fleet-wide preview before it
+	// applies.
+	StepPreviewing = "Previewing"
+)
+
+// Results of a plan in a step's preview (status.steps[].preview[].result).
+const (
+	// PreviewPending: the Workspace has not planned the change yet.
+	PreviewPending = "Pending"
+	// PreviewPlanned: the Workspace planned the change, and the plan waits or applies.
+	PreviewPlanned = "Planned"
+	// PreviewApplied: the Workspace applied the change.
+	PreviewApplied = "Applied"
+	// PreviewPolicyViolation: the Workspace's plan breaks a policy (ValidationFailed).
+	PreviewPolicyViolation = "PolicyViolation"
+	// PreviewFailed: the Workspace's last run failed.
+	PreviewFailed = "Failed"
 )
 
 // Values of spec.targets.
@@ -175,6 +198,44 @@ type PlanStatus struct {
 	Destroy int32 `json:"destroy,omitempty"`
 }
 
+// PlanSummary is what a plan does, and its digest.
+type PlanSummary struct {
+	// Digest is the plan's digest (the Workspace's status.planDigest).
+	// +optional
+	Digest string `json:"digest,omitempty"`
+	// Add, Change and Destroy count the plan's resource changes.
+	// +optional
+	Add int32 `json:"add,omitempty"`
+	// +optional
+	Change int32 `json:"change,omitempty"`
+	// +optional
+	Destroy int32 `json:"destroy,omitempty"`
+}
+
+// PreviewPlan is one Workspace's plan of the change in a step's preview (spec.planFirst).
+type PreviewPlan struct {
+	// Workspace is the Workspace, as cluster/namespace/name.
+	Workspace string `json:"workspace"`
+	// Run is the Workspace's current run.
+	// +optional
+	Run string `json:"run,omitempty"`
+	// Revision is the commit planned.
+	// +optional
+	Revision string `json:"revision,omitempty"`
+	// Result is Pending (not planned yet), Planned, Applied, PolicyViolation or Failed.
+	Result string `json:"result"`
+	// PlanSummary is the plan (empty while Pending).
+	PlanSummary `json:",inline"`
+	// PolicyViolations is the number of policy rules the plan breaks.
+	// +optional
+	PolicyViolations int32 `json:"policyViolations,omitempty"`
+	// Previewed is the plan first previewed for this change, kept when the Workspace planned
+	// again since (a stale plan, a spec change): while it plans again, and when its new plan
+	// differs from the previewed one.
+	// +optional
+	Previewed *PlanSummary `json:"previewed,omitempty"`
+}
+
 // RolloutStrategy is the ordered list of steps.
 type RolloutStrategy struct {
 	// Steps run in order; the Workspaces of one step run in parallel.
@@ -249,6 +310,19 @@ type RolloutSpec struct {
 	// +kubebuilder:validation:Enum=Dynamic;Frozen
 	Targets string `json:"targets,omitempty"`
 
+	// PlanFirst previews every change fleet-wide before anything applies: when a change
+	// arrives (a new commit or spec), every Workspace of every step plans it without applying,
+	// and status.steps[].preview shows, per Workspace, what it will add, change and destroy, or
+	// that its plan breaks a policy or failed. The current step applies only once every
+	// Workspace of it and of the later steps has planned (or failed), and each apply is bound to
+	// the plan previewed (its digest). A Workspace that plans again before its step applies (a
+	// new commit, a spec change, or a saved plan gone stale) shows the plan it previewed beside
+	// the new one where they differ, and a step that requires approval asks for it again. More
+	// failed previews in a later step than its maxFailures stop the Rollout before it applies
+	// anything (PreviewFailed).
+	// +optional
+	PlanFirst bool `json:"planFirst,omitempty"`
+
 	// Approvals approve the plans of steps that require approval, at most one per step. Written
 	// by magosctl rollout approve; see StepApproval for who may write one.
 	// +optional
@@ -262,8 +336,8 @@ type RolloutSpec struct {
 type StepStatus struct {
 	// Name of the step.
 	Name string `json:"name"`
-	// Phase of the step: Pending, Progressing, Waiting, AwaitingApproval, Soaking, Completed or
-	// Failed.
+	// Phase of the step: Pending, Progressing, Previewing, Waiting, AwaitingApproval, Soaking,
+	// Completed or Failed.
 	Phase string `json:"phase"`
 	// Matched is the number of Workspaces the step selects.
 	Matched int32 `json:"matched"`
@@ -296,6 +370,11 @@ type StepStatus struct {
 	// +optional
 	// +listType=atomic
 	Plans []PlanStatus `json:"plans,omitempty"`
+	// Preview is, with spec.planFirst, each Workspace's plan of the change being rolled out, in
+	// Workspace order (at most 1000).
+	// +optional
+	// +listType=atomic
+	Preview []PreviewPlan `json:"preview,omitempty"`
 	// Approval is the approval the step's applies were granted under, while it holds.
 	// +optional
 	Approval *StepApproval `json:"approval,omitempty"`

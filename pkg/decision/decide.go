@@ -93,6 +93,8 @@ type step struct {
 	targets    []string
 	recordedAt time.Time
 	late       int32
+	// preview is, with spec.planFirst, the step's status.steps[].preview.
+	preview []magosv1.PreviewPlan
 }
 
 // awaitingApproval reports whether every member of the step that has not applied or failed has
@@ -290,6 +292,9 @@ func decideRollout(d *Decision, in Input, ms []member) {
 		steps[i].limits()
 	}
 	soaks(steps, ms, ro, d.Revisions, in.Now)
+	if ro.Spec.PlanFirst {
+		previews(steps, ms, ro)
+	}
 	for _, m := range ms {
 		if m.selected {
 			d.Total++
@@ -370,6 +375,16 @@ func decideRollout(d *Decision, in Input, ms []member) {
 		s.phase = magosv1.StepFailed
 		return
 	}
+	if ro.Spec.PlanFirst {
+		if f := previewFailed(steps, current); f >= 0 {
+			// The preview shows a later step failing: applying the current one would leave the
+			// fleet half rolled out.
+			halt(d, steps, current, magosv1.PhaseFailed, magosv1.ReasonPreviewFailed, previewFailedMessage(&steps[f], ms))
+			s.phase = magosv1.StepWaiting
+			steps[f].phase = magosv1.StepFailed
+			return
+		}
+	}
 
 	if later := emptyUntilSynced(steps, current, in.Clusters); later >= 0 {
 		// A later step matches no Workspace, and only the clusters' first sync since the Rollout
@@ -406,6 +421,19 @@ func decideRollout(d *Decision, in Input, ms []member) {
 		fmt.Sprintf("Executing step %s (%d/%d applied)", s.spec.Name, s.applied, len(s.matched)))
 	s.phase = magosv1.StepProgressing
 	d.ApprovalVoided = approvals(s, ms, ro)
+	var pending []int
+	var unknown []string
+	if ro.Spec.PlanFirst {
+		if pending, unknown = unpreviewed(steps, current, ms); len(pending) > 0 || len(unknown) > 0 {
+			// The preview is not complete: plans wait, and no new apply is granted (an apply
+			// grant already held is kept: its agent may be starting it).
+			for _, i := range s.matched {
+				if m := &ms[i]; m.approved && !m.ws.Holds(m.change()) {
+					m.approved, m.plan = false, ""
+				}
+			}
+		}
+	}
 	// The step waits for clusters whose Workspaces the hub does not know, for clusters without
 	// any Workspace it matched that do not answer (an empty step is never decided on them), and
 	// for the clusters of matched members that are not available (never Done).
@@ -413,12 +441,18 @@ func decideRollout(d *Decision, in Input, ms []member) {
 	if len(s.matched) == 0 {
 		wait = append(wait, s.blind...)
 	}
-	grantMatched(s, ms, func(cluster string) { wait = append(wait, cluster) })
+	grantMatched(s, ms, nil, func(cluster string) { wait = append(wait, cluster) })
+	if ro.Spec.PlanFirst {
+		grantPreviews(steps, current, ms, func(string) {}) // unavailable clusters: the preview waits for them
+	}
 	if waiting := waitingFor(wait, in.Clusters); len(waiting) > 0 {
 		d.Reason = magosv1.ReasonWaitingForClusters
 		d.Message = fmt.Sprintf("Waiting for %s (step %s: %d/%d applied)",
 			strings.Join(waiting, "; "), s.spec.Name, s.applied, len(s.matched))
 		s.phase = magosv1.StepWaiting
+	} else if len(pending) > 0 || len(unknown) > 0 {
+		d.Reason, d.Message = magosv1.ReasonPreviewing, previewing(steps, current, ms, pending, unknown)
+		s.phase = magosv1.StepPreviewing
 	} else if s.awaitingApproval() {
 		d.Reason = magosv1.ReasonAwaitingApproval
 		d.Message = fmt.Sprintf("Step %s awaits approval of %d plan(s): magosctl rollout approve %s --step %s",
@@ -443,7 +477,13 @@ func approvals(s *step, ms []member, ro *magosv1.Rollout) (voided string) {
 		m := &ms[i]
 		switch {
 		case !m.ws.AwaitingApproval():
-			m.planOnly = s.spec.RequireApproval && m.ws.Grantable() && !m.ws.DestroyPending()
+			m.planOnly = (s.spec.RequireApproval || ro.Spec.PlanFirst) && m.ws.Grantable() && !m.ws.DestroyPending()
+		case !s.spec.RequireApproval && ro.Spec.PlanFirst:
+			// The plan previewed applies, bound to its digest; a plan of another commit than the
+			// one rolled out does not: its Workspace plans again.
+			if m.revision == "" || m.ws.CurrentRevision == m.revision {
+				m.approved, m.plan = true, m.ws.PlanDigest
+			}
 		case !s.spec.RequireApproval:
 			m.approved = true
 		case m.revision == "" || m.ws.CurrentRevision == m.revision:
@@ -497,17 +537,21 @@ func approvals(s *step, ms []member, ro *magosv1.Rollout) (voided string) {
 	return ""
 }
 
-// grantMatched marks the grantable members of the current step in available clusters to be
-// granted, at most the step's maxConcurrency planning or applying at once: members in flight and
-// members holding a grant for their current run take their places first, then members are
-// granted in key order while places are free. unavailable is called with the cluster of every
-// member that cannot be granted because its cluster is unavailable.
-func grantMatched(s *step, ms []member, unavailable func(cluster string)) {
+// grantMatched marks the grantable members of step s in available clusters to be granted, at
+// most the step's maxConcurrency planning or applying at once: members in flight and members
+// holding a grant for their current run take their places first, then members are granted in
+// key order while places are free. Only members for which candidate returns true (every member
+// when it is nil) are granted. unavailable is called with the cluster of every candidate that
+// cannot be granted because its cluster is unavailable.
+func grantMatched(s *step, ms []member, candidate func(i int) bool, unavailable func(cluster string)) {
 	limited := s.maxConcurrency > 0
 	free := s.maxConcurrency - s.running // places left, when limited
+	if candidate == nil {
+		candidate = func(int) bool { return true }
+	}
 	if limited {
 		for _, i := range s.matched {
-			if m := &ms[i]; m.available && m.grantable() && m.ws.Holds(m.change()) {
+			if m := &ms[i]; candidate(i) && m.available && m.grantable() && m.ws.Holds(m.change()) {
 				m.granted = true // kept: it may start any moment
 				free--
 			}
@@ -516,6 +560,7 @@ func grantMatched(s *step, ms []member, unavailable func(cluster string)) {
 	for _, i := range s.matched {
 		m := &ms[i]
 		switch {
+		case !candidate(i):
 		case !m.available:
 			unavailable(m.ws.Key.Cluster)
 		case m.granted || !m.grantable():
@@ -860,6 +905,7 @@ func stepStatuses(steps []step, ms []member) []magosv1.StepStatus {
 		if s.approval != nil {
 			out[i].Approval = s.approval.DeepCopy()
 		}
+		out[i].Preview = s.preview
 		if s.targets != nil {
 			out[i].Targets = slices.Clone(s.targets)
 			out[i].TargetsRecordedAt = &metav1.Time{Time: s.recordedAt}

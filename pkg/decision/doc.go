@@ -111,6 +111,33 @@
 // progressed for the deadline; it changes no grant. A paused, soaking, failed or completed
 // Rollout progressed now. RecheckAfter is set to when the deadline would pass.
 //
+// # Fleet-wide preview
+//
+// With spec.planFirst, every change is planned across the fleet before anything applies:
+//
+//   - the current step grants its runs their plan only (as requireApproval does), and each plan
+//     waiting in it applies under a grant bound to its digest (granted-plan), once the step's
+//     approval covers it when the step requires one. A plan of another commit than the one
+//     rolled out never applies: its Workspace plans again;
+//   - while the Rollout progresses, the members of later steps that wait to plan are granted
+//     their plan only, each by the first later step that matches it and within that step's
+//     maxConcurrency (members of the current step or an earlier one are the current step's; a
+//     destroy waits for its step);
+//   - the current step applies nothing new (Reconciling/Previewing, step phase Previewing) until
+//     every member of it and of the later steps is previewed: Done, failed, deleted with its
+//     destroy waiting, or holding a plan of the commit rolled out (Planned or Applying with a
+//     digest), and the hub knows the Workspaces of every cluster those steps may select in. An
+//     apply grant already held is kept;
+//   - a later step with more failed members than its maxFailures stops the Rollout before the
+//     current step progresses: Failed/PreviewFailed, naming them;
+//   - each step's status lists its members' plans (StepStatus.Preview): Pending, Planned,
+//     Applied, PolicyViolation or Failed, with the plan's digest and counts. An entry keeps,
+//     from the Rollout's status, the plan first previewed for the same commit (Previewed) while
+//     its Workspace plans again and when the new plan's digest differs.
+//
+// Precedence: PreviewFailed comes after StepFailed; WaitingForClusters (for the current step)
+// before Previewing, and Previewing before AwaitingApproval.
+//
 // # Tolerated failures
 //
 // Decision.Tolerated names, per step up to the current one, the failed members the step

@@ -154,6 +154,8 @@ type fleet struct {
 	now time.Time
 	// plans are the digests the named Workspaces' next plans get (default "plan-<name>@<commit>").
 	plans map[Key]string
+	// changes are what the named Workspaces' next plans add, change and destroy (default none).
+	changes map[Key]magosv1.ResourceChanges
 }
 
 // planOf is the digest of the next plan of w.
@@ -255,6 +257,15 @@ func (f *fleet) finish() int {
 			continue
 		}
 		n++
+		if w.Phase == magosv1.PhasePlanning {
+			w.Changes = f.changes[w.Key]
+		}
+		if p, ok := f.fail[w.Key]; ok && w.Phase == magosv1.PhasePlanning && w.PlanOnly {
+			// The plan of a plan-only grant fails.
+			w.Phase, w.Reason = p, "PlanFailed"
+			delete(f.fail, w.Key)
+			continue
+		}
 		if w.Phase == magosv1.PhasePlanning && w.PlanOnly {
 			// The plan of a plan-only grant waits for its approval.
 			w.Phase, w.Reason, w.PlanDigest = magosv1.PhasePlanned, magosv1.ReasonPlanSucceeded, f.planOf(w)

@@ -193,6 +193,7 @@ func randomInput(rng *rand.Rand) Input {
 	if frozen {
 		in.Rollout.Spec.Targets = magosv1.TargetsFrozen
 	}
+	in.Rollout.Spec.PlanFirst = rng.Intn(4) == 0 || gated && rng.Intn(2) == 0
 	for i := 0; i < steps; i++ {
 		s := magosv1.RolloutStep{Name: fmt.Sprintf("s%d", i), Selector: pick(rng, randomSelectors)}
 		if rng.Intn(50) == 0 {
@@ -315,7 +316,7 @@ func selects(t *testing.T, in Input, s magosv1.RolloutStep, w Workspace) bool {
 func TestDecideInvariants(t *testing.T) {
 	rng := rand.New(rand.NewSource(20240611))
 	reasons := map[string]int{}
-	for c := 0; c < 8000; c++ {
+	for c := 0; c < 10000; c++ {
 		in := randomInput(rng)
 		d := Decide(in)
 		reasons[d.Reason]++
@@ -343,6 +344,7 @@ func TestDecideInvariants(t *testing.T) {
 		magosv1.ReasonStepFailed, magosv1.ReasonLevelProgressing, magosv1.ReasonWaitingForClusters,
 		magosv1.ReasonSoaking, magosv1.ReasonProgressDeadlineExceeded, magosv1.ReasonOutsideChangeWindow, destroyGranted(false), destroyGranted(true), toleratedPassed, concurrencyBound,
 		magosv1.ReasonAwaitingApproval, approvedApplies, approvalVoided, planOnlyGrants, lateHeldBack,
+		magosv1.ReasonPreviewing, magosv1.ReasonPreviewFailed, previewGrants, previewApplies,
 	} {
 		if reasons[r] < 20 {
 			t.Errorf("only %d random cases ended %s: %v", reasons[r], r, reasons)
@@ -359,6 +361,8 @@ const (
 	approvalVoided   = "an approval voided"
 	planOnlyGrants   = "plan-only grants"
 	lateHeldBack     = "late Workspaces held back by frozen targets"
+	previewGrants    = "plan-only grants to later steps for the preview"
+	previewApplies   = "applies granted once the preview is complete"
 )
 
 // destroyGranted names, in the tally of TestDecideInvariants, the decisions that grant the
@@ -432,6 +436,20 @@ func checkInvariants(t *testing.T, in Input, d Decision) (tags []string) {
 		cur = &in.Rollout.Spec.Strategy.Steps[d.CurrentStep]
 	}
 	gated := cur != nil && cur.RequireApproval
+	planFirst := in.Rollout != nil && in.Rollout.Spec.PlanFirst
+	// The checker's notions of the fleet-wide preview: a member is done with the change, or has
+	// a plan of it (Planned or Applying with a digest, of the commit rolled out), or has failed,
+	// or is deleted with its destroy waiting.
+	doneWith := func(w Workspace) bool {
+		rev := revisionOf(d.Revisions, w.Source)
+		return in.Clusters[w.Key.Cluster].Available && w.AppliedForCurrent() && (rev == "" || w.ObservedRevision == rev)
+	}
+	hasPlan := func(w Workspace) bool {
+		rev := revisionOf(d.Revisions, w.Source)
+		return w.PlanDigest != "" && (w.Phase == magosv1.PhasePlanned || w.Phase == magosv1.PhaseApplying) &&
+			(rev == "" || w.CurrentRevision == rev)
+	}
+	previewedW := func(w Workspace) bool { return doneWith(w) || failedRun(w) || destroyWaits(w) || hasPlan(w) }
 	names := func(a magosv1.StepApproval, w Workspace) bool {
 		return slices.Contains(a.Plans, magosv1.ApprovedPlan{Workspace: w.Key.String(), Revision: w.CurrentRevision, Digest: w.PlanDigest})
 	}
@@ -455,14 +473,21 @@ func checkInvariants(t *testing.T, in Input, d Decision) (tags []string) {
 	}
 	// approvable: a parked plan of the current step that may apply: the step requires no
 	// approval, or its approval holds and names the plan.
+	// With planFirst, a parked plan of the commit rolled out may apply only once the whole
+	// preview is complete (previewComplete, set below), unless it holds its apply grant already.
+	previewComplete := false
+	var held func(w Workspace) bool
 	approvable := func(w Workspace) bool {
 		if !parked(w) {
 			return false
 		}
+		rev := grantRevision(w)
+		if planFirst {
+			return (rev == "" || w.CurrentRevision == rev) && (!gated || approvalHolds) && (previewComplete || held(w))
+		}
 		if in.Rollout == nil || !gated {
 			return true
 		}
-		rev := grantRevision(w)
 		return approvalHolds && (rev == "" || w.CurrentRevision == rev)
 	}
 	// wantChange is the grant the decision would give w.
@@ -472,14 +497,14 @@ func checkInvariants(t *testing.T, in Input, d Decision) (tags []string) {
 			c.Revision = ""
 		}
 		switch {
-		case parked(w) && gated:
+		case parked(w) && (gated || planFirst):
 			c.Plan = w.PlanDigest
-		case !parked(w) && gated:
+		case !parked(w) && (gated || planFirst):
 			c.PlanOnly = !destroyWaits(w)
 		}
 		return c
 	}
-	held := func(w Workspace) bool {
+	held = func(w Workspace) bool {
 		c := wantChange(w)
 		return w.Grant.Allowed && w.Grant.Run == w.RunID && w.RunID != "" && w.Grant.Revision == c.Revision &&
 			w.Grant.PlanOnly == c.PlanOnly && w.Grant.Plan == c.Plan
@@ -495,6 +520,36 @@ func checkInvariants(t *testing.T, in Input, d Decision) (tags []string) {
 	}
 	slices.SortFunc(members, compareKeys)
 	assertKeys(t, "members", d.Members, members)
+	// owner is, with planFirst, the step after the current one that grants a member's preview:
+	// the first that holds it, unless a step up to the current one holds it (-1 then, or none).
+	owner := func(w Workspace) int { return -1 }
+	if planFirst && cur != nil {
+		steps := in.Rollout.Spec.Strategy.Steps
+		previewComplete = true
+		for j := d.CurrentStep; j < len(steps); j++ {
+			for _, key := range members {
+				if w := byKey[key]; inStep(t, in, steps[j], w) && !previewedW(w) {
+					previewComplete = false
+				}
+			}
+			for _, c := range in.Clusters {
+				if cs := steps[j].ClusterSelector; !c.Synced && (cs == nil || selects(t, in, magosv1.RolloutStep{ClusterSelector: cs}, Workspace{Key: Key{Cluster: c.Name}})) {
+					previewComplete = false
+				}
+			}
+		}
+		owner = func(w Workspace) int {
+			for j := range steps {
+				if inStep(t, in, steps[j], w) {
+					if j <= d.CurrentStep {
+						return -1
+					}
+					return j
+				}
+			}
+			return -1
+		}
+	}
 	isMember := func(k Key) bool { _, ok := slices.BinarySearchFunc(members, k, compareKeys); return ok }
 
 	for _, cs := range [][]Change{d.Grants, d.Revokes} {
@@ -534,6 +589,14 @@ func checkInvariants(t *testing.T, in Input, d Decision) (tags []string) {
 		case w.Holds(g):
 			t.Fatalf("grant %v already held", g)
 		}
+		// The fleet-wide preview: no apply is granted before every member of the current and
+		// later steps has planned the change, and each apply is bound to the plan previewed.
+		if planFirst && !g.PlanOnly && !destroyWaits(w) && (!previewComplete || g.Plan != w.PlanDigest || g.Plan == "") {
+			t.Fatalf("apply grant %v (plan %q) with the preview complete %v", g, w.PlanDigest, previewComplete)
+		}
+		if planFirst && !g.PlanOnly && !destroyWaits(w) {
+			tags = append(tags, previewApplies)
+		}
 		granted[g.Key] = true
 	}
 	if d.ApprovalVoided != "" {
@@ -544,7 +607,7 @@ func checkInvariants(t *testing.T, in Input, d Decision) (tags []string) {
 	if cur != nil {
 		if targets, held := frozen(*cur); held {
 			for _, g := range d.Grants {
-				if !slices.Contains(targets, g.Key.String()) {
+				if w := byKey[g.Key]; !slices.Contains(targets, g.Key.String()) && !(g.PlanOnly && owner(w) >= 0) {
 					t.Fatalf("grant %v in step %s, which recorded only %v", g, cur.Name, targets)
 				}
 			}
@@ -580,14 +643,15 @@ func checkInvariants(t *testing.T, in Input, d Decision) (tags []string) {
 		}
 	default:
 		steps := in.Rollout.Spec.Strategy.Steps
-		progressing := d.Reason == magosv1.ReasonLevelProgressing || d.Reason == magosv1.ReasonWaitingForClusters || d.Reason == magosv1.ReasonAwaitingApproval
+		progressing := d.Reason == magosv1.ReasonLevelProgressing || d.Reason == magosv1.ReasonWaitingForClusters ||
+			d.Reason == magosv1.ReasonAwaitingApproval || d.Reason == magosv1.ReasonPreviewing
 		if len(d.Grants) > 0 && (!progressing || in.Rollout.Spec.Paused) {
 			t.Fatalf("grants while %s (paused %v): %v", d.Reason, in.Rollout.Spec.Paused, d.Grants)
 		}
 		if len(d.Steps) != len(steps) {
 			t.Fatalf("%d step statuses for %d steps", len(d.Steps), len(steps))
 		}
-		if progressing || d.Reason == magosv1.ReasonStepFailed || d.Reason == magosv1.ReasonRolloutCompleted {
+		if progressing || d.Reason == magosv1.ReasonStepFailed || d.Reason == magosv1.ReasonRolloutCompleted || d.Reason == magosv1.ReasonPreviewFailed {
 			for i := 0; i < d.CurrentStep; i++ {
 				if d.Steps[i].Phase != magosv1.StepCompleted {
 					t.Fatalf("step %d before the current step %d is %s", i, d.CurrentStep, d.Steps[i].Phase)
@@ -617,8 +681,9 @@ func checkInvariants(t *testing.T, in Input, d Decision) (tags []string) {
 				}
 			}
 		}
-		if d.Reason == magosv1.ReasonLevelProgressing || d.Reason == magosv1.ReasonWaitingForClusters ||
-			d.Reason == magosv1.ReasonStepFailed || d.Reason == magosv1.ReasonRolloutCompleted || d.Reason == magosv1.ReasonPaused {
+		if d.Reason == magosv1.ReasonLevelProgressing || d.Reason == magosv1.ReasonWaitingForClusters || d.Reason == magosv1.ReasonPreviewing ||
+			d.Reason == magosv1.ReasonStepFailed || d.Reason == magosv1.ReasonRolloutCompleted || d.Reason == magosv1.ReasonPaused ||
+			d.Reason == magosv1.ReasonPreviewFailed {
 			// Every step before the current one is done on a complete, live, current view.
 			for i := 0; i < d.CurrentStep; i++ {
 				for _, c := range relevant(steps[i]) {
@@ -690,8 +755,31 @@ func checkInvariants(t *testing.T, in Input, d Decision) (tags []string) {
 				t.Fatalf("progressing although %d of %d failed in the current step, maxFailures %v", failed, n, cur.MaxFailures)
 			}
 			for _, g := range d.Grants {
-				if !inStep(t, in, cur, byKey[g.Key]) {
-					t.Fatalf("grant %v outside the current step %s", g, cur.Name)
+				w := byKey[g.Key]
+				if inStep(t, in, cur, w) {
+					continue
+				}
+				// Only the plan of a later step's member, with planFirst, is granted outside the
+				// current step.
+				if !planFirst || !g.PlanOnly || owner(w) < 0 || !grantable(w) || destroyWaits(w) {
+					t.Fatalf("grant %v outside the current step %s (planFirst %v)", g, cur.Name, planFirst)
+				}
+				tags = append(tags, previewGrants)
+			}
+			// With planFirst, a later step whose failures exceed its maxFailures stops the Rollout
+			// (PreviewFailed) before it progresses.
+			for j := d.CurrentStep + 1; planFirst && j < len(steps); j++ {
+				n, failed := 0, 0
+				for _, key := range members {
+					if w := byKey[key]; inStep(t, in, steps[j], w) {
+						n++
+						if failedRun(w) {
+							failed++
+						}
+					}
+				}
+				if failed > budget(steps[j], n) {
+					t.Fatalf("progressing (%s) although the preview of step %d has %d of %d failed", d.Reason, j, failed, n)
 				}
 			}
 			// A later step that matches no Workspace while every cluster it may select in is
@@ -736,7 +824,7 @@ func checkInvariants(t *testing.T, in Input, d Decision) (tags []string) {
 				}
 				newGrants := 0
 				for _, g := range d.Grants {
-					if !held(byKey[g.Key]) {
+					if w := byKey[g.Key]; inStep(t, in, cur, w) && !held(w) {
 						newGrants++
 					}
 				}
@@ -750,6 +838,58 @@ func checkInvariants(t *testing.T, in Input, d Decision) (tags []string) {
 					tags = append(tags, concurrencyBound)
 				}
 				shouldHold = func(w Workspace) bool { return eligible(w) && (held(w) || granted[w.Key]) }
+			}
+			// With planFirst (and unless nothing new is granted), the members of later steps that
+			// wait to plan are granted their plan only by the first later step that holds them,
+			// within its maxConcurrency, as above.
+			previewable := func(w Workspace) bool {
+				return planFirst && !holdNew && grantable(w) && !destroyWaits(w) && in.Clusters[w.Key.Cluster].Available && owner(w) >= 0
+			}
+			limited := map[int]bool{}
+			for j := d.CurrentStep + 1; planFirst && j < len(steps); j++ {
+				n := 0
+				for _, key := range members {
+					if inStep(t, in, steps[j], byKey[key]) {
+						n++
+					}
+				}
+				limit := concurrency(steps[j], n)
+				if limit == 0 {
+					continue
+				}
+				limited[j] = true
+				active, waiting, newGrants := 0, 0, 0
+				for _, key := range members {
+					w := byKey[key]
+					if !inStep(t, in, steps[j], w) {
+						continue
+					}
+					mine := owner(w) == j && previewable(w)
+					switch {
+					case w.InFlight() && !parked(w):
+						active++
+					case mine && (held(w) || granted[key]):
+						active++
+						if !held(w) {
+							newGrants++
+						}
+					case mine:
+						waiting++
+					}
+				}
+				if newGrants > 0 && active > limit {
+					t.Fatalf("%d of step %s in flight or granted after granting %d previews, maxConcurrency %d", active, steps[j].Name, newGrants, limit)
+				}
+				if waiting > 0 && active < limit {
+					t.Fatalf("%d members of step %s wait to preview with %d of %d places taken", waiting, steps[j].Name, active, limit)
+				}
+			}
+			current := shouldHold
+			shouldHold = func(w Workspace) bool {
+				if current(w) {
+					return true
+				}
+				return previewable(w) && (!limited[owner(w)] || held(w) || granted[w.Key])
 			}
 		} else {
 			shouldHold = func(Workspace) bool { return false }
@@ -799,6 +939,40 @@ func checkInvariants(t *testing.T, in Input, d Decision) (tags []string) {
 	}
 	if d.LastProgress.After(in.Now) {
 		t.Fatalf("last progress %v after now %v", d.LastProgress, in.Now)
+	}
+
+	// With planFirst, each step's preview lists the members it holds, in key order, each with
+	// where it stands with the change.
+	if planFirst && d.Reason != magosv1.ReasonInvalidSelector && len(in.Rollout.Spec.Strategy.Steps) > 0 {
+		for j, st := range in.Rollout.Spec.Strategy.Steps {
+			var want []string
+			for _, key := range members {
+				if inStep(t, in, st, byKey[key]) {
+					want = append(want, key.String())
+				}
+			}
+			got := d.Steps[j].Preview
+			if len(got) != len(want) {
+				t.Fatalf("step %s previews %d Workspaces, holds %v", st.Name, len(got), want)
+			}
+			for i, p := range got {
+				w := byKey[members[slices.IndexFunc(members, func(k Key) bool { return k.String() == p.Workspace })]]
+				result := magosv1.PreviewPending
+				switch {
+				case doneWith(w):
+					result = magosv1.PreviewApplied
+				case w.Phase == magosv1.PhaseValidationFailed:
+					result = magosv1.PreviewPolicyViolation
+				case failedRun(w):
+					result = magosv1.PreviewFailed
+				case hasPlan(w):
+					result = magosv1.PreviewPlanned
+				}
+				if p.Workspace != want[i] || p.Result != result {
+					t.Fatalf("step %s preview %d: %+v, want %s %s (%s)", st.Name, i, p, want[i], result, w.Phase)
+				}
+			}
+		}
 	}
 
 	// Fixed point: once the decision is written, deciding again writes nothing and says the same.

@@ -81,6 +81,8 @@ type Workspace struct {
 	PlanOnly bool
 	// Changes are status.resourceChanges: what the last plan adds, changes and destroys.
 	Changes magosv1.ResourceChanges
+	// PolicyViolations is the number of status.policyViolations: the rules the last plan broke.
+	PolicyViolations int32
 }
 
 // Cluster is what a decision needs to know of a registered cluster.

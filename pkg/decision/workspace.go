@@ -44,9 +44,10 @@ func FromWorkspace(cluster string, ws *magosv1.Workspace) Workspace {
 			PlanOnly: ann[keys.GrantedOperation] == keys.GrantedOperationPlan,
 			Plan:     ann[keys.GrantedPlan],
 		},
-		PlanDigest: ws.Status.PlanDigest,
-		PlanOnly:   ws.Status.PlanOnly,
-		Changes:    ptr.Deref(ws.Status.ResourceChanges, magosv1.ResourceChanges{}),
+		PlanDigest:       ws.Status.PlanDigest,
+		PlanOnly:         ws.Status.PlanOnly,
+		Changes:          ptr.Deref(ws.Status.ResourceChanges, magosv1.ResourceChanges{}),
+		PolicyViolations: int32(len(ws.Status.PolicyViolations)),
 	}
 }
 

@@ -1,0 +1,179 @@
+package decision
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
+)
+
+// maxPreviewListed is how many Workspaces a step's status.steps[].preview lists.
+const maxPreviewListed = 1000
+
+// plannedChange reports whether the member has a plan of the change that waits or applies:
+// Planned or Applying with a plan digest, of the commit the Rollout rolls out for it (any commit
+// while that is unknown).
+func (m *member) plannedChange() bool {
+	w := m.ws
+	return w.PlanDigest != "" && (w.Phase == magosv1.PhasePlanned || w.Phase == magosv1.PhaseApplying) &&
+		(m.revision == "" || w.CurrentRevision == m.revision)
+}
+
+// previewed reports whether the member's part of a fleet-wide preview is known: it is Done,
+// failed, has a plan of the change, or is deleted with its destroy waiting (a destroy is not
+// previewed: it goes in step order like any run).
+func (m *member) previewed() bool {
+	return m.done || m.ws.Failed() || m.ws.DestroyPending() || m.plannedChange()
+}
+
+// unpreviewed returns, for a Rollout with spec.planFirst, the members of the steps from current
+// on that have not planned the change yet (in key order, once each), and the clusters those
+// steps may select in whose Workspaces the hub does not know (sorted, once each). The current
+// step applies nothing new until both are empty.
+func unpreviewed(steps []step, current int, ms []member) (pending []int, unknown []string) {
+	seen := make([]bool, len(ms))
+	for i := current; i < len(steps); i++ {
+		for _, mi := range steps[i].matched {
+			if !seen[mi] && !ms[mi].previewed() {
+				pending = append(pending, mi)
+			}
+			seen[mi] = true
+		}
+		unknown = append(unknown, steps[i].unknown...)
+	}
+	slices.Sort(pending)
+	slices.Sort(unknown)
+	return pending, slices.Compact(unknown)
+}
+
+// previewFailed returns the first step after current with more failed members than its
+// maxFailures (their previews failed: the Rollout would stop there), or -1.
+func previewFailed(steps []step, current int) int {
+	for i := current + 1; i < len(steps); i++ {
+		if steps[i].tooManyFailures() {
+			return i
+		}
+	}
+	return -1
+}
+
+// grantPreviews marks the members of the steps after current that wait to plan to be granted
+// their plan only, each by the first of those steps that matches it, within that step's
+// maxConcurrency. Members of the current step or an earlier one are the current step's to grant,
+// and a destroy waits for its step. unavailable is called with the cluster of every such member
+// that cannot be granted because its cluster is unavailable.
+func grantPreviews(steps []step, current int, ms []member, unavailable func(cluster string)) {
+	owner := make([]int, len(ms)) // the step that grants the member's preview; -1: none
+	for i := range owner {
+		owner[i] = -1
+	}
+	for i := 0; i <= current && i < len(steps); i++ {
+		for _, mi := range steps[i].matched {
+			owner[mi] = len(steps)
+		}
+	}
+	for i := current + 1; i < len(steps); i++ {
+		for _, mi := range steps[i].matched {
+			if owner[mi] < 0 {
+				owner[mi] = i
+			}
+		}
+	}
+	for i := current + 1; i < len(steps); i++ {
+		candidate := func(mi int) bool {
+			return owner[mi] == i && ms[mi].ws.Grantable() && !ms[mi].ws.DestroyPending()
+		}
+		for _, mi := range steps[i].matched {
+			if candidate(mi) {
+				ms[mi].planOnly = true
+			}
+		}
+		grantMatched(&steps[i], ms, candidate, unavailable)
+	}
+}
+
+// previewing describes a preview that is not complete: how many of the Workspaces of the steps
+// from current on planned the change, and what it waits for.
+func previewing(steps []step, current int, ms []member, pending []int, unknown []string) string {
+	seen := make([]bool, len(ms))
+	total := 0
+	for i := current; i < len(steps); i++ {
+		for _, mi := range steps[i].matched {
+			if !seen[mi] {
+				seen[mi] = true
+				total++
+			}
+		}
+	}
+	var waits []string
+	for _, mi := range pending[:min(len(pending), maxListed)] {
+		waits = append(waits, ms[mi].ws.Key.String())
+	}
+	if len(pending) > maxListed {
+		waits = append(waits, fmt.Sprintf("%d more", len(pending)-maxListed))
+	}
+	for _, c := range unknown {
+		waits = append(waits, "the Workspaces of cluster "+c)
+	}
+	return fmt.Sprintf("Previewing the change before step %s applies: %d/%d Workspace(s) planned; waiting for %s",
+		steps[current].spec.Name, total-len(pending), total, strings.Join(waits, ", "))
+}
+
+// previewFailedMessage says why a later step's preview stops the Rollout.
+func previewFailedMessage(s *step, ms []member) string {
+	return fmt.Sprintf("Preview of step %s: %d Workspace(s) failed, more than its maxFailures (%d), so nothing applies: %s",
+		s.spec.Name, s.failed, s.maxFailures, strings.TrimPrefix(failedMessage(s, ms), "One or more workspaces failed in step "+s.spec.Name+": "))
+}
+
+// previews fills, for a Rollout with spec.planFirst, each step's preview: every member it
+// matches with its plan of the change (at most maxPreviewListed, in key order). Each entry
+// carries, from the Rollout's status, the plan first previewed for the same commit when the
+// Workspace planned again since and its plan differs from it (or it has none yet).
+func previews(steps []step, ms []member, ro *magosv1.Rollout) {
+	for i := range steps {
+		s := &steps[i]
+		var old map[string]*magosv1.PreviewPlan
+		if j := slices.IndexFunc(ro.Status.Steps, func(st magosv1.StepStatus) bool { return st.Name == s.spec.Name }); j >= 0 {
+			old = make(map[string]*magosv1.PreviewPlan, len(ro.Status.Steps[j].Preview))
+			for k := range ro.Status.Steps[j].Preview {
+				p := &ro.Status.Steps[j].Preview[k]
+				old[p.Workspace] = p
+			}
+		}
+		s.preview = make([]magosv1.PreviewPlan, 0, min(len(s.matched), maxPreviewListed))
+		for _, mi := range s.matched[:min(len(s.matched), maxPreviewListed)] {
+			m := &ms[mi]
+			s.preview = append(s.preview, previewOf(m, old[m.ws.Key.String()]))
+		}
+	}
+}
+
+// previewOf is the member's entry in its step's preview; old is its entry in the Rollout's
+// status (nil: none).
+func previewOf(m *member, old *magosv1.PreviewPlan) magosv1.PreviewPlan {
+	w := m.ws
+	p := magosv1.PreviewPlan{Workspace: w.Key.String(), Run: w.RunID, Revision: m.revision, Result: magosv1.PreviewPending}
+	plan := magosv1.PlanSummary{Digest: w.PlanDigest, Add: w.Changes.Add, Change: w.Changes.Change, Destroy: w.Changes.Destroy}
+	switch {
+	case m.done:
+		p.Result, p.Revision, p.PlanSummary = magosv1.PreviewApplied, w.ObservedRevision, plan
+	case w.Phase == magosv1.PhaseValidationFailed:
+		p.Result, p.Revision, p.PlanSummary, p.PolicyViolations = magosv1.PreviewPolicyViolation, w.CurrentRevision, plan, w.PolicyViolations
+	case w.Failed():
+		p.Result, p.Revision = magosv1.PreviewFailed, w.CurrentRevision
+	case m.plannedChange():
+		p.Result, p.Revision, p.PlanSummary = magosv1.PreviewPlanned, w.CurrentRevision, plan
+	}
+	if old == nil || p.Revision == "" || old.Revision != p.Revision {
+		return p // a new change: its preview starts afresh
+	}
+	first := old.Previewed
+	if first == nil && old.Digest != "" {
+		first = &magosv1.PlanSummary{Digest: old.Digest, Add: old.Add, Change: old.Change, Destroy: old.Destroy}
+	}
+	if first != nil && first.Digest != p.Digest {
+		p.Previewed = first.DeepCopy()
+	}
+	return p
+}

@@ -577,6 +577,13 @@ func (r *Reconciler) observe(ctx context.Context, ws *magosv1.Workspace, sched S
 			return next, err
 		}
 	}
+	if res.Outcome == runner.OutcomeStalePlan {
+		// Nothing was applied: a new run plans again (under a new grant; with a Rollout's
+		// planFirst the hub shows where the new plan differs from the one previewed).
+		return r.abandon(ctx, ws, sched, done, resetKind{magosv1.ReasonPlanStale, magosv1.TriggerRetry, fmt.Sprintf(
+			"The saved plan of run %s is stale: the state changed since it was planned; nothing was applied, planning again in a new run",
+			ws.Status.CurrentRunID)})
+	}
 	if res.Outcome == runner.OutcomeSucceeded {
 		ws.Status.ObservedRevision = ws.Status.CurrentRevision
 		msg := fmt.Sprintf("Applied commit %s (run %s)", short(ws.Status.CurrentRevision), ws.Status.CurrentRunID)

@@ -45,6 +45,9 @@ const (
 	// ReasonPreviewFailed: with spec.planFirst, more Workspaces of a later step failed to plan
 	// the change or broke a policy than the step's maxFailures: nothing applies.
 	ReasonPreviewFailed = "PreviewFailed"
+	// ReasonPlanChanged (an Event): with spec.planFirst, a Workspace planned again after the
+	// preview, and its new plan differs from the one previewed.
+	ReasonPlanChanged = "PlanChanged"
 )
 
 // Step phases in status.steps.

@@ -28,7 +28,11 @@ const (
 	// ReasonDestroyPending (Magos Fleet, not upstream): a deleted Workspace under a hub has
 	// minted its destroy run and waits for the hub's grant of that run before destroying.
 	ReasonDestroyPending = "DestroyPending"
-	ReasonDestroyFailed  = "DestroyFailed"
+	// ReasonPlanStale (Magos Fleet, not upstream): the apply refused the run's saved plan
+	// because the state changed since it was planned; nothing was applied, and a new run plans
+	// again.
+	ReasonPlanStale     = "PlanStale"
+	ReasonDestroyFailed = "DestroyFailed"
 	// ReasonNoPolicyMatched (Magos Fleet, not upstream), with phase ValidationFailed: the
 	// effective policySelector is not empty but selects no ValidatingPolicy (a typo must never
 	// run a plan unchecked). The message names the selector and whose it is. Nothing runs.

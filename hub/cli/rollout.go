@@ -355,6 +355,9 @@ func renderRollout(r *magosv1.Rollout, clusters []magosv1.Cluster, mirrors []mag
 			fmt.Fprintf(&b, "  step %s: %d plan(s) approved by %s at %s\n", s.Name, len(a.Plans), a.ApprovedBy, a.ApprovedAt.UTC().Format(time.RFC3339))
 		}
 	}
+	if r.Spec.PlanFirst {
+		renderPreview(&b, r)
+	}
 	if g.Halted != "" {
 		fmt.Fprintf(&b, "  %s\n", g.Halted)
 	}
@@ -386,6 +389,35 @@ func renderRollout(r *magosv1.Rollout, clusters []magosv1.Cluster, mirrors []mag
 	}
 	_ = tw.Flush()
 	return b.String()
+}
+
+// renderPreview prints, for a Rollout with spec.planFirst, each step's preview by cluster, and
+// the plans that changed since they were previewed.
+func renderPreview(b *bytes.Buffer, r *magosv1.Rollout) {
+	b.WriteString("  preview of the change (planFirst), by step and cluster:\n")
+	for _, s := range r.Status.Steps {
+		for _, c := range rolloutgrid.Previews(s) {
+			fmt.Fprintf(b, "    step %s, cluster %s: %d/%d planned: %d to add, %d to change, %d to destroy",
+				s.Name, c.Cluster, c.Planned, c.Workspaces, c.Add, c.Change, c.Destroy)
+			if len(c.PolicyViolations) > 0 {
+				fmt.Fprintf(b, "; breaks a policy: %s", strings.Join(c.PolicyViolations, ", "))
+			}
+			if len(c.Failed) > 0 {
+				fmt.Fprintf(b, "; failed: %s", strings.Join(c.Failed, ", "))
+			}
+			b.WriteString("\n")
+		}
+		for _, p := range s.Preview {
+			if v := p.Previewed; v != nil {
+				now := "planning again"
+				if p.Digest != "" {
+					now = fmt.Sprintf("now plan %s (+%d ~%d -%d)", p.Digest, p.Add, p.Change, p.Destroy)
+				}
+				fmt.Fprintf(b, "    step %s: the plan of %s changed since the preview: previewed plan %s (+%d ~%d -%d), %s\n",
+					s.Name, p.Workspace, v.Digest, v.Add, v.Change, v.Destroy, now)
+			}
+		}
+	}
 }
 
 // shortSHA shortens a commit SHA to 12 characters.

@@ -233,6 +233,9 @@ func (r *Reconciler) recordTransitions(ro *magosv1.Rollout, d decide.Decision) {
 				"Step %s: %s", st.Name, d.ApprovalVoided)
 		}
 	}
+	for _, st := range d.Steps {
+		r.planChanged(ro, &old, st)
+	}
 	wasExceeded := meta.IsStatusConditionFalse(old.Conditions, magosv1.ConditionProgressing)
 	if d.DeadlineExceeded && !wasExceeded {
 		r.recorder.Eventf(ro, nil, corev1.EventTypeWarning, magosv1.ReasonProgressDeadlineExceeded, "Step "+d.CurrentStepName,
@@ -244,6 +247,26 @@ func (r *Reconciler) recordTransitions(ro *magosv1.Rollout, d decide.Decision) {
 			kind = corev1.EventTypeWarning
 		}
 		r.recorder.Eventf(ro, nil, kind, d.Reason, "Decide", "%s", d.Message)
+	}
+}
+
+// planChanged records a PlanChanged Event for each Workspace of the step whose new plan differs
+// from the one previewed, once: when the Rollout's old status did not show that plan yet.
+func (r *Reconciler) planChanged(ro *magosv1.Rollout, old *magosv1.RolloutStatus, st magosv1.StepStatus) {
+	var was []magosv1.PreviewPlan
+	if j := slices.IndexFunc(old.Steps, func(o magosv1.StepStatus) bool { return o.Name == st.Name }); j >= 0 {
+		was = old.Steps[j].Preview
+	}
+	for _, p := range st.Preview {
+		v := p.Previewed
+		if v == nil || p.Digest == "" || slices.ContainsFunc(was, func(o magosv1.PreviewPlan) bool {
+			return o.Workspace == p.Workspace && o.Digest == p.Digest
+		}) {
+			continue
+		}
+		r.recorder.Eventf(ro, nil, corev1.EventTypeWarning, magosv1.ReasonPlanChanged, "Step "+st.Name,
+			"Step %s: the plan of %s changed since the preview: previewed plan %s (+%d ~%d -%d), now plan %s (+%d ~%d -%d)",
+			st.Name, p.Workspace, v.Digest, v.Add, v.Change, v.Destroy, p.Digest, p.Add, p.Change, p.Destroy)
 	}
 }
 

@@ -63,6 +63,54 @@ type Step struct {
 	Status *magosv1.StepStatus `json:"status,omitempty"`
 	// Workspaces are the Workspaces the step selects, sorted by cluster/namespace/name.
 	Workspaces []Workspace `json:"workspaces"`
+	// Preview sums, with the Rollout's spec.planFirst, the step's preview in each cluster, in
+	// cluster order.
+	Preview []ClusterPreview `json:"preview,omitempty"`
+}
+
+// ClusterPreview sums the plans of one step's Workspaces in one cluster (spec.planFirst).
+type ClusterPreview struct {
+	Cluster string `json:"cluster"`
+	// Workspaces is how many the step's preview lists in the cluster; Planned how many of them
+	// have a plan of the change (Planned or Applied).
+	Workspaces int32 `json:"workspaces"`
+	Planned    int32 `json:"planned"`
+	// Add, Change and Destroy sum the changes of those plans.
+	Add     int32 `json:"add"`
+	Change  int32 `json:"change"`
+	Destroy int32 `json:"destroy"`
+	// PolicyViolations and Failed name the Workspaces whose plan breaks a policy, and whose run
+	// failed (cluster/namespace/name).
+	PolicyViolations []string `json:"policyViolations,omitempty"`
+	Failed           []string `json:"failed,omitempty"`
+	// Changed names the Workspaces whose plan differs from the one previewed (or that plan again).
+	Changed []string `json:"changed,omitempty"`
+}
+
+// Previews sums a step's status.steps[].preview by cluster, in cluster order.
+func Previews(st magosv1.StepStatus) []ClusterPreview {
+	var out []ClusterPreview
+	for _, p := range st.Preview {
+		cluster, _, _ := strings.Cut(p.Workspace, "/")
+		if len(out) == 0 || out[len(out)-1].Cluster != cluster {
+			out = append(out, ClusterPreview{Cluster: cluster})
+		}
+		c := &out[len(out)-1]
+		c.Workspaces++
+		switch p.Result {
+		case magosv1.PreviewPlanned, magosv1.PreviewApplied:
+			c.Planned++
+			c.Add, c.Change, c.Destroy = c.Add+p.Add, c.Change+p.Change, c.Destroy+p.Destroy
+		case magosv1.PreviewPolicyViolation:
+			c.PolicyViolations = append(c.PolicyViolations, p.Workspace)
+		case magosv1.PreviewFailed:
+			c.Failed = append(c.Failed, p.Workspace)
+		}
+		if p.Previewed != nil {
+			c.Changed = append(c.Changed, p.Workspace)
+		}
+	}
+	return out
 }
 
 // Workspace is one Workspace of a step, as the hub's mirror of it shows.
@@ -81,6 +129,8 @@ type Workspace struct {
 	Late bool `json:"late,omitempty"`
 	// RunID is the Workspace's current or last run.
 	RunID string `json:"runID,omitempty"`
+	// Preview is the Workspace's entry in the step's preview (spec.planFirst).
+	Preview *magosv1.PreviewPlan `json:"preview,omitempty"`
 }
 
 // Build computes the Grid of r from the registered clusters and the hub's mirrors. Mirrors of
@@ -143,8 +193,13 @@ func Build(r *magosv1.Rollout, clusters []magosv1.Cluster, mirrors []magosv1.Wor
 	var clusterOrder []string
 	for _, step := range r.Spec.Strategy.Steps {
 		s := Step{Name: step.Name, State: "-", Workspaces: []Workspace{}}
+		previewOf := map[string]*magosv1.PreviewPlan{}
 		if st := statusOf[step.Name]; st != nil {
 			s.Status, s.Phase, s.State = st, st.Phase, StepState(*st, now)
+			s.Preview = Previews(*st)
+			for i := range st.Preview {
+				previewOf[st.Preview[i].Workspace] = &st.Preview[i]
+			}
 		}
 		sel, err := step.Selector.AsSelector()
 		var csel labels.Selector
@@ -164,7 +219,7 @@ func Build(r *magosv1.Rollout, clusters []magosv1.Cluster, mirrors []magosv1.Wor
 			cell := Workspace{
 				Cluster: w.Key.Cluster, Namespace: w.Key.Namespace, Name: w.Key.Name,
 				Phase: string(ws.Status.Phase), Reason: ws.Status.Reason, Message: ws.Status.Message,
-				Revision: ws.Status.ObservedRevision, RunID: ws.Status.CurrentRunID,
+				Revision: ws.Status.ObservedRevision, RunID: ws.Status.CurrentRunID, Preview: previewOf[w.Key.String()],
 			}
 			if s.Status != nil && s.Status.TargetsRecordedAt != nil && !slices.Contains(s.Status.Targets, w.Key.String()) {
 				cell.Late = true

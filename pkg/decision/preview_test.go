@@ -282,7 +282,9 @@ func TestDecidePlanFirstMaxConcurrency(t *testing.T) {
 // TestPreviewOf: what a Workspace's entry in its step's preview says, and when it keeps the
 // plan first previewed.
 func TestPreviewOf(t *testing.T) {
-	plan := func(digest string, add int32) magosv1.PlanSummary { return magosv1.PlanSummary{Digest: digest, Add: add} }
+	plan := func(digest string, add int32) magosv1.PlanSummary {
+		return magosv1.PlanSummary{Digest: digest, Add: add}
+	}
 	planned := Workspace{Key: k("c1", "a"), RunID: "r2", Phase: magosv1.PhasePlanned, CurrentRevision: "rev-1", PlanDigest: "p2",
 		Changes: magosv1.ResourceChanges{Add: 2}}
 	tests := []struct {

@@ -162,6 +162,10 @@ func (r *run) execute(ctx context.Context, res Result) Result {
 		// Applied or not, the plan is spent: the state it was made against has moved on or
 		// the next attempt plans again.
 		r.removePlan()
+		if err != nil && stalePlan(err) {
+			res.Outcome, res.Message = OutcomeStalePlan, "the saved plan is stale: the state changed since it was planned; nothing was applied"
+			return res
+		}
 		if err != nil {
 			return fail(err)
 		}
@@ -287,4 +291,10 @@ func inside(root, rel, field string) (string, error) {
 		return "", fmt.Errorf("%s %q leaves the repository through a symbolic link: want a path inside it", field, rel)
 	}
 	return real, nil
+}
+
+// stalePlan reports whether an apply failed because its saved plan no longer matches the state
+// (Terraform and OpenTofu both say "Saved plan is stale"): the state changed after the plan.
+func stalePlan(err error) bool {
+	return strings.Contains(err.Error(), "Saved plan is stale")
 }

@@ -492,3 +492,32 @@ resource "terraform_data" "this" { input = var.v }
 		t.Errorf("plans of v=one and v=two have the same digest %s; want them different", first.PlanSHA256)
 	}
 }
+
+// TestRunStalePlan: a saved plan whose state changed after it was made (another plan of the
+// same state applied meanwhile) is refused by tofu: the run ends StalePlan, applies nothing, and
+// its plan file is gone.
+func TestRunStalePlan(t *testing.T) {
+	f := newFixture(t, map[string]string{"infra/main.tf": module})
+	first := f.spec(runner.OperationPlan)
+	first.Path = "infra"
+	f.run(t, first, runner.OutcomeSucceeded)
+
+	other := first
+	other.PlanFile = filepath.Join(filepath.Dir(first.PlanFile), "other", "plan.tfplan")
+	f.run(t, other, runner.OutcomeSucceeded)
+	other.Operation = runner.OperationApply
+	f.run(t, other, runner.OutcomeSucceeded)
+	before, err := os.ReadFile(f.state)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	first.Operation = runner.OperationApply
+	res := f.run(t, first, runner.OutcomeStalePlan)
+	if !strings.Contains(res.Message, "stale") || fileExists(first.PlanFile) {
+		t.Errorf("stale apply = %+v, plan file exists %v; want StalePlan saying so and the plan file gone", res, fileExists(first.PlanFile))
+	}
+	if after, err := os.ReadFile(f.state); err != nil || string(after) != string(before) {
+		t.Errorf("state changed by the refused apply (%v): nothing should have been applied", err)
+	}
+}

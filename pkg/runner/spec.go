@@ -129,6 +129,9 @@ const (
 	OutcomeSucceeded       Outcome = "Succeeded"
 	OutcomeFailed          Outcome = "Failed"
 	OutcomePolicyViolation Outcome = "PolicyViolation"
+	// OutcomeStalePlan: the apply refused the saved plan because the state changed since it
+	// was planned; nothing was applied, and a new plan is needed.
+	OutcomeStalePlan Outcome = "StalePlan"
 )
 
 // Result is the output of one run.

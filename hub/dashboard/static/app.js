@@ -102,13 +102,27 @@ function renderGrid(g) {
         td.append(el("span", {
           class: "ws phase" + (isSel ? " selected" : ""), "data-phase": w.phase || "", "data-workspace": w.namespace + "/" + w.name,
           title: w.message || "", onclick: () => selectWorkspace(w),
-        }, w.namespace + "/" + w.name + " ", el("b", {}, (w.phase || "-") + (w.late ? " (late)" : "")), " ", el("span", { class: "rev" }, short(w.revision))));
+        }, w.namespace + "/" + w.name + " ", el("b", {}, (w.phase || "-") + (w.late ? " (late)" : "")), " ", el("span", { class: "rev" }, short(w.revision)),
+        ...(w.preview ? [" ", previewBadge(w.preview)] : [])));
       }
       tr.append(td);
     }
     rows.append(tr);
   }
   if (selected) loadRuns(selected);
+}
+
+// previewBadge shows a Workspace's plan of the change in a Rollout with planFirst: what it
+// adds, changes and destroys, or why it has no plan, and the plan previewed when it changed.
+function previewBadge(p) {
+  let text = p.result;
+  if (p.result === "Planned" || p.result === "Applied") {
+    text = "+" + (p.add || 0) + " ~" + (p.change || 0) + " -" + (p.destroy || 0);
+  }
+  if (p.previewed) {
+    text += " (previewed +" + (p.previewed.add || 0) + " ~" + (p.previewed.change || 0) + " -" + (p.previewed.destroy || 0) + ")";
+  }
+  return el("span", { class: "preview", "data-preview": p.result, title: p.digest ? "plan " + p.digest : "" }, text);
 }
 
 function selectWorkspace(w) {

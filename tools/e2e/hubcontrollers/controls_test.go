@@ -214,6 +214,8 @@ func TestRolloutControls(t *testing.T) {
 		}
 	})
 
+	t.Run("planFirst: the whole fleet plans before the first apply, and each step applies the plan previewed", w.planFirst)
+
 	t.Run("targets Frozen: a Workspace that appears during a change never slips into a step that has passed", func(t *testing.T) {
 		ns := "frozen"
 		w.Hold(t, euWest, ns, "web-prod") // prod applies, held, while the new Workspace appears
@@ -318,6 +320,122 @@ func TestRolloutControls(t *testing.T) {
 	})
 
 	t.Run("progressDeadline 15s: a silent cluster turns into Progressing=False, and clears when it answers", w.progressDeadline)
+}
+
+// planFirst is TestRolloutControls' subtest of spec.planFirst, kept apart for its length. The
+// later step's Workspace cannot plan at first: the Rollout must stop before anything applies
+// (the module's ledger stays empty) while the first step's plans wait; once it plans, the steps
+// apply in order, each apply bound (on the spokes) to the digest the preview listed. A plan that
+// changes after the preview is shown beside the one previewed.
+func (w *world) planFirst(t *testing.T) {
+	ns := "preview"
+	w.FailPlans(t, usEast, ns, "last")
+	w.Hold(t, apSouth, ns, "app") // the first step's applies go on while "last" plans again
+	across, after := w.acrossWorkspaces(t, ns, "preview")
+	ro := acrossThenAfter(ns, "preview", func(*magosv1.RolloutStep) {})
+	ro.Spec.PlanFirst = true
+	w.CreateHub(t, ro)
+
+	stopped := w.WaitRollout(t, ns, "preview", func(ro *magosv1.Rollout) error {
+		if err := phase(magosv1.PhaseFailed, magosv1.ReasonPreviewFailed)(ro); err != nil {
+			return err
+		}
+		for _, p := range ro.Status.Steps[0].Preview {
+			if p.Result != magosv1.PreviewPlanned {
+				return fmt.Errorf("preview of step across: %s is %s, want Planned", p.Workspace, p.Result)
+			}
+		}
+		return nil
+	})
+	if want := "Preview of step after: 1 Workspace(s) failed, more than its maxFailures (0), so nothing applies: " + after + " (PlanFailed)"; stopped.Status.Message != want {
+		t.Errorf("message %q, want %q", stopped.Status.Message, want)
+	}
+	if a := w.Applies(t, ns); len(a) != 0 {
+		t.Fatalf("applied %v although the preview of step after failed", a)
+	}
+	previewed := map[string]string{}
+	for _, p := range stopped.Status.Steps[0].Preview {
+		parts := strings.SplitN(p.Workspace, "/", 3)
+		ws := w.SpokeWorkspace(t, parts[0], parts[1], parts[2])
+		if ws.Status.Phase != magosv1.PhasePlanned || !ws.Status.PlanOnly || ws.Status.PlanDigest != p.Digest || p.Add != 1 {
+			t.Errorf("%s is %s (plan only %v) with plan %q, want Planned with the plan the preview lists (%+v)",
+				p.Workspace, ws.Status.Phase, ws.Status.PlanOnly, ws.Status.PlanDigest, p)
+		}
+		previewed[p.Workspace] = p.Digest
+	}
+	if len(previewed) != len(across) {
+		t.Fatalf("preview of step across lists %v, want %v", previewed, across)
+	}
+	status := w.magosctl(t, "rollout", "status", "preview", "-n", ns)
+	for _, want := range []string{
+		"step across, cluster " + apSouth + ": 1/1 planned: 1 to add, 0 to change, 0 to destroy",
+		"step after, cluster " + usEast + ": 0/1 planned: 0 to add, 0 to change, 0 to destroy; failed: " + after,
+	} {
+		if !strings.Contains(status, want) {
+			t.Errorf("rollout status does not show %q:\n%s", want, status)
+		}
+	}
+
+	// The plan is fixed and retried from the hub: the preview completes, and the first step
+	// applies (ap-south-1's apply is held).
+	w.PlanAgain(t, usEast, ns, "last")
+	fixed := time.Now()
+	w.magosctl(t, "retry", "last", "--cluster", usEast, "-n", ns)
+	testenv.Eventually(t, wait, func() error {
+		if a := w.Applies(t, ns); !slices.Contains(a, key(apSouth, ns, "app")) {
+			return fmt.Errorf("applies %v: ap-south-1's has not started", a)
+		}
+		return nil
+	})
+	if ws := w.SpokeWorkspace(t, usEast, ns, "last"); ws.Status.Phase != magosv1.PhasePlanned || ws.Status.PlanDigest == "" {
+		t.Errorf("%s is %s/%s when the first step applies, want Planned: the whole fleet plans first", after, ws.Status.Phase, ws.Status.Reason)
+	}
+	// "last" plans again with other variables: its new plan differs from the one previewed.
+	w.variableSet(t, usEast, ns, "last-v2")
+	spoke := w.SpokeWorkspace(t, usEast, ns, "last")
+	spoke.Spec.VariableSetRefs = []magosv1.LocalObjectReference{{Name: "last-v2"}}
+	if err := w.f.Client(usEast).Update(w.ctx, spoke); err != nil {
+		t.Fatal(err)
+	}
+	changed := w.WaitRollout(t, ns, "preview", func(ro *magosv1.Rollout) error {
+		p := ro.Status.Steps[1].Preview[0]
+		if p.Previewed == nil || p.Digest == "" || p.Digest == p.Previewed.Digest {
+			return fmt.Errorf("preview of %s: %+v, want its new plan beside the one previewed", after, p)
+		}
+		return nil
+	})
+	newPlan := changed.Status.Steps[1].Preview[0].Digest
+	if status := w.magosctl(t, "rollout", "status", "preview", "-n", ns); !strings.Contains(status, "step after: the plan of "+after+" changed since the preview: previewed plan ") {
+		t.Errorf("rollout status does not show the changed plan:\n%s", status)
+	}
+	testenv.Eventually(t, wait, func() error {
+		if notes := w.eventNotes(t, ns, "Rollout", "preview"); !slices.ContainsFunc(notes, func(n string) bool {
+			return strings.HasPrefix(n, magosv1.ReasonPlanChanged+": Step after: the plan of "+after+" changed since the preview")
+		}) {
+			return fmt.Errorf("no PlanChanged Event in %q", notes)
+		}
+		return nil
+	})
+
+	w.Release(t, apSouth, ns, "app")
+	w.WaitRollout(t, ns, "preview", Completed)
+	applies := w.appliesAt(t, ns)
+	var got []string
+	for _, a := range applies {
+		got = append(got, a.key)
+		if a.at.Before(fixed) {
+			t.Errorf("%s applied at %v, before the preview could complete (%v)", a.key, a.at, fixed)
+		}
+	}
+	assertOrder(t, "applies", got, across, []string{key(usEast, ns, "last-v2")})
+	for _, k := range across {
+		if plans := w.grants.PlansFor(k); !slices.Equal(plans, []string{previewed[k]}) {
+			t.Errorf("%s was granted the apply of plans %v, want only the plan previewed, %s", k, plans, previewed[k])
+		}
+	}
+	if plans := w.grants.PlansFor(after); !slices.Equal(plans, []string{newPlan}) {
+		t.Errorf("%s was granted the apply of plans %v, want its new plan %s", after, plans, newPlan)
+	}
 }
 
 // TestRolloutControls' last subtest, kept apart for its length: a silent cluster.

@@ -64,7 +64,9 @@ const wait = 2 * time.Minute
 //   - appends "<key> <unix-nanos>" to the ledger file in control, so the module itself records
 //     every apply: nothing in Magos writes or prunes that file;
 //   - waits while the file <control>/<key>.hold exists (a held run stays Applying);
-//   - fails once when the file <control>/<key>.fail exists (it removes the file).
+//   - fails once when the file <control>/<key>.fail exists (it removes the file);
+//
+// and whose precondition fails the plan while the file <control>/<key>.planfail exists.
 //
 // key is cluster.namespace.name, set by the Workspace's own VariableSet.
 func gatedModule(control string) string {
@@ -89,6 +91,13 @@ resource "terraform_data" "run" {
     EOT
     environment = {
       KEY = var.key
+    }
+  }
+
+  lifecycle {
+    precondition {
+      condition     = !fileexists("@CONTROL@/${var.key}.planfail")
+      error_message = "failing the plan on purpose"
     }
   }
 }
@@ -237,6 +246,22 @@ func (w *world) Release(t *testing.T, cluster, ns, name string) {
 func (w *world) FailNext(t *testing.T, cluster, ns, name string) {
 	t.Helper()
 	if err := os.WriteFile(w.gate(cluster, ns, name)+".fail", nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// FailPlans makes the Workspace's plans fail until PlanAgain.
+func (w *world) FailPlans(t *testing.T, cluster, ns, name string) {
+	t.Helper()
+	if err := os.WriteFile(w.gate(cluster, ns, name)+".planfail", nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// PlanAgain lets the Workspace's plans succeed again.
+func (w *world) PlanAgain(t *testing.T, cluster, ns, name string) {
+	t.Helper()
+	if err := os.Remove(w.gate(cluster, ns, name) + ".planfail"); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -506,6 +531,10 @@ type Grants struct {
 	// most of a namespace's Workspaces ever active at once.
 	active map[string]map[string]bool
 	peak   map[string]int
+	// plans are, by key, the plan digests the Workspace's grants were bound to
+	// (granted-plan), in order; lastPlan the one it carries now.
+	plans    map[string][]string
+	lastPlan map[string]string
 }
 
 // observe records the grants of a spoke's Workspaces until the test ends.
@@ -556,6 +585,17 @@ func (g *Grants) see(cluster string, ws *magosv1.Workspace) {
 		g.entries = append(g.entries, Grant{Key: k, Run: run, By: by})
 	}
 	g.last[k] = run
+	if g.plans == nil {
+		g.plans, g.lastPlan = map[string][]string{}, map[string]string{}
+	}
+	plan := ws.Annotations[keys.GrantedPlan]
+	if run == "" {
+		plan = ""
+	}
+	if plan != "" && g.lastPlan[k] != plan {
+		g.plans[k] = append(g.plans[k], plan)
+	}
+	g.lastPlan[k] = plan
 
 	// The observer's own notion of running, from the phase names the spoke reports.
 	var active bool
@@ -577,6 +617,13 @@ func (g *Grants) see(cluster string, ws *magosv1.Workspace) {
 		delete(g.active[ws.Namespace], k)
 	}
 	g.peak[ws.Namespace] = max(g.peak[ws.Namespace], len(g.active[ws.Namespace]))
+}
+
+// PlansFor returns the plan digests the Workspace's grants were bound to, in order.
+func (g *Grants) PlansFor(k string) []string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return slices.Clone(g.plans[k])
 }
 
 // Peak returns the most Workspaces of the namespace seen running at once (see Grants.active).

@@ -394,6 +394,10 @@ func renderRollout(r *magosv1.Rollout, clusters []magosv1.Cluster, mirrors []mag
 // renderPreview prints, for a Rollout with spec.planFirst, each step's preview by cluster, and
 // the plans that changed since they were previewed.
 func renderPreview(b *bytes.Buffer, r *magosv1.Rollout) {
+	if !slices.ContainsFunc(r.Status.Steps, func(s magosv1.StepStatus) bool { return len(s.Preview) > 0 }) {
+		b.WriteString("  preview of the change (planFirst): not decided yet\n")
+		return
+	}
 	b.WriteString("  preview of the change (planFirst), by step and cluster:\n")
 	for _, s := range r.Status.Steps {
 		for _, c := range rolloutgrid.Previews(s) {

@@ -1,6 +1,7 @@
 package decision
 
 import (
+	"encoding/json"
 	"fmt"
 	"testing"
 
@@ -74,11 +75,24 @@ func BenchmarkDecideControls(b *testing.B) {
 		a.Plans = append(a.Plans, magosv1.ApprovedPlan{Workspace: w.Key.String(), Revision: "rev-1", Digest: w.PlanDigest})
 	}
 	approval.Rollout.Spec.Approvals = []magosv1.StepApproval{a}
+	// planFirst: staging and prod have planned (staging's plans apply, bound to their digests),
+	// and the previous status holds the preview the decision carries over.
+	preview := benchInput(1000, 10)
+	preview.Rollout = envSteps()
+	preview.Rollout.Spec.PlanFirst = true
+	for i := range preview.Workspaces {
+		if w := &preview.Workspaces[i]; w.Labels["env"] != "dev" {
+			w.Phase, w.PlanDigest, w.CurrentRevision, w.PlanOnly = magosv1.PhasePlanned, "d-"+w.Key.Name, "rev-1", true
+			w.Grant = Grant{Allowed: true, Run: w.RunID, PlanOnly: true}
+		}
+	}
+	preview.Rollout.Status.Steps = Decide(preview).Steps
 	for _, c := range []struct {
 		name   string
 		in     Input
 		reason string
-	}{{"plain", plain, magosv1.ReasonLevelProgressing}, {"frozen", frozen, magosv1.ReasonLevelProgressing}, {"approval", approval, magosv1.ReasonLevelProgressing}} {
+	}{{"plain", plain, magosv1.ReasonLevelProgressing}, {"frozen", frozen, magosv1.ReasonLevelProgressing},
+		{"approval", approval, magosv1.ReasonLevelProgressing}, {"planFirst", preview, magosv1.ReasonLevelProgressing}} {
 		b.Run(c.name, func(b *testing.B) {
 			b.ReportAllocs()
 			var d Decision
@@ -89,6 +103,11 @@ func BenchmarkDecideControls(b *testing.B) {
 				b.Fatalf("unexpected decision %s step %d: %s", d.Reason, d.CurrentStep, d.Message)
 			}
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(len(c.in.Workspaces)), "ns/workspace")
+			steps, err := json.Marshal(d.Steps)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ReportMetric(float64(len(steps)), "status.steps-bytes")
 		})
 	}
 }

@@ -168,12 +168,14 @@ func previewOf(m *member, old *magosv1.PreviewPlan) magosv1.PreviewPlan {
 	if old == nil || p.Revision == "" || old.Revision != p.Revision {
 		return p // a new change: its preview starts afresh
 	}
-	first := old.Previewed
-	if first == nil && old.Digest != "" {
-		first = &magosv1.PlanSummary{Digest: old.Digest, Add: old.Add, Change: old.Change, Destroy: old.Destroy}
-	}
-	if first != nil && first.Digest != p.Digest {
-		p.Previewed = first.DeepCopy()
+	switch {
+	case old.Previewed != nil:
+		if old.Previewed.Digest != p.Digest {
+			p.Previewed = old.Previewed.DeepCopy()
+		}
+	case old.Digest != "" && old.Digest != p.Digest:
+		first := old.PlanSummary
+		p.Previewed = &first
 	}
 	return p
 }

@@ -56,6 +56,9 @@ type Options struct {
 	// Approval makes the last region's step require approval: the demo waits until someone runs
 	// magosctl rollout approve.
 	Approval bool
+	// PlanFirst sets the Rollout's spec.planFirst: every region plans before the first applies,
+	// and the view shows the preview by step and cluster.
+	PlanFirst bool
 	// Module is the root module of the first commit (default: the demo's module). It must
 	// declare the variables region and healthy, which the demo's VariableSet sets.
 	Module string
@@ -171,7 +174,7 @@ func Setup(ctx context.Context, fleet *devfleet.Fleet, opts Options) error {
 		return err
 	}
 	fmt.Fprintf(opts.Out, "demo: one Workspace in each of %s, mirrored to the hub\n", strings.Join(fleet.Order, ", "))
-	if err := applyHub(ctx, fleet, opts.Paused, opts.Approval); err != nil {
+	if err := applyHub(ctx, fleet, opts); err != nil {
 		return err
 	}
 	fmt.Fprintf(opts.Out, "demo: Project and Rollout %s applied on the hub\n\n", Project)
@@ -342,13 +345,13 @@ func commit(r *git.Repository, dir, message, module string) (string, error) {
 	return hash.String(), nil
 }
 
-func applyHub(ctx context.Context, fleet *devfleet.Fleet, paused, approval bool) error {
+func applyHub(ctx context.Context, fleet *devfleet.Fleet, opts Options) error {
 	var steps []magosv1.RolloutStep
 	for _, name := range fleet.Order {
 		steps = append(steps, magosv1.RolloutStep{Name: name,
 			Selector: magosv1.MatchLabels(map[string]string{"env": "prod", "region": name})})
 	}
-	if approval { // the last region waits for a person
+	if opts.Approval { // the last region waits for a person
 		steps[len(steps)-1].RequireApproval = true
 	}
 	objs := []client.Object{
@@ -358,7 +361,8 @@ func applyHub(ctx context.Context, fleet *devfleet.Fleet, paused, approval bool)
 		},
 		&magosv1.Rollout{
 			ObjectMeta: metav1.ObjectMeta{Name: Project, Namespace: corev1.NamespaceDefault},
-			Spec:       magosv1.RolloutSpec{ProjectRef: Project, Paused: paused, Strategy: magosv1.RolloutStrategy{Steps: steps}},
+			Spec: magosv1.RolloutSpec{ProjectRef: Project, Paused: opts.Paused, PlanFirst: opts.PlanFirst,
+				Strategy: magosv1.RolloutStrategy{Steps: steps}},
 		},
 	}
 	for _, o := range objs {

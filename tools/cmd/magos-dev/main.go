@@ -48,6 +48,7 @@ func run(ctx context.Context, args []string) error {
 	dir := fs.String("dir", defaultDir(), "folder for kubeconfigs, logs and run data")
 	failRegion := fs.String("fail-region", "", "demo: make this region's Workspace fail, to show the Rollout halting")
 	approval := fs.Bool("approval", false, "demo: the last region's step requires approval; the demo waits for magosctl rollout approve")
+	planFirst := fs.Bool("plan-first", false, "demo: the Rollout previews the change in every region (spec.planFirst) before the first applies")
 	timeout := fs.Duration("timeout", 10*time.Minute, "demo: give up after this long")
 	dashboard := fs.String("dashboard", "127.0.0.1:8480", "address of the hub's dashboard, host:port (empty turns it off)")
 	if err := fs.Parse(args[1:]); err != nil {
@@ -96,7 +97,7 @@ func run(ctx context.Context, args []string) error {
 		<-ctx.Done()
 		return nil
 	}
-	summary, err := demo.Run(ctx, fleet, demo.Options{FailRegion: *failRegion, Approval: *approval, Out: os.Stdout, Timeout: *timeout})
+	summary, err := demo.Run(ctx, fleet, demo.Options{FailRegion: *failRegion, Approval: *approval, PlanFirst: *planFirst, Out: os.Stdout, Timeout: *timeout})
 	if err != nil {
 		return err
 	}

@@ -374,10 +374,14 @@ type StepStatus struct {
 	// +listType=atomic
 	Plans []PlanStatus `json:"plans,omitempty"`
 	// Preview is, with spec.planFirst, each Workspace's plan of the change being rolled out, in
-	// Workspace order (at most 1000).
+	// Workspace order. The previews of all steps list at most 4000 Workspaces together, in step
+	// order: PreviewOmitted counts those of the step left out.
 	// +optional
 	// +listType=atomic
 	Preview []PreviewPlan `json:"preview,omitempty"`
+	// PreviewOmitted is the number of the step's Workspaces its preview leaves out.
+	// +optional
+	PreviewOmitted int32 `json:"previewOmitted,omitempty"`
 	// Approval is the approval the step's applies were granted under, while it holds.
 	// +optional
 	Approval *StepApproval `json:"approval,omitempty"`

@@ -411,6 +411,9 @@ func renderPreview(b *bytes.Buffer, r *magosv1.Rollout) {
 			}
 			b.WriteString("\n")
 		}
+		if s.PreviewOmitted > 0 {
+			fmt.Fprintf(b, "    step %s: %d more Workspace(s) not listed (the preview lists at most 4000 across the steps)\n", s.Name, s.PreviewOmitted)
+		}
 		for _, p := range s.Preview {
 			if v := p.Previewed; v != nil {
 				now := "planning again"

@@ -93,8 +93,10 @@ type step struct {
 	targets    []string
 	recordedAt time.Time
 	late       int32
-	// preview is, with spec.planFirst, the step's status.steps[].preview.
-	preview []magosv1.PreviewPlan
+	// preview is, with spec.planFirst, the step's status.steps[].preview, and previewOmitted
+	// how many of its members it leaves out.
+	preview        []magosv1.PreviewPlan
+	previewOmitted int32
 }
 
 // awaitingApproval reports whether every member of the step that has not applied or failed has
@@ -905,7 +907,7 @@ func stepStatuses(steps []step, ms []member) []magosv1.StepStatus {
 		if s.approval != nil {
 			out[i].Approval = s.approval.DeepCopy()
 		}
-		out[i].Preview = s.preview
+		out[i].Preview, out[i].PreviewOmitted = s.preview, s.previewOmitted
 		if s.targets != nil {
 			out[i].Targets = slices.Clone(s.targets)
 			out[i].TargetsRecordedAt = &metav1.Time{Time: s.recordedAt}

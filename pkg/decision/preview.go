@@ -8,8 +8,9 @@ import (
 	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
 )
 
-// maxPreviewListed is how many Workspaces a step's status.steps[].preview lists.
-const maxPreviewListed = 1000
+// maxPreviewListed is how many Workspaces the previews of all steps list together, in step
+// order, so that the Rollout's status stays well within the API server's object size limit.
+const maxPreviewListed = 4000
 
 // plannedChange reports whether the member has a plan of the change that waits or applies:
 // Planned or Applying with a plan digest, of the commit the Rollout rolls out for it (any commit
@@ -127,12 +128,17 @@ func previewFailedMessage(s *step, ms []member) string {
 }
 
 // previews fills, for a Rollout with spec.planFirst, each step's preview: every member it
-// matches with its plan of the change (at most maxPreviewListed, in key order). Each entry
+// matches with its plan of the change, in key order, at most maxPreviewListed across the steps
+// (in step order; a step counts those left out in previewOmitted). Each entry
 // carries, from the Rollout's status, the plan first previewed for the same commit when the
 // Workspace planned again since and its plan differs from it (or it has none yet).
 func previews(steps []step, ms []member, ro *magosv1.Rollout) {
+	budget := maxPreviewListed
 	for i := range steps {
 		s := &steps[i]
+		n := min(len(s.matched), budget)
+		budget -= n
+		s.previewOmitted = int32(len(s.matched) - n)
 		var old map[string]*magosv1.PreviewPlan
 		if j := slices.IndexFunc(ro.Status.Steps, func(st magosv1.StepStatus) bool { return st.Name == s.spec.Name }); j >= 0 {
 			old = make(map[string]*magosv1.PreviewPlan, len(ro.Status.Steps[j].Preview))
@@ -141,8 +147,8 @@ func previews(steps []step, ms []member, ro *magosv1.Rollout) {
 				old[p.Workspace] = p
 			}
 		}
-		s.preview = make([]magosv1.PreviewPlan, 0, min(len(s.matched), maxPreviewListed))
-		for _, mi := range s.matched[:min(len(s.matched), maxPreviewListed)] {
+		s.preview = make([]magosv1.PreviewPlan, 0, n)
+		for _, mi := range s.matched[:n] {
 			m := &ms[mi]
 			s.preview = append(s.preview, previewOf(m, old[m.ws.Key.String()]))
 		}

@@ -340,3 +340,18 @@ func TestPreviewOf(t *testing.T) {
 		})
 	}
 }
+
+// TestPreviewSize: the previews of all steps list at most maxPreviewListed Workspaces together,
+// in step order, and each step counts those it leaves out.
+func TestPreviewSize(t *testing.T) {
+	in := benchInput(600, 10) // 2,400 Workspaces in dev, 1,800 in staging, 1,800 in prod
+	in.Rollout.Spec.PlanFirst = true
+	d := Decide(in)
+	var listed, omitted []int
+	for _, s := range d.Steps {
+		listed, omitted = append(listed, len(s.Preview)), append(omitted, int(s.PreviewOmitted))
+	}
+	if !slices.Equal(listed, []int{2400, 1600, 0}) || !slices.Equal(omitted, []int{0, 200, 1800}) {
+		t.Errorf("listed %v, omitted %v; want 2400, 1600 and 0 listed, 0, 200 and 1800 left out", listed, omitted)
+	}
+}

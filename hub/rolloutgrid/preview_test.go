@@ -3,6 +3,7 @@ package rolloutgrid_test
 import (
 	"reflect"
 	"testing"
+	"time"
 
 	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
 	"github.com/magosfleet/magos/hub/rolloutgrid"
@@ -42,5 +43,26 @@ func TestPreviews(t *testing.T) {
 				t.Errorf("Previews = %+v, want %+v", got, tt.want)
 			}
 		})
+	}
+}
+
+// TestBuildPreview: with planFirst, each cell carries its Workspace's preview entry and each step
+// its sums by cluster, from the Rollout's status.
+func TestBuildPreview(t *testing.T) {
+	r := rollout(step("prod", map[string]string{"env": "prod"}))
+	r.Spec.PlanFirst = true
+	entry := magosv1.PreviewPlan{Workspace: "eu/team/app", Result: magosv1.PreviewPlanned, PlanSummary: magosv1.PlanSummary{Digest: "d1", Add: 2}}
+	r.Status.Steps = []magosv1.StepStatus{{Name: "prod", Phase: magosv1.StepPreviewing, Preview: []magosv1.PreviewPlan{entry}}}
+	mirrors := []magosv1.Workspace{
+		mirrorOf("eu", "team", "app", "web", map[string]string{"env": "prod"}, magosv1.PhasePlanned),
+		mirrorOf("us", "team", "app", "web", map[string]string{"env": "prod"}, magosv1.PhasePending),
+	}
+	g := rolloutgrid.Build(r, []magosv1.Cluster{cluster("eu", "team"), cluster("us", "team")}, mirrors, time.Now())
+	s := g.Steps[0]
+	if len(s.Workspaces) != 2 || s.Workspaces[0].Preview == nil || *s.Workspaces[0].Preview != entry || s.Workspaces[1].Preview != nil {
+		t.Fatalf("cells %+v: want eu's with its preview entry, us's without", s.Workspaces)
+	}
+	if want := []rolloutgrid.ClusterPreview{{Cluster: "eu", Workspaces: 1, Planned: 1, Add: 2}}; !reflect.DeepEqual(s.Preview, want) {
+		t.Errorf("step preview %+v, want %+v", s.Preview, want)
 	}
 }

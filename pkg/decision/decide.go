@@ -445,7 +445,7 @@ func decideRollout(d *Decision, in Input, ms []member) {
 	}
 	grantMatched(s, ms, nil, func(cluster string) { wait = append(wait, cluster) })
 	if ro.Spec.PlanFirst {
-		grantPreviews(steps, current, ms, func(string) {}) // unavailable clusters: the preview waits for them
+		grantPreviews(steps, current, ms)
 	}
 	if waiting := waitingFor(wait, in.Clusters); len(waiting) > 0 {
 		d.Reason = magosv1.ReasonWaitingForClusters
@@ -924,10 +924,14 @@ func stepStatuses(steps []step, ms []member) []magosv1.StepStatus {
 	return out
 }
 
-// failedMessage names the failed members of a step, at most maxListed of them.
+// failedMessage is the StepFailed message of a step: it names its failed members.
 func failedMessage(s *step, ms []member) string {
+	return fmt.Sprintf("One or more workspaces failed in step %s: %s", s.spec.Name, failedNames(s, ms))
+}
+
+// failedNames names the failed members of a step with their reasons, at most maxListed of them.
+func failedNames(s *step, ms []member) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "One or more workspaces failed in step %s: ", s.spec.Name)
 	listed := 0
 	for _, i := range s.matched {
 		w := ms[i].ws

@@ -62,9 +62,9 @@ func previewFailed(steps []step, current int) int {
 // grantPreviews marks the members of the steps after current that wait to plan to be granted
 // their plan only, each by the first of those steps that matches it, within that step's
 // maxConcurrency. Members of the current step or an earlier one are the current step's to grant,
-// and a destroy waits for its step. unavailable is called with the cluster of every such member
-// that cannot be granted because its cluster is unavailable.
-func grantPreviews(steps []step, current int, ms []member, unavailable func(cluster string)) {
+// and a destroy waits for its step. A member in an unavailable cluster is not granted: the
+// preview waits for it (unpreviewed).
+func grantPreviews(steps []step, current int, ms []member) {
 	owner := make([]int, len(ms)) // the step that grants the member's preview; -1: none
 	for i := range owner {
 		owner[i] = -1
@@ -90,7 +90,7 @@ func grantPreviews(steps []step, current int, ms []member, unavailable func(clus
 				ms[mi].planOnly = true
 			}
 		}
-		grantMatched(&steps[i], ms, candidate, unavailable)
+		grantMatched(&steps[i], ms, candidate, func(string) {})
 	}
 }
 
@@ -124,7 +124,7 @@ func previewing(steps []step, current int, ms []member, pending []int, unknown [
 // previewFailedMessage says why a later step's preview stops the Rollout.
 func previewFailedMessage(s *step, ms []member) string {
 	return fmt.Sprintf("Preview of step %s: %d Workspace(s) failed, more than its maxFailures (%d), so nothing applies: %s",
-		s.spec.Name, s.failed, s.maxFailures, strings.TrimPrefix(failedMessage(s, ms), "One or more workspaces failed in step "+s.spec.Name+": "))
+		s.spec.Name, s.failed, s.maxFailures, failedNames(s, ms))
 }
 
 // previews fills, for a Rollout with spec.planFirst, each step's preview: every member it

@@ -18,6 +18,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
@@ -357,6 +359,57 @@ type watcher struct {
 	grants     []grantSeen // new grants, when first seen
 	polls      int
 	runs       map[string][]string // by cluster: every run granted or current seen, oldest first, for good
+	previewing int                 // polls that saw the Rollout Previewing
+	spokes     []spokeRead         // every read of the regions' Workspaces, from their spokes
+}
+
+// spokeRead is one read of a region's Workspace from its spoke's API server, the way its agent
+// left it: the read started At, so the Workspace was in this state at some time after At.
+type spokeRead struct {
+	Region                                        string
+	At                                            time.Time
+	Phase                                         magosv1.Phase
+	CurrentRevision, ObservedRevision, PlanDigest string
+}
+
+// hasPlanOf reports whether the read shows a plan of commit sha: Planned or Applying it with a
+// plan digest, or Applied at it.
+func (r spokeRead) hasPlanOf(sha string) bool {
+	switch r.Phase {
+	case magosv1.PhasePlanned, magosv1.PhaseApplying:
+		return r.CurrentRevision == sha && r.PlanDigest != ""
+	case magosv1.PhaseApplied:
+		return r.ObservedRevision == sha
+	}
+	return false
+}
+
+// previewViolations checks, for a Rollout with planFirst, one release against the spokes' own
+// records: once the ledger shows the release's first apply, every other region must already have
+// planned it, so no read of another region's Workspace started after that apply (and before
+// done, when the release had rolled out everywhere) may show it without a plan of the commit.
+func previewViolations(reads []spokeRead, release, sha string, lines []ledgerLine, done time.Time) []string {
+	var first ledgerLine
+	for _, l := range lines {
+		if l.Release == release && (first.At.IsZero() || l.At.Before(first.At)) {
+			first = l
+		}
+	}
+	if first.At.IsZero() {
+		return nil
+	}
+	var out []string
+	reported := map[string]bool{}
+	for _, r := range reads {
+		if r.Region == first.Region || reported[r.Region] || !r.At.After(first.At) || r.At.After(done) || r.hasPlanOf(sha) {
+			continue
+		}
+		reported[r.Region] = true
+		out = append(out, fmt.Sprintf("%s applied %s (%.8s) at %s, but %s had not planned it at %s (%s, current revision %.8s, plan %q)",
+			first.Region, release, sha, first.At.Format("15:04:05.000"), r.Region, r.At.Format("15:04:05.000"),
+			r.Phase, r.CurrentRevision, r.PlanDigest))
+	}
+	return out
 }
 
 // runsOf returns the runs of cluster's Workspace seen so far, oldest first.
@@ -384,8 +437,13 @@ func (w *watcher) run(ctx context.Context) {
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
 	for {
+		reads := w.readSpokes(ctx) // first, and whatever the hub answers
 		o := w.observe(ctx)
 		w.mu.Lock()
+		w.spokes = append(w.spokes, reads...)
+		if o.ReadErr == nil && o.Reason == magosv1.ReasonPreviewing {
+			w.previewing++
+		}
 		w.polls++
 		if o.ReadErr == nil {
 			w.remember(o)
@@ -446,18 +504,42 @@ func (w *watcher) observe(ctx context.Context) observation {
 	return o
 }
 
+// readSpokes reads every region's Workspace from its spoke (a region whose read fails is left
+// out of this poll).
+func (w *watcher) readSpokes(ctx context.Context) []spokeRead {
+	var out []spokeRead
+	for _, region := range w.order {
+		at := time.Now()
+		var ws magosv1.Workspace
+		if err := w.f.Client(region).Get(ctx, client.ObjectKey{Namespace: corev1.NamespaceDefault, Name: demo.Workspace}, &ws); err != nil {
+			continue
+		}
+		out = append(out, spokeRead{Region: region, At: at, Phase: ws.Status.Phase, CurrentRevision: ws.Status.CurrentRevision,
+			ObservedRevision: ws.Status.ObservedRevision, PlanDigest: ws.Status.PlanDigest})
+	}
+	return out
+}
+
+// spokeReads returns the reads of the spokes since the last take.
+func (w *watcher) spokeReads() []spokeRead {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.spokes)
+}
+
 // grantSeen is a new grant (granted-run on a mirror) the watcher saw.
 type grantSeen struct {
 	Cluster, Run string
 	At           time.Time
 }
 
-// take returns what the watcher found so far and forgets it.
-func (w *watcher) take() (violations, ambiguous []string, grants []grantSeen, polls int) {
+// take returns what the watcher found so far (and how many polls saw the Rollout Previewing)
+// and forgets it, the spokes' reads included.
+func (w *watcher) take() (violations, ambiguous []string, grants []grantSeen, polls, previewing int) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	violations, ambiguous, grants, polls = w.violations, w.ambiguous, w.grants, w.polls
-	w.violations, w.ambiguous, w.grants, w.polls = nil, nil, nil, 0
+	violations, ambiguous, grants, polls, previewing = w.violations, w.ambiguous, w.grants, w.polls, w.previewing
+	w.violations, w.ambiguous, w.grants, w.polls, w.previewing, w.spokes = nil, nil, nil, 0, 0, nil
 	return
 }
 
@@ -515,10 +597,12 @@ func percentiles(ds []time.Duration) (p50, p90, top time.Duration) {
 // restarted, the leading hub replica killed so that the standby takes over, an agent suspended,
 // an agent partitioned from the hub at the transport level, a cluster removed from the hub's
 // config and added back, a delayed mirror, an old grant replayed onto a mirror. Every fault is healed before the wait
-// for the commit, which is bounded. Two observers outside Magos judge each trial: the ledger
-// the module writes on every apply (step order, exactly once per region and release), and the
-// test's own polls of the Rollout and Clusters on the hub (never RolloutCompleted or Failed
-// while a cluster is unsynced or not Ready). Settings: MAGOS_CHAOS_TRIALS, MAGOS_CHAOS_SEED,
+// for the commit, which is bounded. Every second trial sets the Rollout's planFirst. Observers
+// outside Magos judge each trial: the ledger the module writes on every apply (step order,
+// exactly once per region and release), the test's own polls of the Rollout and Clusters on the
+// hub (never RolloutCompleted or Failed while a cluster is unsynced or not Ready), and, in a
+// planFirst trial, its reads of the Workspaces from the spokes (no region without a plan of the
+// commit once another applied it). Settings: MAGOS_CHAOS_TRIALS, MAGOS_CHAOS_SEED,
 // MAGOS_CHAOS_COMMITS; see docs (make chaos).
 func TestChaos(t *testing.T) {
 	trials, commits, seed := chaosSettings(t)
@@ -612,6 +696,13 @@ func TestChaos(t *testing.T) {
 			t.Logf("trial %d: commit %s: faults %s", trial, releases[c], strings.Join(text, "; "))
 		}
 		ran = trial
+		// Every second trial previews each commit fleet-wide first (spec.planFirst).
+		planFirst := trial%2 == 0
+		if err := f.Client("hub").Patch(ctx, &magosv1.Rollout{ObjectMeta: metav1.ObjectMeta{Namespace: corev1.NamespaceDefault, Name: demo.Project}},
+			client.RawPatch(types.MergePatchType, fmt.Appendf(nil, `{"spec":{"planFirst":%t}}`, planFirst))); err != nil {
+			t.Fatalf("trial %d: setting planFirst: %v", trial, err)
+		}
+		t.Logf("trial %d: planFirst %v", trial, planFirst)
 		stalled := ""
 		for c, release := range releases {
 			sha, err := demo.Commit(f, "edge module "+release, ledgerModule(release, ledger))
@@ -654,6 +745,11 @@ func TestChaos(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			if planFirst {
+				for _, v := range previewViolations(w.spokeReads(), release, sha, lines, done) {
+					violations = append(violations, fmt.Sprintf("trial %d (seed %d): preview: %s", trial, seed, v))
+				}
+			}
 			progress := w.grantsSoFar()
 			for _, l := range lines {
 				if l.Release == release {
@@ -671,7 +767,7 @@ func TestChaos(t *testing.T) {
 				break
 			}
 		}
-		vs, amb, grants, polls := w.take()
+		vs, amb, grants, polls, previewing := w.take()
 		var grantText strings.Builder
 		for _, g := range grants {
 			fmt.Fprintf(&grantText, "  %-10s run %s %s\n", g.Cluster, g.Run, g.At.Format("15:04:05.000"))
@@ -694,7 +790,8 @@ func TestChaos(t *testing.T) {
 			}
 			violations = append(violations, text)
 		}
-		t.Logf("trial %d: %d polls of the hub, %d status violations, ledger:\n%s", trial, polls, len(vs), ledgerText(lines, releases))
+		t.Logf("trial %d: %d polls of the hub (%d saw the Rollout Previewing), %d status violations, ledger:\n%s",
+			trial, polls, previewing, len(vs), ledgerText(lines, releases))
 		if stalled != "" {
 			violations = append(violations, stalled)
 			break // the fleet did not recover: the next trials would only repeat it
@@ -732,7 +829,8 @@ func rolloutLine(t *testing.T, ctx context.Context, f *devfleet.Fleet) string {
 
 // TestChaosObserversCatchViolations: the observers of TestChaos can fail. The ledger check
 // catches an apply out of step order and a duplicate apply injected into a trial's ledger (and
-// ignores the other trials' lines); the status check catches a RolloutCompleted reported while
+// ignores the other trials' lines); the preview check catches a region seen on its spoke without
+// a plan of the commit after the first region applied it; the status check catches a RolloutCompleted reported while
 // a cluster was unsynced or not Ready, and a Failed in a trial where nothing fails, and lets
 // through NoWorkspacesFound while a cluster is deregistered, a report without a change, and a
 // problem seen in only one of the two polls around a report (ambiguous, not counted).
@@ -762,6 +860,46 @@ ap-south-1 t3c1 8
 		}
 		if !slices.Equal(got, want) {
 			t.Errorf("out of order and duplicate:\n got %v\nwant %v", got, want)
+		}
+	})
+
+	t.Run("preview", func(t *testing.T) {
+		at := func(ms int) time.Time { return time.Unix(100, int64(ms)*int64(time.Millisecond)) }
+		lines := []ledgerLine{{"us-east-1", "t2c1", at(1000)}, {"eu-west-1", "t2c1", at(5000)}, {"ap-south-1", "t2c1", at(9000)}}
+		done := at(10000)
+		planned := func(region string, ms int) spokeRead {
+			return spokeRead{Region: region, At: at(ms), Phase: magosv1.PhasePlanned, CurrentRevision: "sha-2", PlanDigest: "d"}
+		}
+		for _, tc := range []struct {
+			name  string
+			reads []spokeRead
+			want  int
+		}{
+			{"every other region planned before the first apply", []spokeRead{
+				{Region: "eu-west-1", At: at(500), Phase: magosv1.PhasePlanning, CurrentRevision: "sha-2"},
+				planned("eu-west-1", 900), planned("ap-south-1", 1100),
+				{Region: "eu-west-1", At: at(5500), Phase: magosv1.PhaseApplied, ObservedRevision: "sha-2"},
+				{Region: "us-east-1", At: at(1100), Phase: magosv1.PhaseApplying, CurrentRevision: "sha-2"}, // the first region itself
+			}, 0},
+			{"a region still planning after the first apply", []spokeRead{
+				planned("eu-west-1", 1100), {Region: "ap-south-1", At: at(1200), Phase: magosv1.PhasePlanning, CurrentRevision: "sha-2"},
+			}, 1},
+			{"a region planned the old commit only", []spokeRead{
+				{Region: "ap-south-1", At: at(2000), Phase: magosv1.PhasePlanned, CurrentRevision: "sha-1", PlanDigest: "d"},
+			}, 1},
+			{"reads after the release rolled out are not judged", []spokeRead{
+				{Region: "ap-south-1", At: at(11000), Phase: magosv1.PhasePending},
+			}, 0},
+			{"one violation per region", []spokeRead{
+				{Region: "ap-south-1", At: at(2000), Phase: magosv1.PhasePending}, {Region: "ap-south-1", At: at(2100), Phase: magosv1.PhasePending},
+				{Region: "eu-west-1", At: at(2000), Phase: magosv1.PhasePending},
+			}, 2},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				if got := previewViolations(tc.reads, "t2c1", "sha-2", lines, done); len(got) != tc.want {
+					t.Errorf("previewViolations = %q, want %d", got, tc.want)
+				}
+			})
 		}
 	})
 

@@ -423,10 +423,9 @@ func decideRollout(d *Decision, in Input, ms []member) {
 		fmt.Sprintf("Executing step %s (%d/%d applied)", s.spec.Name, s.applied, len(s.matched)))
 	s.phase = magosv1.StepProgressing
 	d.ApprovalVoided = approvals(s, ms, ro)
-	var pending []int
-	var unknown []string
+	var gap previewGap // complete without planFirst
 	if ro.Spec.PlanFirst {
-		if pending, unknown = unpreviewed(steps, current, ms); len(pending) > 0 || len(unknown) > 0 {
+		if gap = unpreviewed(steps, current, ms); !gap.complete() {
 			// The preview is not complete: plans wait, and no new apply is granted (an apply
 			// grant already held is kept: its agent may be starting it).
 			for _, i := range s.matched {
@@ -452,8 +451,8 @@ func decideRollout(d *Decision, in Input, ms []member) {
 		d.Message = fmt.Sprintf("Waiting for %s (step %s: %d/%d applied)",
 			strings.Join(waiting, "; "), s.spec.Name, s.applied, len(s.matched))
 		s.phase = magosv1.StepWaiting
-	} else if len(pending) > 0 || len(unknown) > 0 {
-		d.Reason, d.Message = magosv1.ReasonPreviewing, previewing(steps, current, ms, pending, unknown)
+	} else if !gap.complete() {
+		d.Reason, d.Message = magosv1.ReasonPreviewing, previewing(steps, current, ms, gap)
 		s.phase = magosv1.StepPreviewing
 	} else if s.awaitingApproval() {
 		d.Reason = magosv1.ReasonAwaitingApproval

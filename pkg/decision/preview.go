@@ -28,24 +28,41 @@ func (m *member) previewed() bool {
 	return m.done || m.ws.Failed() || m.ws.DestroyPending() || m.plannedChange()
 }
 
-// unpreviewed returns, for a Rollout with spec.planFirst, the members of the steps from current
-// on that have not planned the change yet (in key order, once each), and the clusters those
-// steps may select in whose Workspaces the hub does not know (sorted, once each). The current
-// step applies nothing new until both are empty.
-func unpreviewed(steps []step, current int, ms []member) (pending []int, unknown []string) {
+// previewGap is what a fleet-wide preview still waits for: the members of the steps from the
+// current one on that have not planned the change (in key order, once each), and the clusters
+// those steps may select in whose Workspaces the hub does not know (sorted, once each), out of
+// total members in those steps.
+type previewGap struct {
+	pending []int
+	unknown []string
+	total   int
+}
+
+// complete reports whether the preview waits for nothing: the current step may apply.
+func (g previewGap) complete() bool { return len(g.pending) == 0 && len(g.unknown) == 0 }
+
+// unpreviewed returns, for a Rollout with spec.planFirst, what the preview of the steps from
+// current on still waits for.
+func unpreviewed(steps []step, current int, ms []member) previewGap {
+	var g previewGap
 	seen := make([]bool, len(ms))
 	for i := current; i < len(steps); i++ {
 		for _, mi := range steps[i].matched {
-			if !seen[mi] && !ms[mi].previewed() {
-				pending = append(pending, mi)
+			if seen[mi] {
+				continue
 			}
 			seen[mi] = true
+			g.total++
+			if !ms[mi].previewed() {
+				g.pending = append(g.pending, mi)
+			}
 		}
-		unknown = append(unknown, steps[i].unknown...)
+		g.unknown = append(g.unknown, steps[i].unknown...)
 	}
-	slices.Sort(pending)
-	slices.Sort(unknown)
-	return pending, slices.Compact(unknown)
+	slices.Sort(g.pending)
+	slices.Sort(g.unknown)
+	g.unknown = slices.Compact(g.unknown)
+	return g
 }
 
 // previewFailed returns the first step after current with more failed members than its
@@ -96,29 +113,19 @@ func grantPreviews(steps []step, current int, ms []member) {
 
 // previewing describes a preview that is not complete: how many of the Workspaces of the steps
 // from current on planned the change, and what it waits for.
-func previewing(steps []step, current int, ms []member, pending []int, unknown []string) string {
-	seen := make([]bool, len(ms))
-	total := 0
-	for i := current; i < len(steps); i++ {
-		for _, mi := range steps[i].matched {
-			if !seen[mi] {
-				seen[mi] = true
-				total++
-			}
-		}
-	}
+func previewing(steps []step, current int, ms []member, g previewGap) string {
 	var waits []string
-	for _, mi := range pending[:min(len(pending), maxListed)] {
+	for _, mi := range g.pending[:min(len(g.pending), maxListed)] {
 		waits = append(waits, ms[mi].ws.Key.String())
 	}
-	if len(pending) > maxListed {
-		waits = append(waits, fmt.Sprintf("%d more", len(pending)-maxListed))
+	if len(g.pending) > maxListed {
+		waits = append(waits, fmt.Sprintf("%d more", len(g.pending)-maxListed))
 	}
-	for _, c := range unknown {
+	for _, c := range g.unknown {
 		waits = append(waits, "the Workspaces of cluster "+c)
 	}
 	return fmt.Sprintf("Previewing the change before step %s applies: %d/%d Workspace(s) planned; waiting for %s",
-		steps[current].spec.Name, total-len(pending), total, strings.Join(waits, ", "))
+		steps[current].spec.Name, g.total-len(g.pending), g.total, strings.Join(waits, ", "))
 }
 
 // previewFailedMessage says why a later step's preview stops the Rollout.

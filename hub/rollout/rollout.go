@@ -253,15 +253,21 @@ func (r *Reconciler) recordTransitions(ro *magosv1.Rollout, d decide.Decision) {
 // planChanged records a PlanChanged Event for each Workspace of the step whose new plan differs
 // from the one previewed, once: when the Rollout's old status did not show that plan yet.
 func (r *Reconciler) planChanged(ro *magosv1.Rollout, old *magosv1.RolloutStatus, st magosv1.StepStatus) {
-	var was []magosv1.PreviewPlan
-	if j := slices.IndexFunc(old.Steps, func(o magosv1.StepStatus) bool { return o.Name == st.Name }); j >= 0 {
-		was = old.Steps[j].Preview
-	}
+	var shown map[string]string // the digest the old status showed, by Workspace
 	for _, p := range st.Preview {
 		v := p.Previewed
-		if v == nil || p.Digest == "" || slices.ContainsFunc(was, func(o magosv1.PreviewPlan) bool {
-			return o.Workspace == p.Workspace && o.Digest == p.Digest
-		}) {
+		if v == nil || p.Digest == "" {
+			continue
+		}
+		if shown == nil {
+			shown = map[string]string{}
+			if j := slices.IndexFunc(old.Steps, func(o magosv1.StepStatus) bool { return o.Name == st.Name }); j >= 0 {
+				for _, o := range old.Steps[j].Preview {
+					shown[o.Workspace] = o.Digest
+				}
+			}
+		}
+		if shown[p.Workspace] == p.Digest {
 			continue
 		}
 		r.recorder.Eventf(ro, nil, corev1.EventTypeWarning, magosv1.ReasonPlanChanged, "Step "+st.Name,

@@ -520,6 +520,20 @@ func checkInvariants(t *testing.T, in Input, d Decision) (tags []string) {
 	}
 	slices.SortFunc(members, compareKeys)
 	assertKeys(t, "members", d.Members, members)
+	// relevant are the clusters a step may select Workspaces in.
+	relevant := func(s magosv1.RolloutStep) []Cluster {
+		var out []Cluster
+		for _, c := range in.Clusters {
+			if s.ClusterSelector != nil {
+				cs, err := metav1.LabelSelectorAsSelector(s.ClusterSelector.AsMeta())
+				if err != nil || !cs.Matches(labels.Set(c.Labels)) {
+					continue
+				}
+			}
+			out = append(out, c)
+		}
+		return out
+	}
 	// owner is, with planFirst, the step after the current one that grants a member's preview:
 	// the first that holds it, unless a step up to the current one holds it (-1 then, or none).
 	owner := func(w Workspace) int { return -1 }
@@ -532,10 +546,8 @@ func checkInvariants(t *testing.T, in Input, d Decision) (tags []string) {
 					previewComplete = false
 				}
 			}
-			for _, c := range in.Clusters {
-				if cs := steps[j].ClusterSelector; !c.Synced && (cs == nil || selects(t, in, magosv1.RolloutStep{ClusterSelector: cs}, Workspace{Key: Key{Cluster: c.Name}})) {
-					previewComplete = false
-				}
+			if slices.ContainsFunc(relevant(steps[j]), func(c Cluster) bool { return !c.Synced }) {
+				previewComplete = false
 			}
 		}
 		owner = func(w Workspace) int {
@@ -659,20 +671,6 @@ func checkInvariants(t *testing.T, in Input, d Decision) (tags []string) {
 			}
 		}
 		checkRevisions(t, in, d, destroyWaits)
-		// relevant are the clusters a step may select Workspaces in.
-		relevant := func(s magosv1.RolloutStep) []Cluster {
-			var out []Cluster
-			for _, c := range in.Clusters {
-				if s.ClusterSelector != nil {
-					cs, err := metav1.LabelSelectorAsSelector(s.ClusterSelector.AsMeta())
-					if err != nil || !cs.Matches(labels.Set(c.Labels)) {
-						continue
-					}
-				}
-				out = append(out, c)
-			}
-			return out
-		}
 		if d.Reason == magosv1.ReasonNoWorkspacesFound {
 			for _, c := range relevant(steps[d.CurrentStep]) {
 				if !c.Synced || !c.Available || c.SyncedAt.Before(in.Rollout.CreationTimestamp.Time) {

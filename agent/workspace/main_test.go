@@ -346,19 +346,28 @@ func runToApplied(t testing.TB, c client.Client, key types.NamespacedName, reaso
 	return last
 }
 
-// stateOutputs reads the outputs of the Workspace's state, kept by the kubernetes backend in
-// the Secret tfstate-default-<name> (gzipped JSON).
-func stateOutputs(t testing.TB, c client.Client, key types.NamespacedName) map[string]any {
-	t.Helper()
+// stateSecret reads the Workspace's state, kept by the kubernetes backend in the Secret
+// tfstate-default-<name> (gzipped JSON): the Secret, and the state's JSON.
+func stateSecret(c client.Client, key types.NamespacedName) (*corev1.Secret, []byte, error) {
 	s := &corev1.Secret{}
 	if err := c.Get(context.Background(), types.NamespacedName{Namespace: key.Namespace, Name: "tfstate-default-" + key.Name}, s); err != nil {
-		t.Fatalf("reading the state Secret: %v", err)
+		return nil, nil, fmt.Errorf("reading the state Secret: %w", err)
 	}
 	zr, err := gzip.NewReader(bytes.NewReader(s.Data["tfstate"]))
 	if err != nil {
-		t.Fatalf("state is not gzipped: %v", err)
+		return nil, nil, fmt.Errorf("state is not gzipped: %w", err)
 	}
 	raw, err := io.ReadAll(zr)
+	if err != nil {
+		return nil, nil, fmt.Errorf("reading the state: %w", err)
+	}
+	return s, raw, nil
+}
+
+// stateOutputs reads the outputs of the Workspace's state (stateSecret).
+func stateOutputs(t testing.TB, c client.Client, key types.NamespacedName) map[string]any {
+	t.Helper()
+	_, raw, err := stateSecret(c, key)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,11 +6,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
@@ -23,17 +21,9 @@ import (
 // Secret tfstate-default-<name> (gzipped JSON).
 func bumpStateSerial(t *testing.T, key types.NamespacedName) {
 	t.Helper()
-	c, ctx := spoke.Client, context.Background()
+	c := spoke.Client
 	testenv.Eventually(t, 30*time.Second, func() error {
-		s := &corev1.Secret{}
-		if err := c.Get(ctx, types.NamespacedName{Namespace: key.Namespace, Name: "tfstate-default-" + key.Name}, s); err != nil {
-			return err
-		}
-		zr, err := gzip.NewReader(bytes.NewReader(s.Data["tfstate"]))
-		if err != nil {
-			return err
-		}
-		raw, err := io.ReadAll(zr)
+		s, raw, err := stateSecret(c, key)
 		if err != nil {
 			return err
 		}
@@ -56,7 +46,7 @@ func bumpStateSerial(t *testing.T, key types.NamespacedName) {
 			return err
 		}
 		s.Data["tfstate"] = buf.Bytes()
-		return c.Update(ctx, s)
+		return c.Update(context.Background(), s)
 	})
 }
 

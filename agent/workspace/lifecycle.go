@@ -585,6 +585,7 @@ func (r *Reconciler) observe(ctx context.Context, ws *magosv1.Workspace, sched S
 			ws.Status.CurrentRunID)})
 	}
 	if res.Outcome == runner.OutcomeSucceeded {
+		recordApplied(ws, ws.Status.CurrentRevision)
 		ws.Status.ObservedRevision = ws.Status.CurrentRevision
 		msg := fmt.Sprintf("Applied commit %s (run %s)", short(ws.Status.CurrentRevision), ws.Status.CurrentRunID)
 		if rc := ws.Status.ResourceChanges; rc != nil {
@@ -613,6 +614,35 @@ func (r *Reconciler) observe(ctx context.Context, ws *magosv1.Workspace, sched S
 	}
 	next.again = deleting
 	return next, err
+}
+
+// recordApplied adds an applied commit to status.appliedRevisions: at the end, once (a commit
+// applied again moves there), at most MaxAppliedRevisions. The list starts again when the
+// Workspace's source, in its canonical spelling, is not the one it was kept for; a Workspace
+// that has none yet (it applied before the list existed) starts it from the commit it applied
+// last. The hub reads the order of commits from this list (decision.Workspace.Order).
+func recordApplied(ws *magosv1.Workspace, commit string) {
+	if commit == "" {
+		return
+	}
+	src := gitrepo.CanonicalSource(ws.Spec.Source.RepoURL, ws.Spec.Source.TargetRevision)
+	a := ws.Status.AppliedRevisions
+	switch {
+	case a == nil:
+		a = &magosv1.AppliedRevisions{Source: src}
+		if prev := ws.Status.ObservedRevision; prev != "" && prev != commit {
+			a.Commits = []string{prev}
+		}
+	case a.Source != src:
+		a = &magosv1.AppliedRevisions{Source: src}
+	default:
+		a = a.DeepCopy()
+	}
+	a.Commits = append(slices.DeleteFunc(a.Commits, func(c string) bool { return c == commit }), commit)
+	if n := len(a.Commits); n > magosv1.MaxAppliedRevisions {
+		a.Commits = a.Commits[n-magosv1.MaxAppliedRevisions:]
+	}
+	ws.Status.AppliedRevisions = a
 }
 
 func violations(res runner.Result) []magosv1.PolicyViolation {

@@ -404,9 +404,11 @@ type StepStatus struct {
 // Workspace tracking them is behind until it reports that commit Applied, whichever agent polled
 // first.
 type RolloutRevision struct {
-	// RepoURL is the repository (spec.source.repoURL of the Workspaces).
+	// RepoURL is the repository (spec.source.repoURL of the Workspaces), in its canonical
+	// spelling: every spelling of one repository is one source (docs/rollout-strategies.md).
 	RepoURL string `json:"repoURL"`
-	// TargetRevision is the branch, tag or commit they track (spec.source.targetRevision).
+	// TargetRevision is the branch, tag or commit they track (spec.source.targetRevision), in
+	// its canonical spelling.
 	TargetRevision string `json:"targetRevision"`
 	// Commit is the commit SHA being rolled out.
 	Commit string `json:"commit"`
@@ -417,6 +419,13 @@ type RolloutRevision struct {
 	// came from a run that resolved the ref itself.
 	// +optional
 	DetectedAt *metav1.Time `json:"detectedAt,omitempty"`
+	// Spellings are, when the Workspaces write this repository and ref in more than one way,
+	// each way they write it ("<spec.source.repoURL>@<spec.source.targetRevision>"), sorted.
+	// RepoURL and TargetRevision are the canonical spelling all of them map to.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=20
+	Spellings []string `json:"spellings,omitempty"`
 }
 
 // RolloutStatus is the observed state of a Rollout.

@@ -275,6 +275,23 @@ const (
 	PolicyResultNotChecked = "NotChecked"
 )
 
+// MaxAppliedRevisions is how many commits status.appliedRevisions keeps.
+const MaxAppliedRevisions = 10
+
+// AppliedRevisions are the commits a Workspace applied from one source, oldest first.
+type AppliedRevisions struct {
+	// Source is the repository and ref the commits are of, in their canonical spelling
+	// ("<repository>@<ref>", see docs/rollout-strategies.md): the list starts again when
+	// spec.source names another repository or ref.
+	Source string `json:"source"`
+	// Commits are the commit SHAs applied, oldest first, each once: a commit applied again
+	// moves to the end. At most 10.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=10
+	Commits []string `json:"commits,omitempty"`
+}
+
 // RunRecord is what a Workspace remembers of one run (status.runs).
 type RunRecord struct {
 	// RunID identifies the run (YYYYMMDDTHHMMSS-<8 hex>).
@@ -377,6 +394,14 @@ type WorkspaceStatus struct {
 	// CurrentRevision is the commit SHA the current run plans and applies.
 	// +optional
 	CurrentRevision string `json:"currentRevision,omitempty"`
+
+	// AppliedRevisions (Magos Fleet, not upstream) are the commits of spec.source this
+	// Workspace applied, in the order it applied them. The hub reads the order of commits from
+	// here rather than from any clock or from its own memory, so that a Rollout that lost its
+	// record (deleted and created again, or restored from a backup) never takes the Workspace's
+	// region back to a commit it applied before its last one.
+	// +optional
+	AppliedRevisions *AppliedRevisions `json:"appliedRevisions,omitempty"`
 
 	// LastReconcileTime is when the status last changed.
 	// +optional

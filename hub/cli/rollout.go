@@ -339,6 +339,9 @@ func renderRollout(r *magosv1.Rollout, clusters []magosv1.Cluster, mirrors []mag
 	for _, rev := range g.Revisions {
 		fmt.Fprintf(&b, "  rolling out commit %s of %s (%s) since %s\n",
 			shortSHA(rev.Commit), rev.RepoURL, rev.TargetRevision, rev.Since.UTC().Format(time.RFC3339))
+		if len(rev.Spellings) > 1 {
+			fmt.Fprintf(&b, "    one source spelled %d ways by the Workspaces: %s\n", len(rev.Spellings), strings.Join(rev.Spellings, ", "))
+		}
 	}
 	if g.NextWindowAt != nil {
 		fmt.Fprintf(&b, "  next change window opens at %s\n", g.NextWindowAt.Format(time.RFC3339))

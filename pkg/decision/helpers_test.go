@@ -156,6 +156,38 @@ type fleet struct {
 	plans map[Key]string
 	// changes are what the named Workspaces' next plans add, change and destroy (default none).
 	changes map[Key]magosv1.ResourceChanges
+	// appliedOrder is what each Workspace's status.appliedRevisions holds, as the agent keeps it
+	// (appendApplied); decide derives Workspace.Order from it, as FromWorkspace does.
+	appliedOrder map[Key][]string
+}
+
+// appendApplied records an apply of commit in the Workspace's applied order, as the agent
+// does: a Workspace without a record starts from the commit it had applied before.
+func (f *fleet) appendApplied(w *Workspace, before, commit string) {
+	if f.appliedOrder == nil {
+		f.appliedOrder = map[Key][]string{}
+	}
+	list, ok := f.appliedOrder[w.Key]
+	if !ok && before != "" {
+		list = []string{before}
+	}
+	list = append(slices.DeleteFunc(list, func(c string) bool { return c == commit }), commit)
+	f.appliedOrder[w.Key] = list
+}
+
+// syncOrder derives every Workspace's Order from its applied order and its detection.
+func (f *fleet) syncOrder() {
+	for i := range f.ws {
+		w := &f.ws[i]
+		list, ok := f.appliedOrder[w.Key]
+		if !ok && w.ObservedRevision != "" {
+			list = []string{w.ObservedRevision}
+		}
+		w.Order = slices.Clone(list)
+		if d := w.DetectedRevision; d != "" && d != w.ObservedRevision {
+			w.Order = append(slices.DeleteFunc(w.Order, func(c string) bool { return c == d }), d)
+		}
+	}
 }
 
 // planOf is the digest of the next plan of w.
@@ -201,6 +233,7 @@ func (f *fleet) get(key Key) *Workspace {
 
 // decide decides and writes the decision, returning it.
 func (f *fleet) decide() Decision {
+	f.syncOrder()
 	d := Decide(f.input())
 	if f.rollout != nil {
 		f.rollout.Status.Revisions = d.Revisions
@@ -280,6 +313,7 @@ func (f *fleet) finish() int {
 			continue
 		}
 		w.Phase, w.Reason = magosv1.PhaseApplied, magosv1.ReasonApplySucceeded
+		f.appendApplied(w, w.ObservedRevision, w.CurrentRevision)
 		w.ObservedRevision = w.CurrentRevision
 		f.applies = append(f.applies, applied{w.Key, w.CurrentRevision})
 		w.ReconcileRequested = false

@@ -22,21 +22,46 @@ type report struct {
 }
 
 // fleetRevisions decides, for every Source the members track, the commit the Rollout rolls
-// out, starting from the revisions the Rollout recorded before (prev). A Source without a
-// recorded commit adopts the best report of its members (see better). A recorded commit is
-// replaced only by a commit that an agent saw at the ref later than the recorded commit was
-// seen there: a detected revision with a detection time. Reports without a time (the commit a
-// run resolved itself, the commit last applied) never replace a recorded commit, so a region
-// whose agent has not polled yet can never turn the Rollout back to an older commit, and
-// whichever region polls first, the new commit rolls out in step order. Sources no member
-// tracks any more are forgotten. A member whose destroy waits for its grant reports nothing: it
-// rolls out no commit. The result is sorted by repository and ref.
+// out, starting from the revisions the Rollout recorded before (prev). A Source is canonical
+// (SourceOf): members spelling one repository and ref differently roll out one commit, and the
+// revision lists their spellings when there are several.
+//
+// The members' own order comes first (see precedence): a commit that some member applied or saw
+// before another reported commit, with no member having seen them the other way round, is
+// superseded: it is never adopted, and a recorded commit that is superseded is replaced. So a
+// Rollout that lost its record (deleted and created again, restored from a backup) never takes
+// a region back to a commit it moved past, whichever commit most members still report.
+//
+// Otherwise a Source without a recorded commit adopts the best report of its members (see
+// better), and a recorded commit is replaced only by a commit that an agent saw at the ref later
+// than the recorded commit was seen there: a detected revision with a detection time. Reports
+// without a time (the commit a run resolved itself, the commit last applied) never replace a
+// recorded commit, so a region whose agent has not polled yet can never turn the Rollout back to
+// an older commit, and whichever region polls first, the new commit rolls out in step order.
+// Sources no member tracks any more are forgotten. A member whose destroy waits for its grant
+// reports nothing: it rolls out no commit. The result is sorted by repository and ref.
 func fleetRevisions(prev []magosv1.RolloutRevision, ms []member, now time.Time) []magosv1.RolloutRevision {
 	reports := map[Source]map[string]*report{}
+	spellings := map[Source][]string{}
+	orders := map[Source]precedence{}
 	for i := range ms {
 		w := ms[i].ws
+		if w.Source.RepoURL == "" {
+			continue
+		}
+		if sp := spellings[w.Source]; !slices.Contains(sp, w.Spelling) {
+			spellings[w.Source] = append(sp, w.Spelling)
+		}
+		if len(w.Order) > 1 {
+			p := orders[w.Source]
+			if p == nil {
+				p = precedence{}
+				orders[w.Source] = p
+			}
+			p.add(w.Order)
+		}
 		commit, seen := w.Reported()
-		if commit == "" || w.Source.RepoURL == "" || w.DestroyPending() {
+		if commit == "" || w.DestroyPending() {
 			continue
 		}
 		byCommit := reports[w.Source]
@@ -57,15 +82,43 @@ func fleetRevisions(prev []magosv1.RolloutRevision, ms []member, now time.Time) 
 	}
 	recorded := make(map[Source]magosv1.RolloutRevision, len(prev))
 	for _, r := range prev {
-		recorded[Source{RepoURL: r.RepoURL, Ref: r.TargetRevision}] = r
+		// A revision recorded before sources were canonical is found under its canonical form.
+		recorded[SourceOf(r.RepoURL, r.TargetRevision)] = r
 	}
 
 	out := make([]magosv1.RolloutRevision, 0, len(reports))
 	for src, byCommit := range reports {
-		rev, known := recorded[src]
-		var best *report
+		rev, known := recorded[SourceOf(src.RepoURL, src.Ref)]
+		order := orders[src]
+		candidates := make([]string, 0, len(byCommit)+1)
+		for c := range byCommit {
+			candidates = append(candidates, c)
+		}
+		if known && !slices.Contains(candidates, rev.Commit) {
+			candidates = append(candidates, rev.Commit)
+		}
+		live := make([]*report, 0, len(byCommit))
 		for _, r := range byCommit {
-			if known && !newer(r, rev) {
+			if !order.superseded(r.commit, candidates) {
+				live = append(live, r)
+			}
+		}
+		if len(live) == 0 {
+			// The members saw the commits in contradicting orders (a ref moved back that
+			// only some agents saw yet): no order, as without any.
+			for _, r := range byCommit {
+				live = append(live, r)
+			}
+		}
+		// A recorded commit that a member moved past is replaced by the best commit that
+		// no member moved past, whatever its detection time.
+		replaceAny := known && order.superseded(rev.Commit, candidates)
+		var best *report
+		for _, r := range live {
+			if known && !replaceAny && !newer(r, rev) {
+				continue
+			}
+			if r.commit == rev.Commit && replaceAny {
 				continue
 			}
 			if best == nil || better(r, best) {
@@ -82,6 +135,14 @@ func fleetRevisions(prev []magosv1.RolloutRevision, ms []member, now time.Time) 
 			}
 		}
 		if rev.Commit != "" {
+			rev.RepoURL, rev.TargetRevision = src.RepoURL, src.Ref
+			rev.Spellings = nil
+			if sp := spellings[src]; len(sp) > 1 {
+				rev.Spellings = slices.Sorted(slices.Values(sp))
+				if len(rev.Spellings) > maxSpellings {
+					rev.Spellings = rev.Spellings[:maxSpellings]
+				}
+			}
 			out = append(out, rev)
 		}
 	}
@@ -89,6 +150,36 @@ func fleetRevisions(prev []magosv1.RolloutRevision, ms []member, now time.Time) 
 		return cmp.Or(cmp.Compare(a.RepoURL, b.RepoURL), cmp.Compare(a.TargetRevision, b.TargetRevision))
 	})
 	return out
+}
+
+// maxSpellings is how many spellings of one source a revision lists (the API's MaxItems).
+const maxSpellings = 20
+
+// precedence is what the members of one Source say of the order of its commits: {x, y} is
+// present when some member applied or saw x before y (Workspace.Order: its own sequence, which
+// no clock decides).
+type precedence map[[2]string]bool
+
+// add records the order of one member's commits.
+func (p precedence) add(order []string) {
+	for i, x := range order {
+		for _, y := range order[i+1:] {
+			if x != y {
+				p[[2]string{x, y}] = true
+			}
+		}
+	}
+}
+
+// superseded reports whether some member saw commit x before another of the candidates, and no
+// member saw them the other way round: x is behind that commit.
+func (p precedence) superseded(x string, candidates []string) bool {
+	for _, y := range candidates {
+		if y != x && p[[2]string{x, y}] && !p[[2]string{y, x}] {
+			return true
+		}
+	}
+	return false
 }
 
 // newer reports whether r replaces the recorded revision rev: another commit, seen at the ref

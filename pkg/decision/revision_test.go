@@ -118,6 +118,9 @@ func TestDecideRevisionAdoption(t *testing.T) {
 	observed := func(commit string) wsOpt {
 		return func(w *Workspace) { appliedOK(w); w.ObservedRevision, w.CurrentRevision = commit, commit }
 	}
+	order := func(commits ...string) wsOpt {
+		return func(w *Workspace) { w.Order = commits }
+	}
 	tests := []struct {
 		name     string
 		recorded []magosv1.RolloutRevision
@@ -147,6 +150,24 @@ func TestDecideRevisionAdoption(t *testing.T) {
 			[]Workspace{newWS("c1", "a", "env", "dev").with(detected("rev-2", time.Time{}))}, "rev-1", t0},
 		{"an untimed record is replaced by any detection", recorded("rev-1", nil),
 			[]Workspace{newWS("c1", "a", "env", "dev").with(detected("rev-2", t0))}, "rev-2", t0.Add(time.Hour)},
+		{"first record: a commit a member moved past is not adopted, however many report it", nil,
+			[]Workspace{newWS("c1", "a", "env", "dev").with(observed("rev-2"), order("rev-1", "rev-2")),
+				newWS("c1", "b", "env", "dev").with(observed("rev-1")), newWS("c1", "c", "env", "dev").with(observed("rev-1"))}, "rev-2", t0.Add(time.Hour)},
+		{"first record: a commit a member moved past loses to a run in flight", nil,
+			[]Workspace{newWS("c1", "a", "env", "dev").with(planning("rev-2"), order("rev-2", "rev-3")),
+				newWS("c1", "b", "env", "dev").with(observed("rev-3"))}, "rev-3", t0.Add(time.Hour)},
+		{"a recorded commit a member moved past is replaced, without a detection", recorded("rev-1", at(time.Minute)),
+			[]Workspace{newWS("c1", "a", "env", "dev").with(observed("rev-2"), order("rev-1", "rev-2")),
+				newWS("c1", "b", "env", "dev").with(observed("rev-1"))}, "rev-2", t0.Add(time.Hour)},
+		{"a later detection of a commit a member moved past replaces nothing", recorded("rev-2", at(0)),
+			[]Workspace{newWS("c1", "a", "env", "dev").with(observed("rev-2"), order("rev-1", "rev-2")),
+				newWS("c1", "b", "env", "dev").with(observed("rev-0"), detected("rev-1", t0.Add(time.Hour)))}, "rev-2", t0},
+		{"a ref moved back, seen by every member that moved past: the older commit rolls out", recorded("rev-2", at(0)),
+			[]Workspace{newWS("c1", "a", "env", "dev").with(observed("rev-2"), detected("rev-1", t0.Add(time.Minute)), order("rev-1", "rev-2", "rev-1")),
+				newWS("c1", "b", "env", "dev").with(observed("rev-1"))}, "rev-1", t0.Add(time.Hour)},
+		{"contradicting orders: the detection times decide, as without orders", recorded("rev-2", at(0)),
+			[]Workspace{newWS("c1", "a", "env", "dev").with(observed("rev-2"), detected("rev-1", t0.Add(time.Minute)), order("rev-1", "rev-2", "rev-1")),
+				newWS("c1", "b", "env", "dev").with(observed("rev-2"), order("rev-1", "rev-2"))}, "rev-1", t0.Add(time.Hour)},
 		{"a source nobody tracks any more is forgotten", recorded("rev-1", nil),
 			[]Workspace{newWS("c1", "a", "env", "dev").with(func(w *Workspace) { w.Source.Ref = "release"; observed("rev-5")(w) })}, "", time.Time{}},
 	}
@@ -165,6 +186,99 @@ func TestDecideRevisionAdoption(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestDecideForgottenRecordNeverRollsBack is the first situation of issue 30 where the hub
+// forgets: right after us-east-1 applied rev-2 (the other regions had not polled yet), the
+// Rollout is deleted and created again (no status), or restored from a backup taken before the
+// change (its record says rev-1). The Workspaces' own order (status.appliedRevisions) says rev-2
+// came after rev-1, so no region is granted rev-1 again and rev-2 goes on in step order, applied
+// once per region.
+func TestDecideForgottenRecordNeverRollsBack(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		forget func(ro *magosv1.Rollout)
+	}{
+		{"re-created", func(ro *magosv1.Rollout) { ro.Status = magosv1.RolloutStatus{} }},
+		{"restored from a backup", func(ro *magosv1.Rollout) {
+			ro.Status.Revisions = []magosv1.RolloutRevision{{RepoURL: testSource.RepoURL, TargetRevision: testSource.Ref,
+				Commit: "rev-1", Since: metav1.NewTime(t0), DetectedAt: &metav1.Time{Time: t0.Add(-time.Hour)}}}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := regionFleet(t)
+			f.poll(k("us-east-1", "cdn"), "rev-2", t0)
+			f.decide()
+			f.start()
+			f.finish() // us-east-1 applied rev-2; the others have not polled
+			f.applies = nil
+			ro := regionSteps()
+			ro.Status = *f.rollout.Status.DeepCopy()
+			tc.forget(ro)
+			f.rollout = ro
+			// us-east-1 re-plans on its schedule; later the others poll and see rev-2.
+			f.reset(k("us-east-1", "cdn"), magosv1.ReasonScheduledReconcile)
+			batches, d := f.walk()
+			f.poll(k("eu-west-1", "cdn"), "rev-2", t0.Add(time.Minute))
+			f.poll(k("ap-south-1", "cdn"), "rev-2", t0.Add(time.Minute))
+			more, d := f.walk()
+			batches = append(batches, more...)
+			if len(d.Revisions) != 1 || d.Revisions[0].Commit != "rev-2" {
+				t.Fatalf("revisions %+v, want rev-2", d.Revisions)
+			}
+			for _, g := range f.grants {
+				if g.Revision == "rev-1" {
+					t.Fatalf("granted %s rev-1, a commit us-east-1 moved past (batches %v)", g.Key, batches)
+				}
+			}
+			want := []applied{{k("us-east-1", "cdn"), "rev-2"}, {k("eu-west-1", "cdn"), "rev-2"}, {k("ap-south-1", "cdn"), "rev-2"}}
+			if fmt.Sprint(f.applies) != fmt.Sprint(want) {
+				t.Fatalf("applies after the Rollout forgot: %v, want %v", f.applies, want)
+			}
+			assertStatus(t, d, magosv1.PhaseApplied, magosv1.ReasonRolloutCompleted, 3)
+		})
+	}
+}
+
+// TestDecideOneSourceManySpellings is the other situation of issue 30: three regions track one
+// repository and ref spelled three ways, and the last two see a new commit first. It is one
+// source: the commit waits for us-east-1, and the revision lists the spellings.
+func TestDecideOneSourceManySpellings(t *testing.T) {
+	f := regionFleet(t)
+	spell := map[string][2]string{
+		"us-east-1":  {"file:///srv/git/repo", "main"},
+		"eu-west-1":  {"file:///srv/git/repo/.git", "refs/heads/main"},
+		"ap-south-1": {"file:///srv/git/repo/", "main"},
+	}
+	for i := range f.ws {
+		sp := spell[f.ws[i].Key.Cluster]
+		f.ws[i].Source = SourceOf(sp[0], sp[1])
+		f.ws[i].Spelling = sp[0] + "@" + sp[1]
+	}
+	f.rollout.Status.Revisions = nil
+	if _, d := f.walk(); d.Reason != magosv1.ReasonRolloutCompleted {
+		t.Fatalf("the fleet did not settle: %s", d.Message)
+	}
+	f.poll(k("ap-south-1", "cdn"), "rev-2", t0)
+	f.poll(k("eu-west-1", "cdn"), "rev-2", t0.Add(time.Second))
+	batches, d := f.walk()
+	if len(batches) != 0 {
+		t.Fatalf("granted %v before us-east-1 saw the commit", batches)
+	}
+	if len(d.Revisions) != 1 || d.Revisions[0].Commit != "rev-2" || d.Revisions[0].RepoURL != "file:///srv/git/repo" || d.Revisions[0].TargetRevision != "main" {
+		t.Fatalf("revisions %+v, want one: rev-2 of file:///srv/git/repo@main", d.Revisions)
+	}
+	wantSpellings := []string{"file:///srv/git/repo/.git@refs/heads/main", "file:///srv/git/repo/@main", "file:///srv/git/repo@main"}
+	if fmt.Sprint(d.Revisions[0].Spellings) != fmt.Sprint(wantSpellings) {
+		t.Fatalf("spellings %q, want %q", d.Revisions[0].Spellings, wantSpellings)
+	}
+	f.poll(k("us-east-1", "cdn"), "rev-2", t0.Add(40*time.Second))
+	batches, d = f.walk()
+	want := [][]Key{{k("us-east-1", "cdn")}, {k("eu-west-1", "cdn")}, {k("ap-south-1", "cdn")}}
+	if fmt.Sprint(batches) != fmt.Sprint(want) {
+		t.Fatalf("grant batches %v, want %v", batches, want)
+	}
+	assertStatus(t, d, magosv1.PhaseApplied, magosv1.ReasonRolloutCompleted, 3)
 }
 
 // TestDecideIncompleteViews: a step is never counted done, found empty or passed on a cluster

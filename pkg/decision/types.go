@@ -3,6 +3,8 @@ package decision
 import (
 	"time"
 
+	"github.com/magosfleet/magos/pkg/gitrepo"
+
 	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
 )
 
@@ -33,11 +35,20 @@ type Grant struct {
 	Plan string
 }
 
-// Source is the repository and ref a Workspace tracks (spec.source). Workspaces with the same
-// Source roll out the same commit.
+// Source is the repository and ref a Workspace tracks (spec.source), in their canonical
+// spelling (gitrepo.CanonicalURL and gitrepo.CanonicalRef). Workspaces with the same Source roll
+// out the same commit, however each of them spells it.
 type Source struct {
 	RepoURL string
 	Ref     string
+}
+
+// SourceOf returns the Source of a repository and ref as a Workspace spells them.
+func SourceOf(repoURL, ref string) Source {
+	if repoURL == "" {
+		return Source{}
+	}
+	return Source{RepoURL: gitrepo.CanonicalURL(repoURL), Ref: gitrepo.CanonicalRef(ref)}
 }
 
 // Workspace is what a decision needs to know of one Workspace, wherever it lives.
@@ -59,8 +70,16 @@ type Workspace struct {
 	ObservedGeneration int64
 	// RunID is status.currentRunID.
 	RunID string
-	// Source is the repository and ref the Workspace tracks.
+	// Source is the repository and ref the Workspace tracks, canonical.
 	Source Source
+	// Spelling is the repository and ref as the Workspace writes them
+	// ("<repoURL>@<targetRevision>").
+	Spelling string
+	// Order are the commits of Source the Workspace applied (status.appliedRevisions), oldest
+	// first, followed by the commit its agent detected at the ref since its last run started
+	// (a detected revision other than the one last applied): the order in which the Workspace
+	// itself saw the commits, which no clock decides.
+	Order []string
 	// ObservedRevision is status.observedRevision: the commit last applied.
 	ObservedRevision string
 	// CurrentRevision is status.currentRevision: the commit the current (or last) run plans

@@ -1,11 +1,13 @@
 package decision
 
 import (
+	"slices"
 	"time"
 
 	"k8s.io/utils/ptr"
 
 	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
+	"github.com/magosfleet/magos/pkg/gitrepo"
 	"github.com/magosfleet/magos/pkg/keys"
 	"github.com/magosfleet/magos/pkg/mirror"
 )
@@ -30,7 +32,9 @@ func FromWorkspace(cluster string, ws *magosv1.Workspace) Workspace {
 		Generation:         o.Generation,
 		ObservedGeneration: ws.Status.ObservedGeneration,
 		RunID:              ws.Status.CurrentRunID,
-		Source:             Source{RepoURL: ws.Spec.Source.RepoURL, Ref: ws.Spec.Source.TargetRevision},
+		Source:             SourceOf(ws.Spec.Source.RepoURL, ws.Spec.Source.TargetRevision),
+		Spelling:           spelling(ws.Spec.Source),
+		Order:              orderOf(ws),
 		ObservedRevision:   ws.Status.ObservedRevision,
 		CurrentRevision:    ws.Status.CurrentRevision,
 		DetectedRevision:   ann[keys.DetectedRevision],
@@ -49,6 +53,30 @@ func FromWorkspace(cluster string, ws *magosv1.Workspace) Workspace {
 		Changes:          ptr.Deref(ws.Status.ResourceChanges, magosv1.ResourceChanges{}),
 		PolicyViolations: int32(len(ws.Status.PolicyViolations)),
 	}
+}
+
+// spelling is how a Workspace writes its source: "<repoURL>@<targetRevision>" ("" without a
+// repository).
+func spelling(src magosv1.Source) string {
+	if src.RepoURL == "" {
+		return ""
+	}
+	return src.RepoURL + "@" + src.TargetRevision
+}
+
+// orderOf is the order in which the Workspace saw the commits of its source (Workspace.Order):
+// the commits it applied from its current source, oldest first, then a detected revision other
+// than the one last applied (the agent saw the ref there after its last run started: a detection
+// older than that is consumed when the run starts). A commit appears once, at its last place.
+func orderOf(ws *magosv1.Workspace) []string {
+	var out []string
+	if a := ws.Status.AppliedRevisions; a != nil && a.Source == gitrepo.CanonicalSource(ws.Spec.Source.RepoURL, ws.Spec.Source.TargetRevision) {
+		out = append(out, a.Commits...)
+	}
+	if d := ws.Annotations[keys.DetectedRevision]; d != "" && d != ws.Status.ObservedRevision {
+		out = append(slices.DeleteFunc(out, func(c string) bool { return c == d }), d)
+	}
+	return out
 }
 
 // parseTime parses an RFC 3339 time; zero when absent or unparsable.

@@ -43,6 +43,7 @@ func TestFromWorkspace(t *testing.T) {
 		RunID:              "20240611T101010-deadbeef",
 		ObservedRevision:   "0ff1ce",
 		DetectedRevision:   "abc123",
+		Order:              []string{"abc123"},
 		ReconcileRequested: true,
 		Grant:              Grant{Allowed: true, Run: "20240611T101010-deadbeef", By: keys.GrantedByRollout},
 	}

@@ -58,6 +58,8 @@ type RunnerOptions struct {
 	Image string
 	// ImagePullPolicy of Job containers (IfNotPresent if empty).
 	ImagePullPolicy corev1.PullPolicy
+	// StorageClass of the Workspaces' data volumes in job mode (the cluster's default if empty).
+	StorageClass string
 	// Resources of Job containers.
 	Resources corev1.ResourceRequirements
 	// Command runs the runner entrypoint in local mode ([<agent executable>, "runner"] if empty).
@@ -233,9 +235,10 @@ func newLauncher(mgr manager.Manager, opts Options) (execution.Launcher, error) 
 	switch opts.Runner.Mode {
 	case RunnerJob, "":
 		return execution.NewJobLauncher(mgr, execution.JobOptions{
-			Image:           opts.Runner.Image,
-			ImagePullPolicy: opts.Runner.ImagePullPolicy,
-			Resources:       opts.Runner.Resources,
+			Image:            opts.Runner.Image,
+			ImagePullPolicy:  opts.Runner.ImagePullPolicy,
+			Resources:        opts.Runner.Resources,
+			StorageClassName: opts.Runner.StorageClass,
 		})
 	case RunnerLocal:
 		l, err := execution.NewLocalLauncher(execution.LocalOptions{

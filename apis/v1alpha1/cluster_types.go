@@ -35,7 +35,7 @@ type SecretKeySelector struct {
 }
 
 // KubeconfigSource is where the hub reads a direct cluster's kubeconfig.
-// +kubebuilder:validation:XValidation:rule="has(self.path) != has(self.secretRef)",message="kubeconfig needs exactly one of path and secretRef"
+// +kubebuilder:validation:XValidation:rule="(has(self.path) ? 1 : 0) + (has(self.secretRef) ? 1 : 0) + (has(self.inCluster) && self.inCluster ? 1 : 0) == 1",message="kubeconfig needs exactly one of path, secretRef and inCluster: true"
 type KubeconfigSource struct {
 	// Path of a kubeconfig file on the hub.
 	// +optional
@@ -43,6 +43,10 @@ type KubeconfigSource struct {
 	// SecretRef names a Secret key holding the kubeconfig.
 	// +optional
 	SecretRef *SecretKeySelector `json:"secretRef,omitempty"`
+	// InCluster reaches the hub's own cluster with the hub's own ServiceAccount (a
+	// single-cluster install): no kubeconfig to make or store.
+	// +optional
+	InCluster bool `json:"inCluster,omitempty"`
 }
 
 // ClusterSpec is a registered cluster, as the hub's config file declares it. The hub writes it;

@@ -244,15 +244,10 @@ func runInstalled(ctx context.Context, t *testing.T, adminKubeconfig string, kub
 	hubKubeconfig := serviceAccountKubeconfig(t, adminKubeconfig, "magos-hub")
 	agentKubeconfig := serviceAccountKubeconfig(t, adminKubeconfig, "magos-agent")
 
-	// The hub's own cluster, registered as a direct cluster with a kubeconfig in a Secret.
-	raw, err := os.ReadFile(adminKubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := kube.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "local-kubeconfig"},
-		Data: map[string][]byte{"kubeconfig": raw}}); err != nil {
-		t.Fatal(err)
-	}
+	// The hub's own cluster, registered as a direct cluster reached with the hub's own
+	// identity (kubeconfig.inCluster): the hub runs as its ServiceAccount, so every grant it
+	// writes passes the API server's RBAC and the magos-workspace-requests admission policy as
+	// the installed hub's would.
 	config := filepath.Join(t.TempDir(), "config.yaml")
 	cm := as[corev1.ConfigMap](t, hubObjs["ConfigMap/magos-hub-config"])
 	if err := os.WriteFile(config, []byte(cm.Data["config.yaml"]), 0o600); err != nil {

@@ -4,7 +4,10 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"os"
+	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -18,20 +21,20 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
 	"github.com/magosfleet/magos/pkg/localcluster"
 	"github.com/magosfleet/magos/pkg/scheme"
 	"github.com/magosfleet/magos/pkg/testenv"
 )
 
 // singleClusterHubValues are the hub's values of docs/install.md's single-cluster setup: the
-// cluster registered as a direct cluster of itself, with its kubeconfig in a Secret, and bound to
-// every namespace.
+// cluster registered as a direct cluster of itself, reached with the hub's own identity
+// (kubeconfig.inCluster), and bound to every namespace.
 func singleClusterHubValues() map[string]any {
 	return map[string]any{
 		"config": map[string]any{"clusters": []any{map[string]any{
-			"name": "local",
-			"kubeconfig": map[string]any{"secretRef": map[string]any{
-				"namespace": namespace, "name": "local-kubeconfig", "key": "kubeconfig"}},
+			"name":       "local",
+			"kubeconfig": map[string]any{"inCluster": true},
 		}}, "bindings": []any{map[string]any{"namespaces": []any{"*"}, "clusters": []any{"local"}}}},
 		"admissionPolicy": map[string]any{"enabled": false},
 	}
@@ -84,6 +87,10 @@ func TestInstallIntoAPIServer(t *testing.T) {
 	}
 
 	t.Run("access", func(t *testing.T) { checkAccess(ctx, t, kubernetes.NewForConfigOrDie(c.Config)) })
+
+	t.Run("a terraform.version the runner image does not carry is warned about when applied", func(t *testing.T) {
+		checkVersionWarnings(ctx, t, c.Config)
+	})
 
 	t.Run("the hub and the agent work under the charts' RBAC, and helm test passes", func(t *testing.T) {
 		runInstalled(ctx, t, c.Kubeconfig, kube, releaseObjects(t, hubRelease), releaseObjects(t, agentRelease))
@@ -237,8 +244,13 @@ func checkAccess(ctx context.Context, t *testing.T, cs kubernetes.Interface) {
 		{"magos-hub", "magos-cluster-x", "create", "", "serviceaccounts", "token", "magos-agent", true},
 		{"magos-hub", "kube-system", "create", "", "serviceaccounts", "token", "default", false},
 		{"magos-hub", "payments", "create", "batch", "jobs", "", "", false},
-		// Secrets: get the direct cluster's kubeconfig Secret, and nothing else.
-		{"magos-hub", namespace, "get", "", "secrets", "", "local-kubeconfig", true},
+		// Secrets: none (the single-cluster install reaches its cluster with the hub's own
+		// identity: no kubeconfig Secret to read).
+		{"magos-hub", namespace, "get", "", "secrets", "", "local-kubeconfig", false},
+		// It writes grants on the cluster's Workspaces itself: patch and the verb grant that the
+		// magos-workspace-requests admission policy asks for.
+		{"magos-hub", "payments", "patch", "magosproject.io", "workspaces", "", "", true},
+		{"magos-hub", "payments", "grant", "magosproject.io", "workspaces", "", "", true},
 		{"magos-hub", namespace, "update", "", "secrets", "", "local-kubeconfig", false},
 		{"magos-hub", namespace, "get", "", "secrets", "", "sh.helm.release.v1.magos-hub.v1", false},
 		{"magos-hub", namespace, "list", "", "secrets", "", "", false},
@@ -271,5 +283,79 @@ func checkAccess(ctx context.Context, t *testing.T, cs kubernetes.Interface) {
 				t.Fatalf("allowed = %v, want %v (%s)", got.Status.Allowed, tc.allowed, got.Status.Reason)
 			}
 		})
+	}
+}
+
+// warnings collects the API server's warnings.
+type warnings struct {
+	mu   sync.Mutex
+	seen []string
+}
+
+func (w *warnings) HandleWarningHeader(code int, agent, text string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.seen = append(w.seen, text)
+}
+
+func (w *warnings) take() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := w.seen
+	w.seen = nil
+	return out
+}
+
+// checkVersionWarnings applies Workspaces with the agent chart's policy magos-workspace-versions
+// installed: upstream's Terraform version 1.14.8 gets a warning naming the OpenTofu version the
+// runner image carries; that version gets none. The chart's default is the OpenTofu the test
+// assets (and so the runner image) build.
+func checkVersionWarnings(ctx context.Context, t *testing.T, cfg *rest.Config) {
+	raw, err := os.ReadFile("../../tools/provision-assets.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`TOFU_VERSION=\$\{TOFU_VERSION:-v([0-9.]+)\}`).FindSubmatch(raw)
+	if m == nil {
+		t.Fatal("tools/provision-assets.sh pins no TOFU_VERSION")
+	}
+	tofu := string(m[1])
+	w := &warnings{}
+	cfg = rest.CopyConfig(cfg)
+	cfg.WarningHandler = w
+	kube := newClient(t, cfg)
+	for _, tc := range []struct {
+		name, version string
+		warn          bool
+	}{{"upstream", "1.14.8", true}, {"carried", tofu, false}, {"carried-v", "v" + tofu, false}} {
+		ws := &magosv1.Workspace{ObjectMeta: metav1.ObjectMeta{Namespace: "payments", Name: "version-" + tc.name},
+			Spec: magosv1.WorkspaceSpec{
+				ProjectRef: magosv1.ProjectReference{Name: "versions"},
+				Source:     magosv1.Source{RepoURL: "https://git.example/cdn.git", TargetRevision: "main", Path: "."},
+				Terraform:  magosv1.TerraformSpec{Version: tc.version},
+			}}
+		var got []string
+		testenv.Eventually(t, time.Minute, func() error {
+			// The policy may take a moment to be in force after the install: apply until the
+			// answer is as expected (each try creates the Workspace afresh).
+			_ = kube.Delete(ctx, ws)
+			w.take()
+			fresh := ws.DeepCopy()
+			if err := kube.Create(ctx, fresh); err != nil {
+				return err
+			}
+			got = w.take()
+			warned := strings.Contains(strings.Join(got, "\n"), "carries OpenTofu "+tofu+" only")
+			if warned != tc.warn {
+				return fmt.Errorf("terraform.version %s: warnings %q, want a warning: %v", tc.version, got, tc.warn)
+			}
+			return nil
+		})
+		if tc.warn {
+			t.Logf("kubectl apply of terraform.version %s warns: %s", tc.version, strings.Join(got, "; "))
+		}
+		if err := kube.Delete(ctx, ws); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

@@ -2,13 +2,14 @@ package tests
 
 import (
 	"slices"
+	"strings"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
 )
 
-// TestAgentRunnerValues checks that runner.resources and runner.image.pullPolicy reach the
-// agent's flags, and that a quantity left out clears the agent's own default.
+// TestAgentRunnerValues checks that runner.resources, runner.image.pullPolicy and
+// runner.storageClassName reach the agent's flags, and that a quantity left out clears the agent's own default.
 func TestAgentRunnerValues(t *testing.T) {
 	args := func(values map[string]any) []string {
 		values["clusterName"] = "x"
@@ -20,6 +21,12 @@ func TestAgentRunnerValues(t *testing.T) {
 		if !slices.Contains(defaults, arg) {
 			t.Errorf("default args %v lack %s", defaults, arg)
 		}
+	}
+	if slices.ContainsFunc(defaults, func(a string) bool { return strings.HasPrefix(a, "--runner-storage-class") }) {
+		t.Errorf("default args %v name a StorageClass: the cluster's default must apply", defaults)
+	}
+	if sc := args(map[string]any{"runner": map[string]any{"storageClassName": "local-path"}}); !slices.Contains(sc, "--runner-storage-class=local-path") {
+		t.Errorf("with runner.storageClassName the args %v lack --runner-storage-class=local-path", sc)
 	}
 	none := args(map[string]any{"runner": map[string]any{"resources": nil}})
 	for _, arg := range []string{"--runner-cpu-request=", "--runner-memory-request=", "--runner-cpu-limit=", "--runner-memory-limit="} {

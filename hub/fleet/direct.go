@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -77,8 +78,30 @@ func DirectCacheOptions() cache.Options {
 	}
 }
 
-// readKubeconfig reads a direct cluster's kubeconfig from its file or Secret (through the hub's
-// API reader: the hub keeps no Secret informer).
+// inClusterFingerprint is the fingerprint of a direct cluster reached with the hub's own
+// identity (kubeconfig.inCluster): it never changes.
+const inClusterFingerprint = "direct:in-cluster"
+
+// restConfig returns how to reach a direct cluster and a fingerprint of it (which changes when
+// the kubeconfig does): the kubeconfig from its file or Secret (read through the hub's API
+// reader: the hub keeps no Secret informer), or, for kubeconfig.inCluster, the hub's own
+// connection to its own cluster, with its own ServiceAccount.
+func (f *Fleet) restConfig(ctx context.Context, src *magosv1.KubeconfigSource) (*rest.Config, string, error) {
+	if src != nil && src.InCluster {
+		return rest.CopyConfig(f.opts.Hub.GetConfig()), inClusterFingerprint, nil
+	}
+	raw, err := f.readKubeconfig(ctx, src)
+	if err != nil {
+		return nil, "", err
+	}
+	cfg, err := clientcmd.RESTConfigFromKubeConfig(raw)
+	if err != nil {
+		return nil, "", fmt.Errorf("parsing kubeconfig: %w", err)
+	}
+	return cfg, fingerprint(raw), nil
+}
+
+// readKubeconfig reads a direct cluster's kubeconfig from its file or Secret.
 func (f *Fleet) readKubeconfig(ctx context.Context, src *magosv1.KubeconfigSource) ([]byte, error) {
 	switch {
 	case src == nil:
@@ -105,7 +128,7 @@ func (f *Fleet) readKubeconfig(ctx context.Context, src *magosv1.KubeconfigSourc
 		}
 		return raw, nil
 	default:
-		return nil, errors.New("kubeconfig needs a path or a secretRef")
+		return nil, errors.New("kubeconfig needs a path, a secretRef or inCluster: true")
 	}
 }
 
@@ -116,11 +139,7 @@ func fingerprint(raw []byte) string {
 
 // newDirect connects to a direct cluster: it starts a cluster.Cluster under ctx and waits until
 // its Workspace informer has synced. stopped is closed when the cluster stops.
-func (f *Fleet) newDirect(ctx context.Context, name string, raw []byte) (cluster.Cluster, <-chan struct{}, error) {
-	cfg, err := clientcmd.RESTConfigFromKubeConfig(raw)
-	if err != nil {
-		return nil, nil, fmt.Errorf("parsing kubeconfig: %w", err)
-	}
+func (f *Fleet) newDirect(ctx context.Context, name string, cfg *rest.Config) (cluster.Cluster, <-chan struct{}, error) {
 	cfg.QPS, cfg.Burst = f.opts.QPS, f.opts.Burst
 	log := f.log.WithValues("cluster", name)
 	cl, err := cluster.New(cfg, func(o *cluster.Options) {

@@ -482,11 +482,10 @@ func (f *Fleet) connect(ctx context.Context, log logr.Logger, spec Spec, cur *en
 			return f.newView(cctx, spec.Name)
 		})
 	case magosv1.TransportDirect:
-		raw, err := f.readKubeconfig(ctx, spec.Kubeconfig)
+		cfg, fp, err := f.restConfig(ctx, spec.Kubeconfig)
 		if err != nil {
 			return nil, err
 		}
-		fp := fingerprint(raw)
 		if cur != nil && cur.fingerprint == fp {
 			return cur, nil
 		}
@@ -494,7 +493,7 @@ func (f *Fleet) connect(ctx context.Context, log logr.Logger, spec Spec, cur *en
 			log.Info("kubeconfig changed; connecting again")
 		}
 		return f.engage(ctx, spec.Name, fp, func(cctx context.Context) (cluster.Cluster, <-chan struct{}, error) {
-			return f.newDirect(cctx, spec.Name, raw)
+			return f.newDirect(cctx, spec.Name, cfg)
 		})
 	default:
 		return nil, fmt.Errorf("cluster %s: unknown transport %q: want agent or direct", spec.Name, spec.Transport)

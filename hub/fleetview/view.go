@@ -12,6 +12,8 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/cluster"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -118,6 +120,9 @@ type View struct {
 	// written remembers the decisions written on each Workspace and the version they were
 	// written on, until the cache shows a newer version.
 	written map[decision.Key]pending
+	// direct remembers, per direct cluster, the last time its cache was checked complete
+	// against the cluster's API server (directSyncedAt).
+	direct map[string]time.Time
 }
 
 // pending is a decision written on a version of a Workspace.
@@ -172,6 +177,7 @@ func NewView(mgr mcmanager.Manager, opts ViewOptions) *View {
 		opts:    opts,
 		last:    map[projectRef]map[string][]seen{},
 		written: map[decision.Key]pending{},
+		direct:  map[string]time.Time{},
 	}
 }
 
@@ -243,7 +249,7 @@ func (v *View) Snapshot(ctx context.Context, namespace, project string) (*Snapsh
 		v.last[pr] = last
 	}
 	live := make(map[string]bool, len(reads))
-	marks := &watermarks{hub: v.hub}
+	marks := &watermarks{hub: v.hub, view: v}
 	for i := range registered.Items {
 		c, r := &registered.Items[i], reads[i]
 		answered := !r.notEngage && r.err == nil
@@ -289,7 +295,7 @@ func (v *View) Snapshot(ctx context.Context, namespace, project string) (*Snapsh
 			rc.Reason = ReasonNotSynced
 		}
 		if rc.Synced {
-			rc.SyncedAt = marks.syncedAt(ctx, c)
+			rc.SyncedAt = marks.syncedAt(ctx, c, r.cl)
 		}
 		s.Clusters[c.Name] = rc
 		for _, f := range found {
@@ -448,6 +454,7 @@ func member(ws *magosv1.Workspace, namespace, project string, agent bool) bool {
 // thousand clusters.
 type watermarks struct {
 	hub  client.Reader
+	view *View
 	read bool
 	// at is the watermark by hub namespace, for the namespaces not being deleted.
 	at map[string]time.Time
@@ -455,16 +462,63 @@ type watermarks struct {
 
 // syncedAt is the time as of which the hub's view of a cluster's Workspaces is complete: for an
 // agent cluster the completeness watermark on the agent's Lease (zero when it has none), for a
-// direct cluster now (the hub watches the spoke itself).
-func (w *watermarks) syncedAt(ctx context.Context, c *magosv1.Cluster) time.Time {
+// direct cluster the last time its cache was checked against its API server (directSyncedAt).
+func (w *watermarks) syncedAt(ctx context.Context, c *magosv1.Cluster, cl cluster.Cluster) time.Time {
 	if c.Spec.Transport == magosv1.TransportDirect {
-		return time.Now()
+		return w.view.directSyncedAt(ctx, c.Name, cl)
 	}
 	if !w.read {
 		w.read, w.at = true, readWatermarks(ctx, w.hub)
 	}
 	return w.at[mirror.Namespace(c.Name)]
 }
+
+// DirectRecheck is how long a direct cluster's completeness check holds before the next
+// decision checks again.
+const DirectRecheck = 2 * time.Second
+
+// directSyncedAt is the time as of which the hub's view of a direct cluster holds every
+// Workspace of the cluster: DirectSettle before a moment taken just before a list from the
+// cluster's API server (metadata only, Workspaces that are not mirrors), at which every
+// Workspace the list returned was in the cache. A Workspace created just before a Rollout that selects it may not have
+// reached the cache when the Rollout is first decided; without this check the step would be
+// found empty (NoWorkspacesFound) on a cache that is merely behind. The result is kept for
+// DirectRecheck; while the cache is behind (or the list fails), the last time it was complete
+// stands (zero before the first), so the step waits instead. Called with v.mu held.
+func (v *View) directSyncedAt(ctx context.Context, name string, cl cluster.Cluster) time.Time {
+	at := v.direct[name]
+	if cl == nil || time.Since(at) < DirectRecheck {
+		return at
+	}
+	start := time.Now()
+	live := &metav1.PartialObjectMetadataList{}
+	live.SetGroupVersionKind(magosv1.GroupVersion.WithKind("WorkspaceList"))
+	if err := cl.GetAPIReader().List(ctx, live, client.MatchingLabelsSelector{Selector: fleet.NotMirrorSelector()}); err != nil {
+		return at
+	}
+	var cached magosv1.WorkspaceList
+	if err := cl.GetCache().List(ctx, &cached, client.UnsafeDisableDeepCopy); err != nil {
+		return at
+	}
+	have := make(map[types.UID]bool, len(cached.Items))
+	for i := range cached.Items {
+		have[cached.Items[i].UID] = true
+	}
+	for i := range live.Items {
+		if !have[live.Items[i].UID] {
+			log.FromContext(ctx).V(1).Info("the cache of a direct cluster is behind its API server; its view counts as of the last complete check",
+				"cluster", name, "missing", live.Items[i].Namespace+"/"+live.Items[i].Name)
+			return at
+		}
+	}
+	v.direct[name] = start.Add(-DirectSettle)
+	return v.direct[name]
+}
+
+// DirectSettle is how long after a change a direct cluster's view counts as complete: a
+// Workspace created up to this long after a Rollout counts as applied together with it, so the
+// Rollout waits for it instead of finding its step empty (NoWorkspacesFound) for a moment.
+const DirectSettle = 5 * time.Second
 
 // readWatermarks reads the watermark of every agent Lease in the hub's cache, by namespace.
 // A namespace being deleted (the cluster deregistered, perhaps registered again since) holds

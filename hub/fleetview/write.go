@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
@@ -53,6 +54,41 @@ type Outcome struct {
 	// Granted and Revoked are the changes actually written.
 	Granted []decision.Change
 	Revoked []decision.Change
+	// Refused are the writes the API server refused as forbidden (RBAC, or an admission
+	// policy such as magos-workspace-requests that wants the verb grant), sorted by key.
+	Refused []WriteRefusal
+}
+
+// WriteRefusal is a decision the API server of a cluster refused to let the hub write.
+type WriteRefusal struct {
+	// Key is the Workspace.
+	Key decision.Key
+	// Message is the API server's reason (it names the missing verb or permission).
+	Message string
+}
+
+// EventGrantRefused is the reason of the Warning Event, and of the Degraded condition, on the
+// Rollout or Project whose decision an API server refused as forbidden.
+const EventGrantRefused = "GrantRefused"
+
+// SetRefusedCondition keeps the Degraded condition of refused writes on a Rollout's or
+// Project's conditions: True, reason GrantRefused, naming the first refused Workspace and the
+// API server's words, while any write of the pass was refused; removed once none is (a Degraded
+// condition of another reason is left alone).
+func SetRefusedCondition(conditions *[]metav1.Condition, out Outcome, generation int64) {
+	if len(out.Refused) == 0 {
+		if c := meta.FindStatusCondition(*conditions, magosv1.ConditionDegraded); c != nil && c.Reason == EventGrantRefused {
+			meta.RemoveStatusCondition(conditions, magosv1.ConditionDegraded)
+		}
+		return
+	}
+	first := out.Refused[0]
+	msg := fmt.Sprintf("The API server refused the hub's decision for %s: %s", first.Key, first.Message)
+	if n := len(out.Refused) - 1; n > 0 {
+		msg += fmt.Sprintf(" (and %d more Workspace(s))", n)
+	}
+	meta.SetStatusCondition(conditions, metav1.Condition{Type: magosv1.ConditionDegraded, Status: metav1.ConditionTrue,
+		Reason: EventGrantRefused, Message: msg, ObservedGeneration: generation})
 }
 
 // Write puts a decision on the Workspaces: every grant in d.Grants (all three decision
@@ -103,6 +139,9 @@ func (s *Snapshot) Write(ctx context.Context, d decision.Decision, opts WriteOpt
 			mu.Lock()
 			defer mu.Unlock()
 			switch {
+			case apierrors.IsForbidden(err):
+				out.Refused = append(out.Refused, WriteRefusal{Key: j.change.Key, Message: apiMessage(err)})
+				errs = append(errs, err)
 			case err != nil:
 				errs = append(errs, err)
 			case ws != nil && j.grant:
@@ -117,6 +156,13 @@ func (s *Snapshot) Write(ctx context.Context, d decision.Decision, opts WriteOpt
 	wg.Wait()
 	sortChanges(out.Granted)
 	sortChanges(out.Revoked)
+	slices.SortFunc(out.Refused, func(a, b WriteRefusal) int { return strings.Compare(a.Key.String(), b.Key.String()) })
+	for _, r := range out.Refused {
+		if opts.Recorder != nil && opts.Regarding != nil {
+			opts.Recorder.Eventf(opts.Regarding, nil, corev1.EventTypeWarning, EventGrantRefused, "Grant",
+				"The API server refused the hub's decision for %s: %s", r.Key.String(), r.Message)
+		}
+	}
 
 	now := time.Now()
 	for _, g := range out.Granted {
@@ -263,6 +309,18 @@ func (s *Snapshot) writeOne(ctx context.Context, c decision.Change, grant bool, 
 	}
 	s.view.wrote(c.Key, want)
 	return ws, nil
+}
+
+// apiMessage is the API server's own message of a refused request, without the client's
+// framing.
+func apiMessage(err error) string {
+	var status apierrors.APIStatus
+	if errors.As(err, &status) {
+		if m := status.Status().Message; m != "" {
+			return m
+		}
+	}
+	return err.Error()
 }
 
 // carries reports whether ws already carries the decision: the exact grant, or (for a

@@ -252,6 +252,7 @@ func (r *Reconciler) reconcile(ctx context.Context, p *magosv1.Project) (ctrl.Re
 		if len(out.Granted)+len(out.Revoked) > 0 {
 			ctrl.LoggerFrom(ctx).Info("wrote decisions", "granted", len(out.Granted), "revoked", len(out.Revoked))
 		}
+		st.refused = out
 	}
 	if err := errors.Join(writeErr, r.writeStatus(ctx, p, st)); err != nil {
 		return ctrl.Result{}, err
@@ -304,6 +305,8 @@ type status struct {
 	reason, message string
 	workspaces      int32
 	clusters        []string
+	// refused is the write pass whose refused writes the Degraded condition reports.
+	refused fleetview.Outcome
 }
 
 // writeStatus patches the Project's status when it changes.
@@ -313,6 +316,7 @@ func (r *Reconciler) writeStatus(ctx context.Context, p *magosv1.Project, s stat
 	want.Phase, want.Reason, want.Message = s.phase, s.reason, s.message
 	want.Workspaces, want.Clusters = s.workspaces, s.clusters
 	meta.SetStatusCondition(&want.Conditions, fleetview.ReadyCondition(s.phase, s.reason, s.message, p.Generation))
+	fleetview.SetRefusedCondition(&want.Conditions, s.refused, p.Generation)
 	if equality.Semantic.DeepEqual(*want, p.Status) {
 		return nil
 	}

@@ -101,13 +101,16 @@ type BindingConfig struct {
 // AgentConfig is the (empty) configuration of an agent cluster.
 type AgentConfig struct{}
 
-// KubeconfigConfig is where the hub reads a direct cluster's kubeconfig: a file, or a key of a
-// Secret on the hub.
+// KubeconfigConfig is where the hub reads a direct cluster's kubeconfig: a file, a key of a
+// Secret on the hub, or (inCluster) none: the hub's own cluster with the hub's own identity.
 type KubeconfigConfig struct {
 	// Path of a kubeconfig file readable by the hub.
 	Path string `mapstructure:"path"`
 	// SecretRef names a Secret key holding the kubeconfig.
 	SecretRef *SecretRefConfig `mapstructure:"secretRef"`
+	// InCluster registers the hub's own cluster, reached with the hub's own ServiceAccount
+	// (a single-cluster install).
+	InCluster bool `mapstructure:"inCluster"`
 }
 
 // SecretRefConfig names a key of a Secret.
@@ -205,11 +208,17 @@ func (c *Config) Validate() error {
 			errs.Add(key, "set exactly one of agent: {} (an agent connects to the hub) and kubeconfig (the hub connects to the cluster)")
 		case cl.Kubeconfig != nil:
 			kc := cl.Kubeconfig
+			set := 0
+			for _, isSet := range []bool{kc.Path != "", kc.SecretRef != nil, kc.InCluster} {
+				if isSet {
+					set++
+				}
+			}
 			switch {
-			case kc.Path != "" && kc.SecretRef != nil:
-				errs.Add(key+".kubeconfig", "set exactly one of path and secretRef, not both")
-			case kc.Path == "" && kc.SecretRef == nil:
-				errs.Add(key+".kubeconfig", "set exactly one of path (a kubeconfig file) and secretRef (a Secret key)")
+			case set > 1:
+				errs.Add(key+".kubeconfig", "set exactly one of path, secretRef and inCluster: true, not several")
+			case set == 0:
+				errs.Add(key+".kubeconfig", "set exactly one of path (a kubeconfig file), secretRef (a Secret key) and inCluster: true (the hub's own cluster, with the hub's own identity)")
 			case kc.SecretRef != nil:
 				ref := kc.SecretRef
 				if msgs := validation.IsDNS1123Label(ref.Namespace); len(msgs) > 0 {
@@ -303,7 +312,7 @@ func (c ClusterConfig) KubeconfigSource() *magosv1.KubeconfigSource {
 	if c.Kubeconfig == nil {
 		return nil
 	}
-	src := &magosv1.KubeconfigSource{Path: c.Kubeconfig.Path}
+	src := &magosv1.KubeconfigSource{Path: c.Kubeconfig.Path, InCluster: c.Kubeconfig.InCluster}
 	if ref := c.Kubeconfig.SecretRef; ref != nil {
 		src.SecretRef = &magosv1.SecretKeySelector{Namespace: ref.Namespace, Name: ref.Name, Key: ref.Key}
 	}

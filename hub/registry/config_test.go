@@ -33,12 +33,14 @@ clusters:
     kubeconfig: {secretRef: {namespace: magos-system, name: lab-kubeconfig}}
   - name: local
     kubeconfig: {path: /etc/magos/hub.kubeconfig}
+  - name: self
+    kubeconfig: {inCluster: true}
 `), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(cfg.Clusters) != 3 {
-		t.Fatalf("clusters = %d, want 3", len(cfg.Clusters))
+	if len(cfg.Clusters) != 4 {
+		t.Fatalf("clusters = %d, want 4", len(cfg.Clusters))
 	}
 	specs := cfg.FleetSpecs()
 	if specs[0].Transport != magosv1.TransportAgent || specs[0].Labels["region"] != "us-east-1" {
@@ -49,6 +51,9 @@ clusters:
 	}
 	if specs[2].Kubeconfig.Path != "/etc/magos/hub.kubeconfig" {
 		t.Errorf("local = %+v", specs[2].Kubeconfig)
+	}
+	if specs[3].Transport != magosv1.TransportDirect || !specs[3].Kubeconfig.InCluster {
+		t.Errorf("self = %+v, want a direct cluster reached in-cluster", specs[3].Kubeconfig)
 	}
 }
 
@@ -105,7 +110,9 @@ func TestLoadConfigErrorsNameTheKey(t *testing.T) {
 		"both transports": {"clusters:\n  - name: a\n    agent: {}\n    kubeconfig: {path: /x}\n", "clusters[0]: set exactly one of agent"},
 		"no transport":    {"clusters:\n  - name: a\n", "clusters[0]: set exactly one of agent: {}"},
 		"kubeconfig both": {"clusters:\n  - name: a\n    kubeconfig: {path: /x, secretRef: {namespace: n, name: s}}\n",
-			"clusters[0].kubeconfig: set exactly one of path and secretRef"},
+			"clusters[0].kubeconfig: set exactly one of path, secretRef and inCluster: true, not several"},
+		"kubeconfig inCluster and path": {"clusters:\n  - name: a\n    kubeconfig: {path: /x, inCluster: true}\n",
+			"clusters[0].kubeconfig: set exactly one of path, secretRef and inCluster: true, not several"},
 		"kubeconfig empty":      {"clusters:\n  - name: a\n    kubeconfig: {}\n", "clusters[0].kubeconfig: set exactly one of path"},
 		"secret no name":        {"clusters:\n  - name: a\n    kubeconfig: {secretRef: {namespace: n}}\n", "clusters[0].kubeconfig.secretRef.name"},
 		"bad label value":       {"clusters:\n  - name: a\n    agent: {}\n    labels: {env: 'not ok!'}\n", "clusters[0].labels[env]: must be a label value"},

@@ -162,7 +162,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req mcreconcile.Request) (ct
 		logger.Info("wrote decisions", "step", d.CurrentStepName, "granted", len(out.Granted), "revoked", len(out.Revoked))
 	}
 	r.recordTransitions(ro, d)
-	statusErr := r.writeStatus(ctx, ro, d)
+	statusErr := r.writeStatus(ctx, ro, d, out)
 
 	r.observe(ro, d)
 	if err := errors.Join(writeErr, statusErr); err != nil {
@@ -286,7 +286,7 @@ func approvedPlans(a *magosv1.StepApproval) string {
 }
 
 // writeStatus patches the Rollout's status when the decision changes it.
-func (r *Reconciler) writeStatus(ctx context.Context, ro *magosv1.Rollout, d decide.Decision) error {
+func (r *Reconciler) writeStatus(ctx context.Context, ro *magosv1.Rollout, d decide.Decision, out fleetview.Outcome) error {
 	want := ro.Status.DeepCopy()
 	want.ObservedGeneration = ro.Generation
 	want.Phase, want.Reason, want.Message = d.Phase, d.Reason, d.Message
@@ -295,6 +295,7 @@ func (r *Reconciler) writeStatus(ctx context.Context, ro *magosv1.Rollout, d dec
 	want.Steps = d.Steps
 	want.Revisions = d.Revisions
 	meta.SetStatusCondition(&want.Conditions, fleetview.ReadyCondition(d.Phase, d.Reason, d.Message, ro.Generation))
+	fleetview.SetRefusedCondition(&want.Conditions, out, ro.Generation)
 	want.NextWindowAt = nil
 	if !d.NextWindowAt.IsZero() {
 		want.NextWindowAt = &metav1.Time{Time: d.NextWindowAt}

@@ -113,6 +113,9 @@ type RunnerConfig struct {
 	Image string `mapstructure:"image"`
 	// ImagePullPolicy of run Jobs: Always, IfNotPresent (default) or Never.
 	ImagePullPolicy string `mapstructure:"imagePullPolicy"`
+	// StorageClass is the StorageClass of the volume that keeps a Workspace's saved plans
+	// between its plan and apply Jobs (empty: the cluster's default).
+	StorageClass string `mapstructure:"storageClass"`
 	// CPURequest, MemoryRequest, CPULimit, MemoryLimit are the resources of run Jobs.
 	CPURequest    string `mapstructure:"cpuRequest"`
 	MemoryRequest string `mapstructure:"memoryRequest"`
@@ -317,6 +320,7 @@ func (c *Config) runnerOptions() app.RunnerOptions {
 		Mode:            c.Runner.Mode,
 		Image:           c.Runner.Image,
 		ImagePullPolicy: corev1.PullPolicy(c.Runner.ImagePullPolicy),
+		StorageClass:    c.Runner.StorageClass,
 		Resources:       c.resources(),
 		DataDir:         c.Runner.DataDir,
 		Kubeconfig:      c.Runner.Kubeconfig,
@@ -403,6 +407,7 @@ func controllerFlags(def *Config) (*pflag.FlagSet, *string) {
 	flags.String("runner-mode", def.Runner.Mode, "job (a Kubernetes Job per run) or local (a child process per run)")
 	flags.String("runner-image", "", "image of run Jobs (the agent's own image)")
 	flags.String("runner-image-pull-policy", def.Runner.ImagePullPolicy, "image pull policy of run Jobs: Always, IfNotPresent or Never")
+	flags.String("runner-storage-class", "", "StorageClass of the 1Gi volume (<workspace>-data) that keeps a Workspace's saved plan between its plan and apply Jobs (empty: the cluster's default)")
 	flags.String("runner-cpu-request", def.Runner.CPURequest, `CPU request of run Jobs (a quantity such as 250m; "": none)`)
 	flags.String("runner-memory-request", def.Runner.MemoryRequest, `memory request of run Jobs (a quantity such as 256Mi; "": none)`)
 	flags.String("runner-cpu-limit", def.Runner.CPULimit, `CPU limit of run Jobs (a quantity such as 1; "": none)`)

@@ -125,6 +125,16 @@ func TestConfig(t *testing.T) {
 			},
 		},
 		{
+			name: "runner storage class",
+			args: []string{"--runner-image=x", "--runner-storage-class=local-path"},
+			check: func(c *Config) string {
+				if got := c.runnerOptions().StorageClass; got != "local-path" {
+					return "storage class " + got
+				}
+				return ""
+			},
+		},
+		{
 			name: "an empty flag removes a default limit",
 			args: []string{"--runner-image=x", "--runner-memory-limit="},
 			check: func(c *Config) string {

@@ -438,8 +438,8 @@ func checkInvariants(t *testing.T, in Input, d Decision) (tags []string) {
 	gated := cur != nil && cur.RequireApproval
 	planFirst := in.Rollout != nil && in.Rollout.Spec.PlanFirst
 	// The checker's notions of the fleet-wide preview: a member is done with the change, or has
-	// a plan of it (Planned or Applying with a digest, of the commit rolled out), or has failed,
-	// or is deleted with its destroy waiting.
+	// a plan of it (Planned or Applying with a digest, of the commit rolled out), or has failed
+	// on it, or is deleted with its destroy waiting.
 	doneWith := func(w Workspace) bool {
 		rev := revisionOf(d.Revisions, w.Source)
 		return in.Clusters[w.Key.Cluster].Available && w.AppliedForCurrent() && (rev == "" || w.ObservedRevision == rev)
@@ -449,7 +449,13 @@ func checkInvariants(t *testing.T, in Input, d Decision) (tags []string) {
 		return w.PlanDigest != "" && (w.Phase == magosv1.PhasePlanned || w.Phase == magosv1.PhaseApplying) &&
 			(rev == "" || w.CurrentRevision == rev)
 	}
-	previewedW := func(w Workspace) bool { return doneWith(w) || failedRun(w) || destroyWaits(w) || hasPlan(w) }
+	// A failure counts only when it is of the commit rolled out: a member that failed on an
+	// older commit has not previewed this one.
+	failedWith := func(w Workspace) bool {
+		rev := revisionOf(d.Revisions, w.Source)
+		return failedRun(w) && (rev == "" || w.CurrentRevision == rev)
+	}
+	previewedW := func(w Workspace) bool { return doneWith(w) || failedWith(w) || destroyWaits(w) || hasPlan(w) }
 	names := func(a magosv1.StepApproval, w Workspace) bool {
 		return slices.Contains(a.Plans, magosv1.ApprovedPlan{Workspace: w.Key.String(), Revision: w.CurrentRevision, Digest: w.PlanDigest})
 	}

@@ -22,10 +22,13 @@ func (m *member) plannedChange() bool {
 }
 
 // previewed reports whether the member's part of a fleet-wide preview is known: it is Done,
-// failed, has a plan of the change, or is deleted with its destroy waiting (a destroy is not
-// previewed: it goes in step order like any run).
+// failed on the commit the Rollout rolls out for it (any commit while that is unknown), has a
+// plan of the change, or is deleted with its destroy waiting (a destroy is not previewed: it
+// goes in step order like any run). A member that failed on an older commit has not previewed
+// this one: the preview waits for its plan of it.
 func (m *member) previewed() bool {
-	return m.done || m.ws.Failed() || m.ws.DestroyPending() || m.plannedChange()
+	failedOnChange := m.ws.Failed() && (m.revision == "" || m.ws.CurrentRevision == m.revision)
+	return m.done || failedOnChange || m.ws.DestroyPending() || m.plannedChange()
 }
 
 // previewGap is what a fleet-wide preview still waits for: the members of the steps from the

@@ -125,6 +125,40 @@ func TestDecidePlanFirstNewCommit(t *testing.T) {
 	}
 }
 
+// TestDecidePlanFirstFailureOnAnOlderCommitIsNoPreview: a prod Workspace whose run failed on
+// rev-1 (prod tolerates one failure) has not previewed rev-2: no step applies rev-2 until it
+// planned rev-2. (Before, its old failure counted as its preview, and dev applied rev-2 first.)
+func TestDecidePlanFirstFailureOnAnOlderCommitIsNoPreview(t *testing.T) {
+	f := previewFleet(t, func(s *magosv1.RolloutStep) { s.MaxFailures = intOrPercent("1") })
+	f.walk()
+	c := f.get(k("c3", "c"))
+	c.Phase, c.Reason = magosv1.PhaseFailed, "ApplyFailed" // failed on rev-1, tolerated
+	applied := len(f.applies)
+	for _, w := range f.ws {
+		if w.Key != c.Key {
+			f.poll(w.Key, "rev-2", randomEpoch)
+		}
+	}
+	f.now = randomEpoch
+	for range 5 {
+		f.decide()
+		f.start()
+		f.finish()
+	}
+	if len(f.applies) > applied {
+		t.Fatalf("applied %v of rev-2 while c3/c, failed on rev-1, had not planned rev-2", f.applies[applied:])
+	}
+	d := f.decide()
+	assertStatus(t, d, magosv1.PhaseReconciling, magosv1.ReasonPreviewing, 0)
+	if !strings.Contains(d.Message, c.Key.String()) {
+		t.Errorf("message %q does not name the Workspace the preview waits for", d.Message)
+	}
+	// Its agent sees rev-2: it plans it (the failure is retried), and the Rollout goes on.
+	f.poll(c.Key, "rev-2", randomEpoch.Add(time.Minute))
+	f.walk()
+	assertKeys(t, "applies of rev-2", f.appliedKeys()[applied:], []Key{k("c1", "a"), k("c2", "b"), k("c3", "c"), k("c4", "d")})
+}
+
 // TestDecidePlanFirstWaitsForTheWholeFleet: a later step's Workspace that cannot plan (its
 // cluster is down), or a cluster whose Workspaces the hub does not know, holds every apply.
 func TestDecidePlanFirstWaitsForTheWholeFleet(t *testing.T) {

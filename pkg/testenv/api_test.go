@@ -405,7 +405,15 @@ func TestAdmissionRejections(t *testing.T) {
 					Path: "/k", SecretRef: &magosv1.SecretKeySelector{Namespace: "n", Name: "s"},
 				}},
 			}
-		}, "kubeconfig needs exactly one of path and secretRef"},
+		}, "kubeconfig needs exactly one of path, secretRef and inCluster: true"},
+		{"kubeconfig with path and inCluster", func() client.Object {
+			return &magosv1.Cluster{
+				ObjectMeta: metav1.ObjectMeta{Name: "lab3"},
+				Spec: magosv1.ClusterSpec{Transport: magosv1.TransportDirect, Kubeconfig: &magosv1.KubeconfigSource{
+					Path: "/k", InCluster: true,
+				}},
+			}
+		}, "kubeconfig needs exactly one of path, secretRef and inCluster: true"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -78,6 +78,9 @@ type Registry struct {
 	// deleted Cluster) so that a removed cluster is never registered again by a late writer.
 	applyMu sync.Mutex
 
+	// leases is when the hub saw each agent's Lease renewed, on its own clock.
+	leases *leaseClock
+
 	mu        sync.RWMutex
 	current   Config
 	byName    map[string]ClusterConfig
@@ -114,6 +117,7 @@ func New(mgr ctrl.Manager, opts Options) (*Registry, error) {
 		cache:    mgr.GetClient(),
 		recorder: mgr.GetEventRecorder("magos-hub"),
 		changes:  make(chan event.GenericEvent, 1024),
+		leases:   newLeaseClock(),
 	}
 	r.setConfig(opts.Initial)
 	opts.Fleet.Set(opts.Initial.FleetSpecs())

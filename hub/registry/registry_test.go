@@ -936,10 +936,14 @@ func TestReloadAppliesWhatChanged(t *testing.T) {
 func TestLiveLeaseIsNotPolled(t *testing.T) {
 	ctx := context.Background()
 	ns := startHubWithAgentCluster(t, "live", 200*time.Millisecond)
-	if err := renewLease(ctx, env.Hub.Client, ns, "live/test", 10, nil); err != nil {
-		t.Fatal(err)
-	}
-	testenv.Eventually(t, 30*time.Second, wantCondition("live", magosv1.ConditionAvailable, metav1.ConditionTrue, magosv1.ReasonAgentHeartbeating))
+	// The hub counts the agent live from the first renewal it sees (its own clock), so renew
+	// until it does.
+	testenv.Eventually(t, 30*time.Second, func() error {
+		if err := renewLease(ctx, env.Hub.Client, ns, "live/test", 10, nil); err != nil {
+			return err
+		}
+		return wantCondition("live", magosv1.ConditionAvailable, metav1.ConditionTrue, magosv1.ReasonAgentHeartbeating)()
+	})
 	// The reconcile count is the process's: wait until this hub has removed the Clusters an
 	// earlier test left in the shared API server, whose deletions it reconciles too.
 	testenv.Eventually(t, 30*time.Second, func() error {
@@ -998,5 +1002,71 @@ func TestResyncKeepsToItsShare(t *testing.T) {
 	}
 	if m := cached.Load() - cachedBefore; m > 0 {
 		t.Errorf("the resync read %d agent namespaces or Clusters from the API server, want none: the hub's cache shows them", m)
+	}
+}
+
+// TestHeartbeatClockSkew: the hub judges an agent's liveness by when it saw the Lease renewed,
+// on its own clock. An agent whose clock runs ten minutes behind, renewing every 500 ms, is
+// Available; one whose clock runs ten minutes ahead turns AgentSilent about a lease duration
+// after its last renewal, not ten minutes later. (Judged by the renewTime the agent writes, the
+// first never counted live and the second stayed live for ten minutes.)
+func TestHeartbeatClockSkew(t *testing.T) {
+	ctx := context.Background()
+	cfg := newConfigDir(t, clusterYAML(agentEntry("behind", ""), agentEntry("ahead", "")))
+	startHub(t, cfg.file(), func(o *app.Options) { o.HealthInterval = time.Minute })
+	skewed := func(name string, skew time.Duration) error {
+		ns := mirror.Namespace(name)
+		lease := &coordinationv1.Lease{}
+		err := env.Hub.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: keys.AgentLease}, lease)
+		if apierrors.IsNotFound(err) {
+			lease = &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: keys.AgentLease}}
+		} else if err != nil {
+			return err
+		}
+		lease.Spec.HolderIdentity, lease.Spec.LeaseDurationSeconds = ptr(name+"/agent"), ptr(int32(3))
+		lease.Spec.RenewTime = &metav1.MicroTime{Time: time.Now().Add(skew)}
+		if lease.ResourceVersion == "" {
+			return env.Hub.Client.Create(ctx, lease)
+		}
+		return env.Hub.Client.Update(ctx, lease)
+	}
+	for _, name := range []string{"behind", "ahead"} {
+		testenv.Eventually(t, 60*time.Second, func() error {
+			return env.Hub.Client.Get(ctx, client.ObjectKey{Name: mirror.Namespace(name)}, &corev1.Namespace{})
+		})
+	}
+	// Both renew for a while, each with its own clock.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if err := skewed("behind", -10*time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		if err := skewed("ahead", 10*time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		if wantCondition("behind", magosv1.ConditionAvailable, metav1.ConditionTrue, magosv1.ReasonAgentHeartbeating)() == nil &&
+			wantCondition("ahead", magosv1.ConditionAvailable, metav1.ConditionTrue, magosv1.ReasonAgentHeartbeating)() == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the renewing agents are not both Available: behind %v, ahead %v",
+				wantCondition("behind", magosv1.ConditionAvailable, metav1.ConditionTrue, magosv1.ReasonAgentHeartbeating)(),
+				wantCondition("ahead", magosv1.ConditionAvailable, metav1.ConditionTrue, magosv1.ReasonAgentHeartbeating)())
+		}
+		<-time.After(500 * time.Millisecond) // the agents' pace, not a synchronisation
+	}
+	// The agent ahead falls silent; the one behind keeps renewing.
+	stopped := time.Now()
+	for time.Since(stopped) < 8*time.Second {
+		if err := skewed("behind", -10*time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		<-time.After(500 * time.Millisecond) // the agent's pace, not a synchronisation
+	}
+	if err := wantCondition("ahead", magosv1.ConditionAvailable, metav1.ConditionFalse, magosv1.ReasonAgentSilent)(); err != nil {
+		t.Errorf("8 s after the agent ahead fell silent (its lease lasts 3 s): %v", err)
+	}
+	if err := wantCondition("behind", magosv1.ConditionAvailable, metav1.ConditionTrue, magosv1.ReasonAgentHeartbeating)(); err != nil {
+		t.Errorf("the agent behind, renewing: %v", err)
 	}
 }

@@ -68,7 +68,7 @@ func (r *Registry) setupStatus(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("cluster-status").
 		For(&magosv1.Cluster{}).
-		Watches(&coordinationv1.Lease{}, handler.EnqueueRequestsFromMapFunc(leaseToCluster), builder.WithPredicates(leaseChanged())).
+		Watches(&coordinationv1.Lease{}, handler.EnqueueRequestsFromMapFunc(leaseToCluster), builder.WithPredicates(r.leaseChanged())).
 		Watches(&magosv1.Workspace{}, handler.EnqueueRequestsFromMapFunc(mirrorToCluster), builder.WithPredicates(countChanged())).
 		WatchesRawSource(source.Channel(r.changes, &handler.EnqueueRequestForObject{})).
 		WithOptions(controller.Options{MaxConcurrentReconciles: r.opts.MaxConcurrentReconciles, SkipNameValidation: &skip}).
@@ -77,28 +77,47 @@ func (r *Registry) setupStatus(mgr ctrl.Manager) error {
 
 // leaseChanged passes the events of an agent's Lease that change what a Cluster's status shows:
 // its creation and deletion, a new holder or duration, the watermark and version it carries, and
-// the renewal of a Lease that had expired (the agent is back). A routine renewal passes nothing:
-// the status controller reads the Lease again when it would expire, so with a thousand agents
-// renewing every few seconds, the hub does not re-evaluate a Cluster on each renewal.
-func leaseChanged() predicate.Funcs {
-	return predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
-		old, okOld := e.ObjectOld.(*coordinationv1.Lease)
-		cur, okNew := e.ObjectNew.(*coordinationv1.Lease)
-		if !okOld || !okNew {
+// the renewal of a Lease that had expired or had not been seen renewed yet (the agent is back,
+// or the hub just started). Every event records, on the hub's own clock, when the hub saw the
+// Lease renewed (leaseClock). A routine renewal passes nothing more: the status controller reads
+// the Lease again when it would expire, so with a thousand agents renewing every few seconds, the
+// hub does not re-evaluate a Cluster on each renewal.
+func (r *Registry) leaseChanged() predicate.Funcs {
+	return predicate.Funcs{
+		CreateFunc: func(e event.CreateEvent) bool {
+			if l, ok := e.Object.(*coordinationv1.Lease); ok {
+				r.leases.observe(l, time.Now())
+			}
 			return true
-		}
-		if _, expires := leaseTimes(old); !time.Now().Before(expires) {
+		},
+		DeleteFunc: func(e event.DeleteEvent) bool {
+			if l, ok := e.Object.(*coordinationv1.Lease); ok {
+				r.leases.forget(l.Namespace)
+			}
 			return true
-		}
-		for _, k := range []string{keys.SyncedSince, keys.Mirrored, keys.AgentVersion} {
-			if old.Annotations[k] != cur.Annotations[k] {
+		},
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			old, okOld := e.ObjectOld.(*coordinationv1.Lease)
+			cur, okNew := e.ObjectNew.(*coordinationv1.Lease)
+			if !okOld || !okNew {
 				return true
 			}
-		}
-		return !equality.Semantic.DeepEqual(old.Spec.HolderIdentity, cur.Spec.HolderIdentity) ||
-			!equality.Semantic.DeepEqual(old.Spec.LeaseDurationSeconds, cur.Spec.LeaseDurationSeconds) ||
-			old.DeletionTimestamp.IsZero() != cur.DeletionTimestamp.IsZero()
-	}}
+			now := time.Now()
+			_, expires := r.leases.times(old, now)
+			r.leases.observe(cur, now)
+			if !now.Before(expires) {
+				return true
+			}
+			for _, k := range []string{keys.SyncedSince, keys.Mirrored, keys.AgentVersion} {
+				if old.Annotations[k] != cur.Annotations[k] {
+					return true
+				}
+			}
+			return !equality.Semantic.DeepEqual(old.Spec.HolderIdentity, cur.Spec.HolderIdentity) ||
+				!equality.Semantic.DeepEqual(old.Spec.LeaseDurationSeconds, cur.Spec.LeaseDurationSeconds) ||
+				old.DeletionTimestamp.IsZero() != cur.DeletionTimestamp.IsZero()
+		},
+	}
 }
 
 // countChanged passes the mirror events that change how many Workspaces a Cluster's status
@@ -183,8 +202,15 @@ func (r *Registry) reconcileStatus(ctx context.Context, req reconcile.Request) (
 		case err != nil:
 			return ctrl.Result{}, fmt.Errorf("reading the agent's Lease: %w", err)
 		default:
-			renewed, expires := leaseTimes(lease)
-			if now.Before(expires) {
+			renewed, expires := r.leases.times(lease, now)
+			switch {
+			case renewed.IsZero():
+				// Seen, never yet seen renewed (the hub started, or the agent just wrote its
+				// first heartbeat): not live on a time the agent wrote. Look again soon.
+				available.Status, available.Reason = metav1.ConditionFalse, magosv1.ReasonAgentSilent
+				available.Message = fmt.Sprintf("waiting to see the agent renew its Lease %s/%s (the hub judges heartbeats by its own clock)", ns, keys.AgentLease)
+				requeue = time.Second
+			case now.Before(expires):
 				available.Status, available.Reason = metav1.ConditionTrue, magosv1.ReasonAgentHeartbeating
 				// The message does not move with each renewal: that would rewrite the status
 				// every time it is read.
@@ -192,12 +218,15 @@ func (r *Registry) reconcileStatus(ctx context.Context, req reconcile.Request) (
 				// Renewals pass no event (leaseChanged): read the Lease again when it would
 				// expire, and not before, however short HealthInterval is.
 				requeue = expires.Sub(now) + 250*time.Millisecond
-			} else {
+			default:
 				available.Status, available.Reason = metav1.ConditionFalse, magosv1.ReasonAgentSilent
-				available.Message = fmt.Sprintf("the agent's last heartbeat was at %s; its lease expired at %s",
+				available.Message = fmt.Sprintf("the hub last saw the agent renew its Lease at %s; it expired at %s",
 					renewed.UTC().Format(time.RFC3339), expires.UTC().Format(time.RFC3339))
 			}
 			flipped := wasAvailable != (available.Status == metav1.ConditionTrue)
+			if renewed.IsZero() {
+				renewed = now
+			}
 			if st.LastHeartbeatTime == nil || flipped || renewed.Sub(st.LastHeartbeatTime.Time) >= heartbeatGranularity ||
 				renewed.Before(st.LastHeartbeatTime.Time) || acquiredSince(lease, st.LastHeartbeatTime.Time) {
 				st.LastHeartbeatTime = &metav1.Time{Time: renewed.Truncate(time.Second)}
@@ -307,21 +336,4 @@ func syncWatermark(l *coordinationv1.Lease) (*metav1.Time, int32) {
 // status.lastHeartbeatTime): an agent replica that started since.
 func acquiredSince(l *coordinationv1.Lease, t time.Time) bool {
 	return l.Spec.AcquireTime != nil && l.Spec.AcquireTime.Truncate(time.Second).After(t)
-}
-
-// leaseTimes returns when a Lease was last renewed and when it expires.
-func leaseTimes(l *coordinationv1.Lease) (renewed, expires time.Time) {
-	switch {
-	case l.Spec.RenewTime != nil:
-		renewed = l.Spec.RenewTime.Time
-	case l.Spec.AcquireTime != nil:
-		renewed = l.Spec.AcquireTime.Time
-	default:
-		renewed = l.CreationTimestamp.Time
-	}
-	d := defaultLeaseDuration
-	if l.Spec.LeaseDurationSeconds != nil && *l.Spec.LeaseDurationSeconds > 0 {
-		d = time.Duration(*l.Spec.LeaseDurationSeconds) * time.Second
-	}
-	return renewed, renewed.Add(d)
 }

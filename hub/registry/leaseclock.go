@@ -1,0 +1,87 @@
+package registry
+
+import (
+	"sync"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+)
+
+// leaseClock keeps, for each agent's heartbeat Lease, when the hub itself saw it renewed: the
+// hub's own clock, never the renewTime the agent writes with its clock. An agent whose clock
+// runs minutes ahead or behind thus neither stays live after it fell silent nor counts as
+// silent while it renews (as Kubernetes' node lifecycle controller judges node Leases by when
+// it observed them change).
+//
+// The first sight of a Lease (a new agent, or every Lease when the hub starts) shows no renewal
+// yet: the cluster counts as live from the first renewal the hub sees, within the agent's renew
+// period, never on the strength of a time the agent wrote.
+type leaseClock struct {
+	mu   sync.Mutex
+	seen map[string]leaseSeen
+}
+
+// leaseSeen is what the hub saw of one Lease: its renewal mark and when the mark last changed
+// (zero until the hub saw it change).
+type leaseSeen struct {
+	mark string
+	at   time.Time
+}
+
+func newLeaseClock() *leaseClock { return &leaseClock{seen: map[string]leaseSeen{}} }
+
+// renewalMark identifies one renewal of a Lease: its holder and the renew time it wrote (read
+// as a value, never compared with a clock).
+func renewalMark(l *coordinationv1.Lease) string {
+	mark := ""
+	if l.Spec.HolderIdentity != nil {
+		mark = *l.Spec.HolderIdentity
+	}
+	if l.Spec.RenewTime != nil {
+		mark += "@" + l.Spec.RenewTime.UTC().Format(time.RFC3339Nano)
+	}
+	return mark
+}
+
+// observe records that the hub saw l at now, and returns when the hub saw it last renewed
+// (zero when it has not seen a renewal yet).
+func (c *leaseClock) observe(l *coordinationv1.Lease, now time.Time) time.Time {
+	key := l.Namespace
+	mark := renewalMark(l)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s, ok := c.seen[key]
+	switch {
+	case !ok:
+		s = leaseSeen{mark: mark}
+	case s.mark != mark:
+		s = leaseSeen{mark: mark, at: now}
+	}
+	c.seen[key] = s
+	return s.at
+}
+
+// forget drops a deleted Lease.
+func (c *leaseClock) forget(namespace string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.seen, namespace)
+}
+
+// times returns when the hub saw l last renewed and when that renewal expires (both zero
+// before it saw one), observing l at now.
+func (c *leaseClock) times(l *coordinationv1.Lease, now time.Time) (renewed, expires time.Time) {
+	renewed = c.observe(l, now)
+	if renewed.IsZero() {
+		return time.Time{}, time.Time{}
+	}
+	return renewed, renewed.Add(leaseDuration(l))
+}
+
+// leaseDuration is the Lease's duration (defaultLeaseDuration when it does not say).
+func leaseDuration(l *coordinationv1.Lease) time.Duration {
+	if l.Spec.LeaseDurationSeconds != nil && *l.Spec.LeaseDurationSeconds > 0 {
+		return time.Duration(*l.Spec.LeaseDurationSeconds) * time.Second
+	}
+	return defaultLeaseDuration
+}

@@ -1,0 +1,59 @@
+package registry
+
+import (
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// TestLeaseClock: liveness is judged by when the hub saw a Lease renewed, whatever time the
+// agent wrote: an agent ten minutes ahead that stops renewing expires a lease duration after the
+// hub saw its last renewal; one ten minutes behind that renews stays live; a Lease seen for the
+// first time is not live until the hub sees it renewed.
+func TestLeaseClock(t *testing.T) {
+	hub := time.Date(2026, 12, 6, 10, 0, 0, 0, time.UTC)
+	lease := func(holder string, renew time.Time) *coordinationv1.Lease {
+		secs := int32(40)
+		return &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: "magos-cluster-a"},
+			Spec: coordinationv1.LeaseSpec{HolderIdentity: &holder, LeaseDurationSeconds: &secs, RenewTime: &metav1.MicroTime{Time: renew}}}
+	}
+	for _, tc := range []struct {
+		name string
+		skew time.Duration
+	}{{"ahead", 10 * time.Minute}, {"behind", -10 * time.Minute}, {"in sync", 0}} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newLeaseClock()
+			agent := func(at time.Time) time.Time { return at.Add(tc.skew) }
+			if _, exp := c.times(lease("a-0", agent(hub)), hub); !exp.IsZero() {
+				t.Fatalf("first sight: expires %v, want no renewal seen", exp)
+			}
+			// Renewals every 10s, seen by the hub as they come.
+			var expires time.Time
+			for i := 1; i <= 3; i++ {
+				now := hub.Add(time.Duration(i) * 10 * time.Second)
+				_, expires = c.times(lease("a-0", agent(now)), now)
+				if !now.Before(expires) {
+					t.Fatalf("renewal %d seen at %v: expires %v, want live", i, now, expires)
+				}
+			}
+			// Silence: the same Lease, read again later.
+			last := hub.Add(30 * time.Second)
+			for _, after := range []time.Duration{10 * time.Second, 39 * time.Second} {
+				if _, e := c.times(lease("a-0", agent(last)), last.Add(after)); !last.Add(after).Before(e) {
+					t.Fatalf("%s after the last renewal: expired at %v, want live until %v", after, e, last.Add(40*time.Second))
+				}
+			}
+			if _, e := c.times(lease("a-0", agent(last)), last.Add(41*time.Second)); last.Add(41 * time.Second).Before(e) {
+				t.Fatalf("41s after the last renewal: expires %v, want silent", e)
+			}
+		})
+	}
+	// A new holder (another agent replica) counts as a renewal.
+	c := newLeaseClock()
+	c.times(lease("a-0", hub), hub)
+	if _, e := c.times(lease("a-1", hub), hub.Add(time.Second)); e.IsZero() {
+		t.Fatal("a new holder with the same renew time is not a renewal")
+	}
+}

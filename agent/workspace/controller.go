@@ -278,6 +278,9 @@ func (r *Reconciler) step(ctx context.Context, ws *magosv1.Workspace, sched Sche
 		// Only a deleted Workspace is Deleting; anything else is an old or foreign status.
 		return r.reset(ctx, ws, sched, resetConfiguration(ws))
 	}
+	if fromUpstream(ws) {
+		return r.adopt(ctx, ws, sched)
+	}
 	if why, ok := r.resetReason(ws, sched); ok {
 		return r.reset(ctx, ws, sched, why)
 	}

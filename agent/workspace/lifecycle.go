@@ -616,6 +616,39 @@ func (r *Reconciler) observe(ctx context.Context, ws *magosv1.Workspace, sched S
 	return next, err
 }
 
+// ReasonAdopted is the reason of the Event on a Workspace that upstream Magos had applied,
+// taken over without a run.
+const ReasonAdopted = "Adopted"
+
+// fromUpstream reports whether the Workspace's status was written by upstream single-cluster
+// Magos, which never fills status.observedGeneration: Applied at a commit, with no
+// observedGeneration and none of the run bookkeeping this agent writes (currentRunFor).
+func fromUpstream(ws *magosv1.Workspace) bool {
+	st := ws.Status
+	return st.Phase == magosv1.PhaseApplied && st.ObservedRevision != "" && st.ObservedGeneration == 0 && st.CurrentRunFor == ""
+}
+
+// adopt takes over a Workspace that upstream Magos had applied (fromUpstream) without running
+// it again: its spec as it is counts as applied at status.observedRevision (upstream resets a
+// Workspace whose spec changed, so its Applied is for the spec it has), the run bookkeeping is
+// filled in, and status.appliedRevisions starts from that commit. Its next run is the one its
+// schedule, a new commit or a spec change brings, under its Project or Rollout as usual.
+func (r *Reconciler) adopt(ctx context.Context, ws *magosv1.Workspace, sched Schedule) (step, error) {
+	from := ws.Status.Phase
+	ws.Status.ObservedGeneration = ws.Generation
+	ws.Status.CurrentRunFor = runFor(ws)
+	recordApplied(ws, ws.Status.ObservedRevision)
+	setPhase(ws, magosv1.PhaseApplied, magosv1.ReasonApplySucceeded, fmt.Sprintf(
+		"Adopted from upstream Magos: applied at commit %s; no run was needed", short(ws.Status.ObservedRevision)))
+	if err := r.commit(ctx, ws, sched, from); err != nil {
+		return step{}, err
+	}
+	r.recorder.Eventf(ws, nil, corev1.EventTypeNormal, ReasonAdopted, "Adopt",
+		"Adopted from upstream Magos: applied at commit %s, kept as it is (no run)", ws.Status.ObservedRevision)
+	log.FromContext(ctx).Info("adopted a Workspace upstream Magos had applied", "revision", ws.Status.ObservedRevision)
+	return step{again: true}, nil
+}
+
 // recordApplied adds an applied commit to status.appliedRevisions: at the end, once (a commit
 // applied again moves there), at most MaxAppliedRevisions. The list starts again when the
 // Workspace's source, in its canonical spelling, is not the one it was kept for; a Workspace

@@ -3,7 +3,6 @@ package e2e_test
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -31,20 +30,8 @@ var pollIntervals = map[string]time.Duration{
 // regions poll more often. The observer is the module itself: every apply of a new release
 // appends a line to a ledger file, which checkLedger checks.
 func TestNewCommitsRollOutInStepOrder(t *testing.T) {
-	f, ctx := start(t)
-	ledger := filepath.Join(t.TempDir(), "ledger")
 	releases := []string{"v1", "v2", "v3", "v4"}
-	s, err := demo.Run(ctx, f, demo.Options{Module: ledgerModule(releases[0], ledger), PollIntervals: pollIntervals})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !s.Completed {
-		t.Fatalf("rollout did not complete:\n%s", s.Final)
-	}
-	head := workspace(t, ctx, f, f.Order[0]).Status.ObservedRevision
-	if err := waitRelease(t, ctx, f, ledger, releases[0], head); err != nil {
-		t.Fatalf("the first release: %v", err)
-	}
+	f, ctx, ledger, _ := ledgerFleet(t, releases[0], pollIntervals)
 
 	type timing struct {
 		release    string

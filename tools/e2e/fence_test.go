@@ -3,7 +3,6 @@ package e2e_test
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -33,21 +32,8 @@ import (
 // and magosctl rollout status names the spellings. (Before sources were canonical, the later
 // regions applied each commit about half a minute before us-east-1.)
 func TestOneRepositorySpelledThreeWays(t *testing.T) {
-	f, ctx := start(t)
-	ledger := filepath.Join(t.TempDir(), "ledger")
 	releases := []string{"v1", "v2", "v3"}
-	polls := map[string]time.Duration{"us-east-1": 30 * time.Second, "eu-west-1": 5 * time.Second, "ap-south-1": 5 * time.Second}
-	s, err := demo.Run(ctx, f, demo.Options{Module: ledgerModule(releases[0], ledger), PollIntervals: polls})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !s.Completed {
-		t.Fatalf("rollout did not complete:\n%s", s.Final)
-	}
-	head := workspace(t, ctx, f, f.Order[0]).Status.ObservedRevision
-	if err := waitRelease(t, ctx, f, ledger, releases[0], head); err != nil {
-		t.Fatalf("the first release: %v", err)
-	}
+	f, ctx, ledger, head := ledgerFleet(t, releases[0], map[string]time.Duration{"us-east-1": 30 * time.Second, "eu-west-1": 5 * time.Second, "ap-south-1": 5 * time.Second})
 
 	// Spell the repository and ref differently in two regions (a spec change: each runs again,
 	// at the same commit, which adds no ledger line).
@@ -97,21 +83,8 @@ func TestOneRepositorySpelledThreeWays(t *testing.T) {
 // Workspaces' status.appliedRevisions, us-east-1 was granted the previous commit and applied it:
 // a rollback nobody asked for.)
 func TestRolloutCreatedAgainMidChange(t *testing.T) {
-	f, ctx := start(t)
-	ledger := filepath.Join(t.TempDir(), "ledger")
 	releases := []string{"v1", "v2", "v3"}
-	polls := map[string]time.Duration{"us-east-1": 5 * time.Second, "eu-west-1": 60 * time.Second, "ap-south-1": 60 * time.Second}
-	s, err := demo.Run(ctx, f, demo.Options{Module: ledgerModule(releases[0], ledger), PollIntervals: polls})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !s.Completed {
-		t.Fatalf("rollout did not complete:\n%s", s.Final)
-	}
-	head := workspace(t, ctx, f, f.Order[0]).Status.ObservedRevision
-	if err := waitRelease(t, ctx, f, ledger, releases[0], head); err != nil {
-		t.Fatalf("the first release: %v", err)
-	}
+	f, ctx, ledger, _ := ledgerFleet(t, releases[0], map[string]time.Duration{"us-east-1": 5 * time.Second, "eu-west-1": 60 * time.Second, "ap-south-1": 60 * time.Second})
 	ws := workspace(t, ctx, f, "us-east-1")
 	patch := client.MergeFrom(ws.DeepCopy())
 	metav1.SetMetaDataAnnotation(&ws.ObjectMeta, keys.ReconcileInterval, "10s")

@@ -3,13 +3,18 @@ package e2e_test
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/magosfleet/magos/tools/demo"
+	"github.com/magosfleet/magos/tools/devfleet"
 )
 
 // ledgerModule is a version of the demo's root module that records each of its applies in a
@@ -64,6 +69,27 @@ output "endpoint" {
   value = "https://edge.${var.region}.example.com"
 }
 `)
+}
+
+// ledgerFleet starts a fleet, rolls the demo out with the ledger module at release (polls sets
+// each spoke's git poll interval), and waits until every region applied it. It returns the
+// ledger file and the release's commit.
+func ledgerFleet(t *testing.T, release string, polls map[string]time.Duration) (*devfleet.Fleet, context.Context, string, string) {
+	t.Helper()
+	f, ctx := start(t)
+	ledger := filepath.Join(t.TempDir(), "ledger")
+	s, err := demo.Run(ctx, f, demo.Options{Module: ledgerModule(release, ledger), PollIntervals: polls})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !s.Completed {
+		t.Fatalf("rollout did not complete:\n%s", s.Final)
+	}
+	head := workspace(t, ctx, f, f.Order[0]).Status.ObservedRevision
+	if err := waitRelease(t, ctx, f, ledger, release, head); err != nil {
+		t.Fatalf("the first release: %v", err)
+	}
+	return f, ctx, ledger, head
 }
 
 // ledgerLine is one apply recorded in the ledger.

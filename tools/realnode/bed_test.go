@@ -2,6 +2,7 @@ package realnode
 
 import (
 	"context"
+	"os"
 	"testing"
 	"time"
 
@@ -99,4 +100,34 @@ func poll(t *testing.T, ctx context.Context, timeout time.Duration, what string,
 	if err := Poll(ctx, timeout, what, cond); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// testNetwork readies the machine for nodes (kernel tunables, restored when the test ends) and
+// creates the Docker network name on subnet, removed when the test ends unless MAGOS_REAL_KEEP
+// is set. It returns the network's gateway: this machine, as the nodes reach it.
+func testNetwork(t *testing.T, ctx context.Context, name, subnet string) string {
+	t.Helper()
+	restore, err := SaveKernelTunables()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := restore(); err != nil {
+			t.Error(err)
+		}
+	})
+	gateway, err := CreateNetwork(ctx, NetworkOptions{Name: name, Subnet: subnet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if os.Getenv("MAGOS_REAL_KEEP") != "" {
+			t.Logf("MAGOS_REAL_KEEP: leaving the nodes running (docker ps --filter label=%s)", Label)
+			return
+		}
+		if err := RemoveNetwork(context.Background(), name); err != nil {
+			t.Error(err)
+		}
+	})
+	return gateway
 }

@@ -78,28 +78,7 @@ func TestProductionPath(t *testing.T) {
 	defer cancel()
 	stats := &summary{}
 
-	restore, err := SaveKernelTunables()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := restore(); err != nil {
-			t.Error(err)
-		}
-	})
-	gateway, err := CreateNetwork(ctx, NetworkOptions{Name: network, Subnet: subnet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if os.Getenv("MAGOS_REAL_KEEP") != "" {
-			t.Logf("MAGOS_REAL_KEEP: leaving the nodes running (docker ps --filter label=%s)", Label)
-			return
-		}
-		if err := RemoveNetwork(context.Background(), network); err != nil {
-			t.Error(err)
-		}
-	})
+	gateway := testNetwork(t, ctx, network, subnet)
 
 	// Two clusters, started side by side.
 	dir := t.TempDir()

@@ -140,27 +140,7 @@ func TestSingleClusterInstall(t *testing.T) {
 	defer cancel()
 	doc := readInstallDoc(t, env.RepoRoot)
 
-	restore, err := SaveKernelTunables()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := restore(); err != nil {
-			t.Error(err)
-		}
-	})
-	gateway, err := CreateNetwork(ctx, NetworkOptions{Name: singleNetwork, Subnet: singleSubnet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if os.Getenv("MAGOS_REAL_KEEP") != "" {
-			return
-		}
-		if err := RemoveNetwork(context.Background(), singleNetwork); err != nil {
-			t.Error(err)
-		}
-	})
+	gateway := testNetwork(t, ctx, singleNetwork, singleSubnet)
 	node, err := Start(ctx, Options{Name: "magos-single", Image: env.NodeImage, Network: singleNetwork, Address: singleAddr, ImagesDir: env.ImagesDir})
 	if err != nil {
 		t.Fatal(err)

@@ -74,12 +74,8 @@ func TestNewCommitsRollOutInStepOrder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var text strings.Builder
-	for _, l := range lines {
-		fmt.Fprintf(&text, "  %-10s %s %s\n", l.Region, l.Release, l.At.Format("15:04:05.000"))
-	}
 	t.Logf("ledger (poll intervals us-east-1 %s, eu-west-1 %s, ap-south-1 %s):\n%s",
-		pollIntervals["us-east-1"], pollIntervals["eu-west-1"], pollIntervals["ap-south-1"], text.String())
+		pollIntervals["us-east-1"], pollIntervals["eu-west-1"], pollIntervals["ap-south-1"], formatLedger(lines))
 	for _, tm := range timings {
 		t.Logf("%s: applied in order %s; first apply (%s) %s after the commit, last %s after",
 			tm.release, strings.Join(tm.applyOrder, " -> "), tm.first,

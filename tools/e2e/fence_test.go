@@ -217,11 +217,7 @@ func checkLedgerFile(t *testing.T, ledger string, order, releases []string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var text strings.Builder
-	for _, l := range lines {
-		fmt.Fprintf(&text, "  %-10s %s %s\n", l.Region, l.Release, l.At.Format("15:04:05.000"))
-	}
-	t.Logf("ledger:\n%s", text.String())
+	t.Logf("ledger:\n%s", formatLedger(lines))
 	for _, v := range checkLedger(lines, order, releases) {
 		t.Errorf("violation: %s", v)
 	}

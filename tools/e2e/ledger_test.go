@@ -92,6 +92,15 @@ func ledgerFleet(t *testing.T, release string, polls map[string]time.Duration) (
 	return f, ctx, ledger, head
 }
 
+// formatLedger renders ledger lines for a test's log, one apply a line.
+func formatLedger(lines []ledgerLine) string {
+	var text strings.Builder
+	for _, l := range lines {
+		fmt.Fprintf(&text, "  %-10s %s %s\n", l.Region, l.Release, l.At.Format("15:04:05.000"))
+	}
+	return text.String()
+}
+
 // ledgerLine is one apply recorded in the ledger.
 type ledgerLine struct {
 	Region, Release string

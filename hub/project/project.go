@@ -14,6 +14,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -230,15 +231,19 @@ func (r *Reconciler) reconcile(ctx context.Context, p *magosv1.Project) (ctrl.Re
 		managedByRollout.WithLabelValues(p.Namespace, p.Name).Set(1)
 		st.phase, st.reason = magosv1.PhaseReady, magosv1.ReasonManagedByRollout
 		st.message = fmt.Sprintf("Project orchestration is deferred to Rollout %s", p.Name)
-	} else if hold, wait := r.holdParallel(p); hold != "" {
+	} else if hold, wait := r.holdParallel(p, appliedBefore(snap.Workspaces, d.Members)); hold != "" {
 		// Parallel mode would release every Workspace at once: not before the Project had a
 		// chance to get its Rollout, and never by itself after its Rollout was deleted.
 		managedByRollout.WithLabelValues(p.Namespace, p.Name).Set(0)
 		st.phase, st.reason = magosv1.PhasePending, hold
-		if hold == magosv1.ReasonRolloutRemoved {
+		switch {
+		case hold == magosv1.ReasonRolloutRemoved:
 			st.message = fmt.Sprintf("Rollout %s was deleted; the Workspaces wait for a new Rollout, or for the annotation %s: %s on the Project to run them in parallel",
 				p.Name, keys.Orchestration, keys.OrchestrationParallel)
-		} else {
+		case wait == 0:
+			st.message = fmt.Sprintf("Its Workspaces applied before, under a Rollout or an earlier Project of this name (was the Project created again?): they wait for a Rollout named %s, or for the annotation %s: %s on the Project to run them in parallel",
+				p.Name, keys.Orchestration, keys.OrchestrationParallel)
+		default:
 			st.message = fmt.Sprintf("Waiting up to %s for a Rollout named %s before running the Workspaces in parallel", wait.Round(time.Second), p.Name)
 			requeue = min(requeue, wait)
 		}
@@ -264,7 +269,7 @@ func (r *Reconciler) reconcile(ctx context.Context, p *magosv1.Project) (ctrl.Re
 // parallel yet, and why: its Rollout was deleted (the Project said ManagedByRollout or
 // RolloutRemoved before), or it is younger than the grace period (then wait is what is left of
 // it). The annotation magosproject.io/orchestration: parallel lifts both.
-func (r *Reconciler) holdParallel(p *magosv1.Project) (reason string, wait time.Duration) {
+func (r *Reconciler) holdParallel(p *magosv1.Project, applied bool) (reason string, wait time.Duration) {
 	if p.Annotations[keys.Orchestration] == keys.OrchestrationParallel {
 		return "", 0
 	}
@@ -274,10 +279,25 @@ func (r *Reconciler) holdParallel(p *magosv1.Project) (reason string, wait time.
 	case magosv1.ReasonDefaultParallel:
 		return "", 0 // already running in parallel
 	}
+	if applied {
+		// A Project with no record of its mode whose Workspaces applied before: created again
+		// (perhaps by a tool replacing it, its Rollout yet to come). Never parallel by itself.
+		return magosv1.ReasonAwaitingRollout, 0
+	}
 	if left := time.Until(p.CreationTimestamp.Add(r.opts.ParallelGracePeriod)); left > 0 {
 		return magosv1.ReasonAwaitingRollout, left
 	}
 	return "", 0
+}
+
+// appliedBefore reports whether any of the Project's members has applied a commit before.
+func appliedBefore(ws []decide.Workspace, members []decide.Key) bool {
+	for _, w := range ws {
+		if w.ObservedRevision != "" && slices.Contains(members, w.Key) {
+			return true
+		}
+	}
+	return false
 }
 
 // hasRollout reports whether the Project has a Rollout (same namespace, same name).

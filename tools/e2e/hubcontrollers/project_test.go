@@ -3,6 +3,7 @@ package hubcontrollers_test
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -279,7 +280,7 @@ func TestProject(t *testing.T) {
 		w.waitApplied(t, euWest, ns, "web-extra")
 	})
 
-	t.Run("deleting a Project removes its finalizer and leaves its Workspaces alone", func(t *testing.T) {
+	t.Run("deleting a Project removes its finalizer and leaves its Workspaces alone; created again, it waits", func(t *testing.T) {
 		ns := "deletion"
 		w.Namespace(t, ns)
 		w.Workspace(t, usEast, ns, "web", "web", nil)
@@ -310,5 +311,28 @@ func TestProject(t *testing.T) {
 		if got := w.Applies(t, ns); len(got) != 1 {
 			t.Errorf("applies %v, want one", got)
 		}
+
+		// Created again, without a Rollout, over a Workspace that applied before and a new one:
+		// it waits, saying why, past its grace period, and grants nothing until asked for
+		// parallel mode. (Before, it ran the new Workspace in parallel after its grace period.)
+		fresh := key(usEast, ns, "web-2")
+		w.Workspace(t, usEast, ns, "web-2", "web", nil)
+		w.WaitMirrored(t, fresh)
+		w.CreateHub(t, projectOf(ns, "web", nil))
+		p = w.waitProject(t, ns, "web", func(p *magosv1.Project) error {
+			if p.Status.Reason != magosv1.ReasonAwaitingRollout || !strings.Contains(p.Status.Message, "applied before") {
+				return fmt.Errorf("project is %s/%s (%s), want AwaitingRollout saying its Workspaces applied before", p.Status.Phase, p.Status.Reason, p.Status.Message)
+			}
+			return nil
+		})
+		testenv.Consistently(t, 2*parallelGrace, noGrants(w.grants, fresh))
+		if got := w.waitProject(t, ns, "web", reason(magosv1.ReasonAwaitingRollout)); got.Status.Phase != magosv1.PhasePending {
+			t.Errorf("phase %s past the grace period, want Pending", got.Status.Phase)
+		}
+		patch := []byte(fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, keys.Orchestration, keys.OrchestrationParallel))
+		if err := w.f.Client("hub").Patch(w.ctx, p, client.RawPatch(types.MergePatchType, patch)); err != nil {
+			t.Fatalf("asking for parallel mode: %v", err)
+		}
+		w.granted(t, keys.GrantedByProject, fresh)
 	})
 }

@@ -120,9 +120,14 @@ type View struct {
 	// written remembers the decisions written on each Workspace and the version they were
 	// written on, until the cache shows a newer version.
 	written map[decision.Key]pending
-	// direct remembers, per direct cluster, the last time its cache was checked complete
-	// against the cluster's API server (directSyncedAt).
-	direct map[string]time.Time
+	// direct remembers, per direct cluster, its last completeness check (directSyncedAt).
+	direct map[string]directCheck
+}
+
+// directCheck is the last completeness check of a direct cluster's cache: when it ran, and the
+// time as of which the view was complete then (zero while it never was).
+type directCheck struct {
+	ran, complete time.Time
 }
 
 // pending is a decision written on a version of a Workspace.
@@ -177,7 +182,7 @@ func NewView(mgr mcmanager.Manager, opts ViewOptions) *View {
 		opts:    opts,
 		last:    map[projectRef]map[string][]seen{},
 		written: map[decision.Key]pending{},
-		direct:  map[string]time.Time{},
+		direct:  map[string]directCheck{},
 	}
 }
 
@@ -480,17 +485,20 @@ const DirectRecheck = 2 * time.Second
 // directSyncedAt is the time as of which the hub's view of a direct cluster holds every
 // Workspace of the cluster: DirectSettle before a moment taken just before a list from the
 // cluster's API server (metadata only, Workspaces that are not mirrors), at which every
-// Workspace the list returned was in the cache. A Workspace created just before a Rollout that selects it may not have
-// reached the cache when the Rollout is first decided; without this check the step would be
-// found empty (NoWorkspacesFound) on a cache that is merely behind. The result is kept for
-// DirectRecheck; while the cache is behind (or the list fails), the last time it was complete
-// stands (zero before the first), so the step waits instead. Called with v.mu held.
+// Workspace the list returned was in the cache. A Workspace created just before a Rollout that
+// selects it may not have reached the cache when the Rollout is first decided; without this
+// check the step would be found empty (NoWorkspacesFound) on a cache that is merely behind. A
+// check runs at most every DirectRecheck; while the cache is behind (or the list fails), the
+// last time it was complete stands (zero before the first), so the step waits instead. Called
+// with v.mu held.
 func (v *View) directSyncedAt(ctx context.Context, name string, cl cluster.Cluster) time.Time {
-	at := v.direct[name]
-	if cl == nil || time.Since(at) < DirectRecheck {
+	last := v.direct[name]
+	at := last.complete
+	if cl == nil || time.Since(last.ran) < DirectRecheck {
 		return at
 	}
 	start := time.Now()
+	v.direct[name] = directCheck{ran: start, complete: at}
 	live := &metav1.PartialObjectMetadataList{}
 	live.SetGroupVersionKind(magosv1.GroupVersion.WithKind("WorkspaceList"))
 	if err := cl.GetAPIReader().List(ctx, live, client.MatchingLabelsSelector{Selector: fleet.NotMirrorSelector()}); err != nil {
@@ -511,8 +519,8 @@ func (v *View) directSyncedAt(ctx context.Context, name string, cl cluster.Clust
 			return at
 		}
 	}
-	v.direct[name] = start.Add(-DirectSettle)
-	return v.direct[name]
+	v.direct[name] = directCheck{ran: start, complete: start.Add(-DirectSettle)}
+	return start.Add(-DirectSettle)
 }
 
 // DirectSettle is how long after a change a direct cluster's view counts as complete: a

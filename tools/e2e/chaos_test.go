@@ -202,6 +202,28 @@ func inject(ctx context.Context, f *devfleet.Fleet, w *watcher, ft fault) (heale
 	return time.Now(), what, err
 }
 
+// keepChaosRun copies what a failing chaos run leaves to understand it, out of the test's
+// temporary folder and into a new folder under the system's temporary directory, which it
+// returns: the fleet's logs (every hub replica, agent and API server), the ledger, and
+// violations.txt with the seed and every violation. The schedule of each trial and every
+// observer's report are in the test's own output, which names the folder.
+func keepChaosRun(fleetDir string, seed uint64, violations []string) (string, error) {
+	kept, err := os.MkdirTemp("", fmt.Sprintf("magos-chaos-%d-", seed))
+	if err != nil {
+		return "", err
+	}
+	if err := os.CopyFS(filepath.Join(kept, "logs"), os.DirFS(filepath.Join(fleetDir, "logs"))); err != nil {
+		return kept, fmt.Errorf("copying the logs: %w", err)
+	}
+	if raw, err := os.ReadFile(filepath.Join(fleetDir, "ledger")); err == nil {
+		if err := os.WriteFile(filepath.Join(kept, "ledger"), raw, 0o644); err != nil {
+			return kept, err
+		}
+	}
+	text := fmt.Sprintf("seed %d (rerun with %s=%d)\n\n%s\n", seed, envChaosSeed, seed, strings.Join(violations, "\n\n"))
+	return kept, os.WriteFile(filepath.Join(kept, "violations.txt"), []byte(text), 0o644)
+}
+
 // replayGrant writes on the hub's mirror of cluster's Workspace, with the hub's admin client, a
 // grant of an earlier run of that Workspace (the latest run the watcher saw granted or running
 // that is not the mirror's current run, preferably not its granted one either):
@@ -615,6 +637,8 @@ func TestChaos(t *testing.T) {
 		violations []string
 		resumes    = map[string][]time.Duration{} // by fault kind
 		ran        int
+		// fleetDir is the fleet's folder (logs, ledger), read by report once the fleet stopped.
+		fleetDir string
 	)
 	report := func() {
 		var byKind []string
@@ -638,6 +662,13 @@ func TestChaos(t *testing.T) {
 		}
 		for _, v := range violations {
 			t.Errorf("violation: %s", v)
+		}
+		if len(violations) > 0 && fleetDir != "" {
+			if kept, err := keepChaosRun(fleetDir, seed, violations); err != nil {
+				t.Errorf("keeping the failing run's logs: %v", err)
+			} else {
+				t.Logf("chaos: the failing run's logs (hubs, agents, API servers), ledger and violations are kept in %s", kept)
+			}
 		}
 		line := fmt.Sprintf("chaos: trials=%d faults=%d violations=%d seed=%d", ran, total, len(violations), seed)
 		t.Log(line)
@@ -666,6 +697,7 @@ func TestChaos(t *testing.T) {
 			t.Errorf("stopping the fleet: %v", err)
 		}
 	}()
+	fleetDir = f.Dir
 	ledger := filepath.Join(f.Dir, "ledger")
 	s, err := demo.Run(ctx, f, demo.Options{Module: ledgerModule("v1", ledger), PollIntervals: chaosPollIntervals})
 	if err != nil || !s.Completed {
@@ -954,5 +986,34 @@ ap-south-1 t3c1 8
 				t.Errorf("judgeReport: violation %q, ambiguous %q; want violation %v, ambiguous %v", v, a, tc.violation, tc.amb)
 			}
 		})
+	}
+}
+
+// TestKeepChaosRun: a failing chaos run's logs, ledger and violations are copied out of the
+// test's temporary folder into a folder of their own.
+func TestKeepChaosRun(t *testing.T) {
+	fleet := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(fleet, "logs"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, body := range map[string]string{"logs/hub.log": "hub says\n", "logs/agent-eu-west-1.log": "agent says\n", "ledger": "eu-west-1 v2 1\n"} {
+		if err := os.WriteFile(filepath.Join(fleet, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	kept, err := keepChaosRun(fleet, 42, []string{"trial 1 (seed 42): ledger: eu-west-1 v2: applied before us-east-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(kept)
+	for name, want := range map[string]string{"logs/hub.log": "hub says", "logs/agent-eu-west-1.log": "agent says",
+		"ledger": "eu-west-1 v2", "violations.txt": "applied before us-east-1"} {
+		raw, err := os.ReadFile(filepath.Join(kept, name))
+		if err != nil || !strings.Contains(string(raw), want) {
+			t.Errorf("%s in %s: %q (%v), want it to hold %q", name, kept, raw, err, want)
+		}
+	}
+	if raw, _ := os.ReadFile(filepath.Join(kept, "violations.txt")); !strings.Contains(string(raw), envChaosSeed+"=42") {
+		t.Errorf("violations.txt does not say how to rerun: %q", raw)
 	}
 }

@@ -23,6 +23,7 @@ var mirrorLabels = []string{keys.Mirror, keys.Cluster, keys.OriginNamespace, key
 func FromWorkspace(cluster string, ws *magosv1.Workspace) Workspace {
 	o := mirror.OriginOf(cluster, ws)
 	ann := ws.Annotations
+	src := SourceOf(ws.Spec.Source.RepoURL, ws.Spec.Source.TargetRevision)
 	return Workspace{
 		Key:                Key{Cluster: o.Cluster, Namespace: o.Namespace, Name: o.Name},
 		Labels:             ownLabels(ws),
@@ -32,9 +33,9 @@ func FromWorkspace(cluster string, ws *magosv1.Workspace) Workspace {
 		Generation:         o.Generation,
 		ObservedGeneration: ws.Status.ObservedGeneration,
 		RunID:              ws.Status.CurrentRunID,
-		Source:             SourceOf(ws.Spec.Source.RepoURL, ws.Spec.Source.TargetRevision),
+		Source:             src,
 		Spelling:           spelling(ws.Spec.Source),
-		Order:              orderOf(ws),
+		Order:              orderOf(ws, src),
 		ObservedRevision:   ws.Status.ObservedRevision,
 		CurrentRevision:    ws.Status.CurrentRevision,
 		DetectedRevision:   ann[keys.DetectedRevision],
@@ -64,13 +65,14 @@ func spelling(src magosv1.Source) string {
 	return src.RepoURL + "@" + src.TargetRevision
 }
 
-// orderOf is the order in which the Workspace saw the commits of its source (Workspace.Order):
-// the commits it applied from its current source, oldest first, then a detected revision other
-// than the one last applied (the agent saw the ref there after its last run started: a detection
-// older than that is consumed when the run starts). A commit appears once, at its last place.
-func orderOf(ws *magosv1.Workspace) []string {
+// orderOf is the order in which the Workspace saw the commits of its source src (its canonical
+// Source; Workspace.Order): the commits it applied from that source, oldest first, then a
+// detected revision other than the one last applied (the agent saw the ref there after its last
+// run started: a detection older than that is consumed when the run starts). A commit appears
+// once, at its last place.
+func orderOf(ws *magosv1.Workspace, src Source) []string {
 	var out []string
-	if a := ws.Status.AppliedRevisions; a != nil && a.Source == gitrepo.CanonicalSource(ws.Spec.Source.RepoURL, ws.Spec.Source.TargetRevision) {
+	if a := ws.Status.AppliedRevisions; a != nil && src.RepoURL != "" && a.Source == gitrepo.SourceKey(src.RepoURL, src.Ref) {
 		out = append(out, a.Commits...)
 	}
 	if d := ws.Annotations[keys.DetectedRevision]; d != "" && d != ws.Status.ObservedRevision {

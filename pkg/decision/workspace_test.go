@@ -2,9 +2,11 @@ package decision
 
 import (
 	"reflect"
+	"slices"
 	"testing"
 
 	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
+	"github.com/magosfleet/magos/pkg/gitrepo"
 	"github.com/magosfleet/magos/pkg/keys"
 	"github.com/magosfleet/magos/pkg/mirror"
 )
@@ -117,5 +119,27 @@ func TestWorkspaceStates(t *testing.T) {
 				t.Fatalf("grantable without a run")
 			}
 		})
+	}
+}
+
+// TestFromWorkspaceOrder: Order is the Workspace's applied commits of its current source (as the
+// agent keys them, gitrepo.CanonicalSource, whatever the spelling), then a detection other than
+// the commit last applied; applied commits of another source do not count.
+func TestFromWorkspaceOrder(t *testing.T) {
+	ws := &magosv1.Workspace{}
+	ws.Spec.Source = magosv1.Source{RepoURL: "git@example.com:org/infra.git", TargetRevision: "refs/heads/main"}
+	ws.Status.ObservedRevision = "c2"
+	ws.Annotations = map[string]string{keys.DetectedRevision: "c3"}
+	for _, tc := range []struct {
+		source string
+		want   []string
+	}{
+		{gitrepo.CanonicalSource("https://example.com/org/infra", "main"), []string{"c1", "c2", "c3"}},
+		{gitrepo.CanonicalSource("https://example.com/org/infra", "release"), []string{"c3"}},
+	} {
+		ws.Status.AppliedRevisions = &magosv1.AppliedRevisions{Source: tc.source, Commits: []string{"c1", "c2"}}
+		if got := FromWorkspace("c", ws).Order; !slices.Equal(got, tc.want) {
+			t.Errorf("applied %v of %s: Order %v, want %v", ws.Status.AppliedRevisions.Commits, tc.source, got, tc.want)
+		}
 	}
 }

@@ -116,5 +116,11 @@ func CanonicalRef(ref string) string {
 // CanonicalSource is the canonical spelling of a repository and ref together,
 // "<CanonicalURL>@<CanonicalRef>": equal for every spelling of one source.
 func CanonicalSource(repoURL, ref string) string {
-	return CanonicalURL(repoURL) + "@" + CanonicalRef(ref)
+	return SourceKey(CanonicalURL(repoURL), CanonicalRef(ref))
+}
+
+// SourceKey joins a repository and ref that are already canonical into CanonicalSource's form,
+// for callers that hold them canonical already.
+func SourceKey(canonicalURL, canonicalRef string) string {
+	return canonicalURL + "@" + canonicalRef
 }

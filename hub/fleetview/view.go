@@ -120,6 +120,8 @@ type View struct {
 	// written remembers the decisions written on each Workspace and the version they were
 	// written on, until the cache shows a newer version.
 	written map[decision.Key]pending
+	// directMu guards direct, which the concurrent reads of direct clusters share.
+	directMu sync.Mutex
 	// direct remembers, per direct cluster, its last completeness check (directSyncedAt).
 	direct map[string]directCheck
 }
@@ -192,6 +194,9 @@ type clusterRead struct {
 	rejected  []Refusal
 	err       error
 	notEngage bool
+	// syncedAt is, for a direct cluster, the time as of which its cache was found complete
+	// (directSyncedAt).
+	syncedAt time.Time
 }
 
 // maxDirectReads bounds how many direct clusters a Snapshot reads at once.
@@ -254,7 +259,7 @@ func (v *View) Snapshot(ctx context.Context, namespace, project string) (*Snapsh
 		v.last[pr] = last
 	}
 	live := make(map[string]bool, len(reads))
-	marks := &watermarks{hub: v.hub, view: v}
+	marks := &watermarks{hub: v.hub}
 	for i := range registered.Items {
 		c, r := &registered.Items[i], reads[i]
 		answered := !r.notEngage && r.err == nil
@@ -300,7 +305,7 @@ func (v *View) Snapshot(ctx context.Context, namespace, project string) (*Snapsh
 			rc.Reason = ReasonNotSynced
 		}
 		if rc.Synced {
-			rc.SyncedAt = marks.syncedAt(ctx, c, r.cl)
+			rc.SyncedAt = marks.syncedAt(ctx, c, r)
 		}
 		s.Clusters[c.Name] = rc
 		for _, f := range found {
@@ -442,6 +447,7 @@ func (v *View) readDirect(ctx context.Context, c *magosv1.Cluster, namespace, pr
 		r.seen = append(r.seen, seen{ws: decision.FromWorkspace(c.Name, ws),
 			target: Target{Cluster: c.Name, Namespace: ws.Namespace, Name: ws.Name, Workspace: ws}})
 	}
+	r.syncedAt = v.directSyncedAt(ctx, c.Name, cl)
 	return r
 }
 
@@ -459,7 +465,6 @@ func member(ws *magosv1.Workspace, namespace, project string, agent bool) bool {
 // thousand clusters.
 type watermarks struct {
 	hub  client.Reader
-	view *View
 	read bool
 	// at is the watermark by hub namespace, for the namespaces not being deleted.
 	at map[string]time.Time
@@ -467,10 +472,10 @@ type watermarks struct {
 
 // syncedAt is the time as of which the hub's view of a cluster's Workspaces is complete: for an
 // agent cluster the completeness watermark on the agent's Lease (zero when it has none), for a
-// direct cluster the last time its cache was checked against its API server (directSyncedAt).
-func (w *watermarks) syncedAt(ctx context.Context, c *magosv1.Cluster, cl cluster.Cluster) time.Time {
+// direct cluster what its read found (directSyncedAt, checked while reading it).
+func (w *watermarks) syncedAt(ctx context.Context, c *magosv1.Cluster, r clusterRead) time.Time {
 	if c.Spec.Transport == magosv1.TransportDirect {
-		return w.view.directSyncedAt(ctx, c.Name, cl)
+		return r.syncedAt
 	}
 	if !w.read {
 		w.read, w.at = true, readWatermarks(ctx, w.hub)
@@ -489,16 +494,19 @@ const DirectRecheck = 2 * time.Second
 // selects it may not have reached the cache when the Rollout is first decided; without this
 // check the step would be found empty (NoWorkspacesFound) on a cache that is merely behind. A
 // check runs at most every DirectRecheck; while the cache is behind (or the list fails), the
-// last time it was complete stands (zero before the first), so the step waits instead. Called
-// with v.mu held.
+// last time it was complete stands (zero before the first), so the step waits instead. It runs
+// with the cluster's read, outside v.mu: a slow API server holds up no other decision.
 func (v *View) directSyncedAt(ctx context.Context, name string, cl cluster.Cluster) time.Time {
+	v.directMu.Lock()
 	last := v.direct[name]
 	at := last.complete
 	if cl == nil || time.Since(last.ran) < DirectRecheck {
+		v.directMu.Unlock()
 		return at
 	}
 	start := time.Now()
-	v.direct[name] = directCheck{ran: start, complete: at}
+	v.direct[name] = directCheck{ran: start, complete: at} // one check at a time per cluster
+	v.directMu.Unlock()
 	live := &metav1.PartialObjectMetadataList{}
 	live.SetGroupVersionKind(magosv1.GroupVersion.WithKind("WorkspaceList"))
 	if err := cl.GetAPIReader().List(ctx, live, client.MatchingLabelsSelector{Selector: fleet.NotMirrorSelector()}); err != nil {
@@ -519,8 +527,11 @@ func (v *View) directSyncedAt(ctx context.Context, name string, cl cluster.Clust
 			return at
 		}
 	}
-	v.direct[name] = directCheck{ran: start, complete: start.Add(-DirectSettle)}
-	return start.Add(-DirectSettle)
+	complete := start.Add(-DirectSettle)
+	v.directMu.Lock()
+	v.direct[name] = directCheck{ran: start, complete: complete}
+	v.directMu.Unlock()
+	return complete
 }
 
 // DirectSettle is how long after a change a direct cluster's view counts as complete: a

@@ -67,6 +67,11 @@ type WriteRefusal struct {
 	Message string
 }
 
+// String says what was refused, for the Event and the Degraded condition alike.
+func (r WriteRefusal) String() string {
+	return fmt.Sprintf("The API server refused the hub's decision for %s: %s", r.Key, r.Message)
+}
+
 // EventGrantRefused is the reason of the Warning Event, and of the Degraded condition, on the
 // Rollout or Project whose decision an API server refused as forbidden.
 const EventGrantRefused = "GrantRefused"
@@ -82,8 +87,7 @@ func SetRefusedCondition(conditions *[]metav1.Condition, out Outcome, generation
 		}
 		return
 	}
-	first := out.Refused[0]
-	msg := fmt.Sprintf("The API server refused the hub's decision for %s: %s", first.Key, first.Message)
+	msg := out.Refused[0].String()
 	if n := len(out.Refused) - 1; n > 0 {
 		msg += fmt.Sprintf(" (and %d more Workspace(s))", n)
 	}
@@ -158,10 +162,7 @@ func (s *Snapshot) Write(ctx context.Context, d decision.Decision, opts WriteOpt
 	sortChanges(out.Revoked)
 	slices.SortFunc(out.Refused, func(a, b WriteRefusal) int { return strings.Compare(a.Key.String(), b.Key.String()) })
 	for _, r := range out.Refused {
-		if opts.Recorder != nil && opts.Regarding != nil {
-			opts.Recorder.Eventf(opts.Regarding, nil, corev1.EventTypeWarning, EventGrantRefused, "Grant",
-				"The API server refused the hub's decision for %s: %s", r.Key.String(), r.Message)
-		}
+		recordEvent(opts, nil, corev1.EventTypeWarning, EventGrantRefused, "Grant", "%s", r.String())
 	}
 
 	now := time.Now()

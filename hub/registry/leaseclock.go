@@ -61,6 +61,17 @@ func (c *leaseClock) observe(l *coordinationv1.Lease, now time.Time) time.Time {
 	return s.at
 }
 
+// expires returns when the renewal the hub last saw of the Lease in namespace expires, without
+// observing anything (zero when it has seen none).
+func (c *leaseClock) expires(namespace string, d time.Duration) time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if at := c.seen[namespace].at; !at.IsZero() {
+		return at.Add(d)
+	}
+	return time.Time{}
+}
+
 // forget drops a deleted Lease.
 func (c *leaseClock) forget(namespace string) {
 	c.mu.Lock()

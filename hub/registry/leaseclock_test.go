@@ -50,8 +50,18 @@ func TestLeaseClock(t *testing.T) {
 			}
 		})
 	}
-	// A new holder (another agent replica) counts as a renewal.
+	// expires reads what the hub saw without observing: nothing before a renewal was seen.
 	c := newLeaseClock()
+	c.times(lease("a-0", hub), hub)
+	if e := c.expires("magos-cluster-a", 40*time.Second); !e.IsZero() {
+		t.Fatalf("expires before any renewal seen: %v, want zero", e)
+	}
+	c.times(lease("a-0", hub.Add(time.Minute)), hub.Add(2*time.Second))
+	if e := c.expires("magos-cluster-a", 40*time.Second); !e.Equal(hub.Add(42 * time.Second)) {
+		t.Fatalf("expires %v, want 40s after the hub saw the renewal (%v)", e, hub.Add(42*time.Second))
+	}
+	// A new holder (another agent replica) counts as a renewal.
+	c = newLeaseClock()
 	c.times(lease("a-0", hub), hub)
 	if _, e := c.times(lease("a-1", hub), hub.Add(time.Second)); e.IsZero() {
 		t.Fatal("a new holder with the same renew time is not a renewal")

@@ -102,8 +102,9 @@ func (r *Registry) leaseChanged() predicate.Funcs {
 			if !okOld || !okNew {
 				return true
 			}
+			// Expired (or never seen renewed) as the hub last saw it, before this renewal.
 			now := time.Now()
-			_, expires := r.leases.times(old, now)
+			expires := r.leases.expires(old.Namespace, leaseDuration(old))
 			r.leases.observe(cur, now)
 			if !now.Before(expires) {
 				return true
@@ -224,11 +225,9 @@ func (r *Registry) reconcileStatus(ctx context.Context, req reconcile.Request) (
 					renewed.UTC().Format(time.RFC3339), expires.UTC().Format(time.RFC3339))
 			}
 			flipped := wasAvailable != (available.Status == metav1.ConditionTrue)
-			if renewed.IsZero() {
-				renewed = now
-			}
-			if st.LastHeartbeatTime == nil || flipped || renewed.Sub(st.LastHeartbeatTime.Time) >= heartbeatGranularity ||
-				renewed.Before(st.LastHeartbeatTime.Time) || acquiredSince(lease, st.LastHeartbeatTime.Time) {
+			// The heartbeat shown is a renewal the hub saw: none yet keeps the one shown before.
+			if !renewed.IsZero() && (st.LastHeartbeatTime == nil || flipped || renewed.Sub(st.LastHeartbeatTime.Time) >= heartbeatGranularity ||
+				renewed.Before(st.LastHeartbeatTime.Time) || acquiredSince(lease, st.LastHeartbeatTime.Time)) {
 				st.LastHeartbeatTime = &metav1.Time{Time: renewed.Truncate(time.Second)}
 			}
 			st.AgentVersion = lease.Annotations[keys.AgentVersion]

@@ -14,8 +14,12 @@ import (
 // it observed them change).
 //
 // The first sight of a Lease (a new agent, or every Lease when the hub starts) shows no renewal
-// yet: the cluster counts as live from the first renewal the hub sees, within the agent's renew
-// period, never on the strength of a time the agent wrote.
+// yet: never on the strength of a time the agent wrote does a cluster turn live. What a hub
+// that starts (or takes over from another replica) does with a cluster that the Cluster's status
+// already shows live is the status controller's (see reconcileStatus): it keeps it live for one
+// lease duration from the first sight, as Kubernetes' node lifecycle controller grants a node a
+// grace period from when it first observes it, so that a hub restart or a leader change does not
+// turn every cluster silent and back.
 type leaseClock struct {
 	mu   sync.Mutex
 	seen map[string]leaseSeen
@@ -26,6 +30,8 @@ type leaseClock struct {
 type leaseSeen struct {
 	mark string
 	at   time.Time
+	// first is when the hub first saw the Lease, on its own clock.
+	first time.Time
 }
 
 func newLeaseClock() *leaseClock { return &leaseClock{seen: map[string]leaseSeen{}} }
@@ -53,9 +59,9 @@ func (c *leaseClock) observe(l *coordinationv1.Lease, now time.Time) time.Time {
 	s, ok := c.seen[key]
 	switch {
 	case !ok:
-		s = leaseSeen{mark: mark}
+		s = leaseSeen{mark: mark, first: now}
 	case s.mark != mark:
-		s = leaseSeen{mark: mark, at: now}
+		s = leaseSeen{mark: mark, at: now, first: s.first}
 	}
 	c.seen[key] = s
 	return s.at
@@ -70,6 +76,13 @@ func (c *leaseClock) expires(namespace string, d time.Duration) time.Time {
 		return at.Add(d)
 	}
 	return time.Time{}
+}
+
+// firstSeen returns when the hub first saw the Lease in namespace (zero when it has not).
+func (c *leaseClock) firstSeen(namespace string) time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.seen[namespace].first
 }
 
 // forget drops a deleted Lease.

@@ -60,6 +60,10 @@ func TestLeaseClock(t *testing.T) {
 	if e := c.expires("magos-cluster-a", 40*time.Second); !e.Equal(hub.Add(42 * time.Second)) {
 		t.Fatalf("expires %v, want 40s after the hub saw the renewal (%v)", e, hub.Add(42*time.Second))
 	}
+	// firstSeen is the hub's first sight, kept across renewals.
+	if f := c.firstSeen("magos-cluster-a"); !f.Equal(hub) {
+		t.Fatalf("firstSeen %v, want the first sight %v", f, hub)
+	}
 	// A new holder (another agent replica) counts as a renewal.
 	c = newLeaseClock()
 	c.times(lease("a-0", hub), hub)

@@ -125,6 +125,13 @@ func (c *configDir) write(body string) {
 // mutate, if any, changes its options first.
 func startHub(t testing.TB, file string, mutate ...func(*app.Options)) *app.Hub {
 	t.Helper()
+	hub, _ := runHub(t, file, mutate...)
+	return hub
+}
+
+// runHub is startHub that also returns how to stop the hub before the test ends.
+func runHub(t testing.TB, file string, mutate ...func(*app.Options)) (*app.Hub, func()) {
+	t.Helper()
 	cfg, err := registry.LoadConfig(file, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -147,8 +154,8 @@ func startHub(t testing.TB, file string, mutate ...func(*app.Options)) *app.Hub 
 	if err != nil {
 		t.Fatal(err)
 	}
-	testenv.Background(t, context.Background(), "hub", hub.Manager.Start)
-	return hub
+	stop := testenv.Background(t, context.Background(), "hub", hub.Manager.Start)
+	return hub, stop
 }
 
 func clusterYAML(entries ...string) string {
@@ -1068,5 +1075,79 @@ func TestHeartbeatClockSkew(t *testing.T) {
 	}
 	if err := wantCondition("behind", magosv1.ConditionAvailable, metav1.ConditionTrue, magosv1.ReasonAgentHeartbeating)(); err != nil {
 		t.Errorf("the agent behind, renewing: %v", err)
+	}
+}
+
+// TestHubRestartKeepsLiveClustersLive: a hub that starts (a restart, or a standby taking over
+// as leader) has seen no renewal of any agent's Lease yet. A cluster the hub before it judged
+// live, whose agent keeps renewing, stays Available through the restart: the new hub gives it
+// one lease duration to see a renewal instead of turning it silent at once (which revoked the
+// fleet's grants on every leader change and granted them again a moment later; fails without
+// the grace in reconcileStatus). A cluster whose agent stopped renewing still turns silent,
+// within a lease duration of the new hub's start.
+func TestHubRestartKeepsLiveClustersLive(t *testing.T) {
+	ctx := context.Background()
+	cfg := newConfigDir(t, clusterYAML(agentEntry("steady", ""), agentEntry("gone", "")))
+	_, stopFirst := runHub(t, cfg.file())
+	for _, name := range []string{"steady", "gone"} {
+		testenv.Eventually(t, 60*time.Second, func() error {
+			return env.Hub.Client.Get(ctx, client.ObjectKey{Name: mirror.Namespace(name)}, &corev1.Namespace{})
+		})
+	}
+	renew := func(name string) error {
+		return renewLease(ctx, env.Hub.Client, mirror.Namespace(name), name+"/agent", 4, nil)
+	}
+	testenv.Eventually(t, 60*time.Second, func() error {
+		for _, name := range []string{"steady", "gone"} {
+			if err := renew(name); err != nil {
+				return err
+			}
+			if err := wantCondition(name, magosv1.ConditionAvailable, metav1.ConditionTrue, magosv1.ReasonAgentHeartbeating)(); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	stopFirst()
+
+	// From here an observer of its own watches steady's Cluster for any Available other than True.
+	wc, err := client.NewWithWatch(env.Hub.Config, client.Options{Scheme: magosscheme.New()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	w, err := wc.Watch(wctx, &magosv1.ClusterList{}, client.MatchingFields{"metadata.name": "steady"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var flips atomic.Int32
+	var lastFlip atomic.Value
+	go func() {
+		for ev := range w.ResultChan() {
+			if cl, ok := ev.Object.(*magosv1.Cluster); ok && !meta.IsStatusConditionTrue(cl.Status.Conditions, magosv1.ConditionAvailable) {
+				flips.Add(1)
+				lastFlip.Store(fmt.Sprint(meta.FindStatusCondition(cl.Status.Conditions, magosv1.ConditionAvailable)))
+			}
+		}
+	}()
+
+	if err := renew("steady"); err != nil {
+		t.Fatal(err)
+	}
+	started := time.Now()
+	startHub(t, cfg.file())
+	// steady renews every second (its Lease lasts 4 s) for three lease durations; gone never again.
+	for time.Since(started) < 12*time.Second {
+		if err := renew("steady"); err != nil {
+			t.Fatal(err)
+		}
+		<-time.After(time.Second) // the agent's pace, not a synchronisation
+	}
+	if n := flips.Load(); n > 0 {
+		t.Errorf("the renewing cluster turned unavailable %d times across the hub's restart, last: %v", n, lastFlip.Load())
+	}
+	if err := wantCondition("gone", magosv1.ConditionAvailable, metav1.ConditionFalse, magosv1.ReasonAgentSilent)(); err != nil {
+		t.Errorf("12 s after the restart, the cluster whose agent stopped renewing (its Lease lasts 4 s): %v", err)
 	}
 }

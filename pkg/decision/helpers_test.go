@@ -159,6 +159,9 @@ type fleet struct {
 	// appliedOrder is what each Workspace's status.appliedRevisions holds, as the agent keeps it
 	// (appendApplied); decide derives Workspace.Order from it, as FromWorkspace does.
 	appliedOrder map[Key][]string
+	// stale are the Workspaces whose mirror lags: the hub decides on the copy kept here, not on
+	// what the spoke holds now (a grant it writes names the run it saw).
+	stale map[Key]Workspace
 }
 
 // appendApplied records an apply of commit in the Workspace's applied order, as the agent
@@ -205,7 +208,16 @@ type applied struct {
 }
 
 func (f *fleet) input() Input {
-	return Input{Namespace: testNamespace, Project: testProject, Rollout: f.rollout, Workspaces: f.ws, Clusters: f.clusters, Now: f.now}
+	ws := f.ws
+	if len(f.stale) > 0 {
+		ws = slices.Clone(f.ws)
+		for i := range ws {
+			if old, ok := f.stale[ws[i].Key]; ok {
+				ws[i] = old
+			}
+		}
+	}
+	return Input{Namespace: testNamespace, Project: testProject, Rollout: f.rollout, Workspaces: ws, Clusters: f.clusters, Now: f.now}
 }
 
 // poll is the agent of the Workspace's cluster polling the ref and seeing it at commit at

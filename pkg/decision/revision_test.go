@@ -456,3 +456,147 @@ func checkApplies(t *testing.T, trial int, f *fleet, stepOf map[Key]int, last st
 		t.Fatalf("trial %d: nobody applied %s", trial, last)
 	}
 }
+
+// TestDecideRandomFleetLife runs random fleets through the ordinary life of a real one while
+// new commits roll out: several Workspaces per cluster and per step, agents whose clocks run up
+// to ten minutes ahead or behind (their detected-at), Workspaces that re-plan on their schedule,
+// mirrors that lag (the hub decides on what a Workspace was a few rounds ago), and the Rollout deleted and created
+// again (its status gone) or restored from an older backup at random moments. Whatever happens,
+// every Workspace's applied commits never go back to an older one, each commit's first applies
+// keep step order, and the fleet ends Applied at the last commit.
+func TestDecideRandomFleetLife(t *testing.T) {
+	rng := rand.New(rand.NewSource(20261206))
+	regions := []string{"us-east-1", "eu-west-1", "ap-south-1", "sa-east-1"}
+	tally := map[string]int{}
+	for trial := 0; trial < 300; trial++ {
+		f := &fleet{t: t, rollout: rolloutOf(), clusters: map[string]Cluster{}, stale: map[Key]Workspace{}}
+		nSteps := 2 + rng.Intn(3)
+		for s := 0; s < nSteps; s++ {
+			f.rollout.Spec.Strategy.Steps = append(f.rollout.Spec.Strategy.Steps, stepSpec(regions[s], "region", regions[s]))
+		}
+		skew := map[string]time.Duration{}
+		for c := 0; c < 2+rng.Intn(3); c++ {
+			cluster := fmt.Sprintf("c%d", c)
+			f.clusters[cluster] = Cluster{Name: cluster, Available: true, Synced: true}
+			skew[cluster] = time.Duration(rng.Intn(1201)-600) * time.Second
+		}
+		stepOf := map[Key]int{}
+		for i := 0; i < 2*nSteps+rng.Intn(6); i++ {
+			s := i % nSteps
+			key := k(fmt.Sprintf("c%d", rng.Intn(len(f.clusters))), fmt.Sprintf("w%d", i))
+			f.ws = append(f.ws, newWS(key.Cluster, key.Name, "region", regions[s]).with(appliedOK))
+			stepOf[key] = s
+		}
+		f.walk()
+		var backup *magosv1.RolloutStatus
+		now := t0
+		commits := 2 + rng.Intn(3)
+		for c := 2; c < 2+commits; c++ {
+			commit := fmt.Sprintf("rev-%d", c)
+			f.head = commit
+			polled := map[Key]bool{}
+			for round := 0; round < 200 && len(polled) < len(f.ws); round++ {
+				now = now.Add(time.Second)
+				f.now = now
+				for _, w := range f.ws {
+					at := now.Add(skew[w.Key.Cluster])
+					switch r := rng.Intn(40); {
+					case !polled[w.Key] && r < 10:
+						f.poll(w.Key, commit, at)
+						polled[w.Key] = true
+					case r == 10 && f.stale[w.Key].Key == (Key{}):
+						// The mirror starts lagging: the hub sees the Workspace as it is now for
+						// a few rounds, whatever it does meanwhile.
+						f.syncOrder()
+						f.stale[w.Key] = *f.get(w.Key)
+						tally["lagging mirror"]++
+					case r < 16 && f.stale[w.Key].Key != (Key{}):
+						delete(f.stale, w.Key)
+					case r == 11 && f.get(w.Key).Phase == magosv1.PhaseApplied:
+						f.reset(w.Key, magosv1.ReasonScheduledReconcile)
+						tally["re-plan"]++
+					}
+				}
+				switch r := rng.Intn(60); {
+				case r == 0:
+					backup = f.rollout.Status.DeepCopy()
+				case r == 1:
+					ro := f.rollout.DeepCopy()
+					ro.Status = magosv1.RolloutStatus{}
+					f.rollout = ro
+					tally["re-created"]++
+				case (r == 2 || r == 3) && backup != nil:
+					ro := f.rollout.DeepCopy()
+					ro.Status = *backup.DeepCopy()
+					f.rollout = ro
+					tally["restored"]++
+				}
+				f.decide()
+				f.start()
+				if rng.Intn(2) == 0 {
+					f.finish()
+				}
+			}
+			clear(f.stale)
+			for _, w := range f.ws {
+				f.poll(w.Key, commit, now.Add(time.Second).Add(skew[w.Key.Cluster]))
+			}
+			f.walk()
+		}
+		checkNeverBack(t, trial, f, stepOf, fmt.Sprintf("rev-%d", 1+commits))
+	}
+	t.Logf("events across the random fleets: %v", tally)
+	for _, e := range []string{"lagging mirror", "re-plan", "re-created", "restored"} {
+		if tally[e] < 50 {
+			t.Errorf("only %d random fleets saw %q: %v", tally[e], e, tally)
+		}
+	}
+}
+
+// checkNeverBack checks a fleet's applies: no Workspace ever applies a commit older than one it
+// applied before (re-applying the same commit, a re-plan, is allowed), the first apply of each
+// commit by each Workspace keeps step order, and every Workspace ends Applied at last. Commits
+// are rev-N, ordered by N: the checker's own knowledge, not the package's.
+func checkNeverBack(t *testing.T, trial int, f *fleet, stepOf map[Key]int, last string) {
+	t.Helper()
+	num := func(c string) int {
+		var n int
+		if _, err := fmt.Sscanf(c, "rev-%d", &n); err != nil {
+			t.Fatalf("commit %q: %v", c, err)
+		}
+		return n
+	}
+	newest := map[Key]int{}
+	first := map[applied]bool{}
+	doneBy := map[string]map[int]int{}
+	size := map[int]int{}
+	for _, s := range stepOf {
+		size[s]++
+	}
+	for _, a := range f.applies {
+		n := num(a.commit)
+		if n < newest[a.key] {
+			t.Fatalf("trial %d: %s applied %s after rev-%d: an applied commit went back: %v", trial, a.key, a.commit, newest[a.key], f.applies)
+		}
+		newest[a.key] = n
+		if first[a] {
+			continue
+		}
+		first[a] = true
+		s := stepOf[a.key]
+		if doneBy[a.commit] == nil {
+			doneBy[a.commit] = map[int]int{}
+		}
+		for earlier := 0; earlier < s; earlier++ {
+			if doneBy[a.commit][earlier] < size[earlier] && a.commit != "rev-1" {
+				t.Fatalf("trial %d: %s (step %d) applied %s before step %d was done: %v", trial, a.key, s, a.commit, earlier, f.applies)
+			}
+		}
+		doneBy[a.commit][s]++
+	}
+	for _, w := range f.ws {
+		if w.Phase != magosv1.PhaseApplied || w.ObservedRevision != last {
+			t.Fatalf("trial %d: %s ended %s at %q, want Applied at %s: %+v\n%+v", trial, w.Key, w.Phase, w.ObservedRevision, last, w, Decide(f.input()))
+		}
+	}
+}

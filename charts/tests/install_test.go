@@ -223,6 +223,8 @@ func checkAccess(ctx context.Context, t *testing.T, cs kubernetes.Interface) {
 	}{
 		{"magos-agent", "payments", "create", "batch", "jobs", "", "", true},
 		{"magos-agent", "payments", "patch", "magosproject.io", "workspaces", "status", "", true},
+		// It copies the hub's grants down: the verb magos-workspace-grants asks for.
+		{"magos-agent", "payments", "grant", "magosproject.io", "workspaces", "", "", true},
 		{"magos-agent", "payments", "create", "magosproject.io", "rollouts", "", "", false},
 		{"magos-agent", "", "create", "rbac.authorization.k8s.io", "clusterroles", "", "", false},
 		// Secrets: read-only, in workspaceNamespaces only.

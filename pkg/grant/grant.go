@@ -78,6 +78,11 @@ func Carried(annotations map[string]string) bool {
 	return false
 }
 
+// ConsumeUnfenced adds to remove, the annotations to remove each with the value it must still
+// have, what consumes an unfenced grant once its run used it: execution-allowed, while it is
+// "true". A standalone agent honours an unfenced grant once (Unfenced).
+func ConsumeUnfenced(remove map[string]string) { remove[keys.ExecutionAllowed] = "true" }
+
 // Annotations are the annotations that write the grant g; every other key of Keys is to be
 // removed (Patch). An allowed grant is written fenced: execution-allowed, granted-run and
 // granted-by always (granted-run even when empty, so that the written grant never reads as

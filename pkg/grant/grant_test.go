@@ -246,3 +246,13 @@ func TestEqual(t *testing.T) {
 		}
 	}
 }
+
+// TestConsumeUnfenced: consuming an unfenced grant removes execution-allowed while it is "true",
+// and nothing else.
+func TestConsumeUnfenced(t *testing.T) {
+	remove := map[string]string{keys.Approved: "true"}
+	ConsumeUnfenced(remove)
+	if want := map[string]string{keys.Approved: "true", keys.ExecutionAllowed: "true"}; !maps.Equal(remove, want) {
+		t.Fatalf("remove %v, want %v", remove, want)
+	}
+}

@@ -259,7 +259,7 @@ func (s *Snapshot) writeOne(ctx context.Context, c decision.Change, isGrant bool
 		// The cluster did not answer in this pass: nothing can be written there now.
 		return nil, nil
 	}
-	want := pending{resourceVersion: t.Workspace.ResourceVersion, grant: isGrant, run: c.Run, revision: c.Revision, by: by, planOnly: c.PlanOnly, plan: c.Plan}
+	want := pending{resourceVersion: t.Workspace.ResourceVersion, isGrant: isGrant, decided: granted(c, by)}
 	if s.view.pending(c.Key, want) {
 		// This very decision was written on this very version of the Workspace, and the
 		// cache has not caught up with the write yet: writing again would change nothing.
@@ -267,7 +267,7 @@ func (s *Snapshot) writeOne(ctx context.Context, c decision.Change, isGrant bool
 	}
 	var g grant.Grant // a revocation
 	if isGrant {
-		g = granted(c, by)
+		g = want.decided
 	}
 	metadata := map[string]any{"annotations": g.Patch()}
 	if isGrant {

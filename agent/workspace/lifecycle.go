@@ -255,8 +255,9 @@ func (r *Reconciler) applyGranted(ctx context.Context, ws *magosv1.Workspace) bo
 	return true
 }
 
-// waitingFor says what a successful plan that is not applied waits for.
-// It words the grant's run as granted-run reads, whether execution-allowed is "true" or not.
+// waitingFor says what a successful plan that is not applied waits for. Being a message only,
+// it reads granted-run, granted-operation and granted-plan whether execution-allowed is "true"
+// or not.
 func (r *Reconciler) waitingFor(ws *magosv1.Workspace) string {
 	g := grant.Of(ws)
 	forRun := g.Run == ws.Status.CurrentRunID

@@ -149,8 +149,9 @@ func (g Grant) Unfenced() bool { return g.Allowed && !g.Fenced() }
 func (g Grant) AllowsRun(run string) bool { return g.Allowed && run != "" && g.Run == run }
 
 // FencedTo reports whether the grant is allowed and fenced to run, as AllowsRun, except that an
-// empty run is allowed by a granted-run present with an empty value. It is the agent's
-// definition when a run starts (an agent always mints a run ID before it asks for a grant).
+// empty run is allowed by a granted-run present with an empty value. It is the agent's reading
+// when a run starts (its grant check and RevisionFor), where the run always has an ID: the
+// agent mints one before it waits for a grant.
 func (g Grant) FencedTo(run string) bool { return g.Allowed && g.Fenced() && g.Run == run }
 
 // StaleFor reports whether the grant is fenced to a run other than run (granted-run present,

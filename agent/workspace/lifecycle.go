@@ -15,6 +15,7 @@ import (
 	"github.com/magosfleet/magos/agent/plannedinputs"
 	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
 	"github.com/magosfleet/magos/pkg/gitrepo"
+	"github.com/magosfleet/magos/pkg/grant"
 	"github.com/magosfleet/magos/pkg/keys"
 	"github.com/magosfleet/magos/pkg/message"
 	"github.com/magosfleet/magos/pkg/runner"
@@ -155,7 +156,7 @@ func (r *Reconciler) reset(ctx context.Context, ws *magosv1.Workspace, sched Sch
 	if from == magosv1.PhasePlanned || from == magosv1.PhasePlanning {
 		if r.manualGrant(ws) {
 			// The abandoned run's plan used it.
-			remove[keys.ExecutionAllowed] = "true"
+			grant.ConsumeUnfenced(remove)
 		}
 		if v, ok := ws.Annotations[keys.Approved]; ok {
 			// It approved the abandoned run's plan, not the next one.
@@ -179,30 +180,17 @@ func consumeDetection(ws *magosv1.Workspace, remove map[string]string) {
 }
 
 // grantedRevision returns the granted-revision of a grant fenced to the current run (present
-// reports the key on such a grant, whatever its value). Grants without granted-run, and stale
-// grants, name no commit.
+// reports the key on such a grant, whatever its value): grant.Grant.RevisionFor. Grants without
+// granted-run, and stale grants, name no commit.
 func grantedRevision(ws *magosv1.Workspace) (revision string, present bool) {
-	if ws.Annotations[keys.ExecutionAllowed] != "true" {
-		return "", false
-	}
-	if run, fenced := ws.Annotations[keys.GrantedRun]; !fenced || run != ws.Status.CurrentRunID {
-		return "", false
-	}
-	revision, present = ws.Annotations[keys.GrantedRevision]
-	return revision, present
+	return grant.Of(ws).RevisionFor(ws.Status.CurrentRunID)
 }
 
 // manualGrant reports a grant without granted-run (a person or upstream tooling wrote it) on
 // a standalone agent: honoured once, then removed when its run ends. An agent connected to a
 // hub never honours one (nor removes it).
 func (r *Reconciler) manualGrant(ws *magosv1.Workspace) bool {
-	return !r.opts.HubConnected && unfenced(ws)
-}
-
-// unfenced reports a grant without granted-run.
-func unfenced(ws *magosv1.Workspace) bool {
-	_, fenced := ws.Annotations[keys.GrantedRun]
-	return ws.Annotations[keys.ExecutionAllowed] == "true" && !fenced
+	return !r.opts.HubConnected && grant.Of(ws).Unfenced()
 }
 
 // grantAllowsRun reports whether the Workspace's grant allows its current run
@@ -211,17 +199,19 @@ func unfenced(ws *magosv1.Workspace) bool {
 // stale and, under a hub, a grant without granted-run is unfenced: both are ignored, with an
 // Event.
 func (r *Reconciler) grantAllowsRun(ctx context.Context, ws *magosv1.Workspace) bool {
-	if ws.Annotations[keys.ExecutionAllowed] != "true" {
+	g := grant.Of(ws)
+	if !g.Allowed {
 		return false
 	}
-	if granted, fenced := ws.Annotations[keys.GrantedRun]; fenced && granted != ws.Status.CurrentRunID {
-		r.reportStaleGrant(ws, granted)
+	if g.StaleFor(ws.Status.CurrentRunID) {
+		r.reportStaleGrant(ws, g.Run)
 		return false
 	}
-	if r.opts.HubConnected && unfenced(ws) {
+	if r.opts.HubConnected && g.Unfenced() {
 		r.reportUnfencedGrant(ctx, ws)
 		return false
 	}
+	// Left: g.FencedTo(currentRunID), or an unfenced grant on a standalone agent.
 	return true
 }
 
@@ -247,31 +237,37 @@ func approved(ws *magosv1.Workspace) bool {
 // (granted-operation is not "plan": the hub waits for an approval); and whenever the grant
 // fenced to the run names a plan (granted-plan), it must be this run's plan
 // (status.planDigest): a grant naming another plan is ignored, with an Event.
+//
+// Unlike the hub's reading (grant.Grant.AllowsApply), a granted-plan present with an empty value
+// binds the grant to the empty digest (grant.Grant.BoundPlan): it allows no plan that has one.
 func (r *Reconciler) applyGranted(ctx context.Context, ws *magosv1.Workspace) bool {
-	a := ws.Annotations
-	if a[keys.ExecutionAllowed] != "true" || a[keys.GrantedRun] != ws.Status.CurrentRunID || ws.Status.CurrentRunID == "" {
+	g := grant.Of(ws)
+	if !g.AllowsRun(ws.Status.CurrentRunID) {
 		return !ws.Status.PlanOnly
 	}
-	if a[keys.GrantedOperation] == keys.GrantedOperationPlan {
+	if g.PlanOnly {
 		return false
 	}
-	if plan, bound := a[keys.GrantedPlan]; bound && plan != ws.Status.PlanDigest {
+	if plan, bound := g.BoundPlan(); bound && plan != ws.Status.PlanDigest {
 		r.reportOtherPlan(ctx, ws, plan)
 		return false
 	}
 	return true
 }
 
-// waitingFor says what a successful plan that is not applied waits for.
+// waitingFor says what a successful plan that is not applied waits for. Being a message only,
+// it reads granted-run, granted-operation and granted-plan whether execution-allowed is "true"
+// or not.
 func (r *Reconciler) waitingFor(ws *magosv1.Workspace) string {
-	a := ws.Annotations
+	g := grant.Of(ws)
+	forRun := g.Run == ws.Status.CurrentRunID
 	switch {
 	case !ws.Spec.AutoApplies() && !approved(ws):
 		return "approve it to apply (magosctl approve, or magosproject.io/approved=true)"
-	case a[keys.GrantedRun] == ws.Status.CurrentRunID && a[keys.GrantedOperation] == keys.GrantedOperationPlan:
+	case forRun && g.PlanOnly:
 		return fmt.Sprintf("plan %s waits for approval on the hub (its Rollout step requires approval)", message.Or(ws.Status.PlanDigest, "unknown"))
-	case a[keys.GrantedRun] == ws.Status.CurrentRunID && a[keys.GrantedPlan] != "" && a[keys.GrantedPlan] != ws.Status.PlanDigest:
-		return fmt.Sprintf("the hub approved plan %s, not this plan %s: waiting for approval of this one", a[keys.GrantedPlan], message.Or(ws.Status.PlanDigest, "unknown"))
+	case forRun && g.OtherPlan(ws.Status.PlanDigest):
+		return fmt.Sprintf("the hub approved plan %s, not this plan %s: waiting for approval of this one", g.Plan, message.Or(ws.Status.PlanDigest, "unknown"))
 	default:
 		return "waiting for the hub's grant to apply it"
 	}
@@ -304,7 +300,7 @@ func (r *Reconciler) startPlan(ctx context.Context, ws *magosv1.Workspace, sched
 	ws.Status.ObservedGeneration = ws.Generation
 	ws.Status.PlannedInputs = digest
 	ws.Status.PlanDigest = ""
-	ws.Status.PlanOnly = ws.Annotations[keys.GrantedOperation] == keys.GrantedOperationPlan
+	ws.Status.PlanOnly = grant.Of(ws).PlanOnly // of the grant that allowed the run (grantAllowsRun)
 	ws.Status.PolicyViolations = nil
 	ws.Status.Policies = r.evaluatedPolicies(run.Spec.Policies)
 	ws.Status.ResourceChanges = nil
@@ -431,7 +427,9 @@ func (r *Reconciler) failRun(ctx context.Context, ws *magosv1.Workspace, sched S
 // endRun removes what a finished run consumed: a manual grant.
 func (r *Reconciler) endRun(ctx context.Context, ws *magosv1.Workspace) error {
 	if r.manualGrant(ws) {
-		return r.removeAnnotations(ctx, ws, map[string]string{keys.ExecutionAllowed: "true"})
+		remove := map[string]string{}
+		grant.ConsumeUnfenced(remove)
+		return r.removeAnnotations(ctx, ws, remove)
 	}
 	return nil
 }
@@ -601,7 +599,7 @@ func (r *Reconciler) observe(ctx context.Context, ws *magosv1.Workspace, sched S
 			consumeDetection(ws, remove)
 		}
 		if r.manualGrant(ws) {
-			remove[keys.ExecutionAllowed] = "true"
+			grant.ConsumeUnfenced(remove)
 		}
 		// again: a revision detected while the run ran (the ref moved past the commit it
 		// ran, e.g. a granted one) makes the next run due now, not at the next event.

@@ -23,6 +23,7 @@ import (
 	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
 	"github.com/magosfleet/magos/hub/fleet"
 	"github.com/magosfleet/magos/pkg/decision"
+	"github.com/magosfleet/magos/pkg/grant"
 	"github.com/magosfleet/magos/pkg/keys"
 	"github.com/magosfleet/magos/pkg/mirror"
 )
@@ -132,14 +133,12 @@ type directCheck struct {
 	ran, complete time.Time
 }
 
-// pending is a decision written on a version of a Workspace.
+// pending is a decision written on a version of a Workspace: a grant or a revocation
+// (isGrant), and the grant its change decided (for a revocation too, as the change names it).
 type pending struct {
 	resourceVersion string
-	grant           bool
-	run, by         string
-	revision        string
-	planOnly        bool
-	plan            string
+	isGrant         bool
+	decided         grant.Grant
 }
 
 // pending reports whether decision p was already written on the version of the Workspace

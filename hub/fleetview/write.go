@@ -21,8 +21,8 @@ import (
 
 	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
 	"github.com/magosfleet/magos/pkg/decision"
+	"github.com/magosfleet/magos/pkg/grant"
 	"github.com/magosfleet/magos/pkg/keys"
-	"github.com/magosfleet/magos/pkg/mirror"
 )
 
 // Event reasons written by the writer on the object that decided.
@@ -196,10 +196,8 @@ func (s *Snapshot) writeNotices(ctx context.Context, opts WriteOptions) error {
 		if r.Reason != ReasonClusterNotBound || refusalShown(r.Target.Workspace, r.Message) {
 			continue
 		}
-		annotations := map[string]any{keys.HubRefusal: r.Message}
-		for _, k := range mirror.GrantKeys {
-			annotations[k] = nil
-		}
+		annotations := grant.Grant{}.Patch() // the grant it held is revoked
+		annotations[keys.HubRefusal] = r.Message
 		errs = append(errs, s.patchAnnotations(ctx, r.Target, annotations))
 	}
 	for _, t := range s.readmitted {
@@ -211,15 +209,7 @@ func (s *Snapshot) writeNotices(ctx context.Context, opts WriteOptions) error {
 // refusalShown reports whether ws already carries the refusal message and no grant.
 func refusalShown(ws *magosv1.Workspace, message string) bool {
 	a := ws.GetAnnotations()
-	if a[keys.HubRefusal] != message {
-		return false
-	}
-	for _, k := range mirror.GrantKeys {
-		if _, ok := a[k]; ok {
-			return false
-		}
-	}
-	return true
+	return a[keys.HubRefusal] == message && !grant.Carried(a)
 }
 
 // patchAnnotations merges annotations (nil values remove) into the Workspace of t.
@@ -256,12 +246,12 @@ func recordEvent(opts WriteOptions, ws *magosv1.Workspace, kind, reason, action,
 
 // writeOne writes one grant (run != "") or revocation and returns the Workspace as patched,
 // or nil when nothing was written.
-func (s *Snapshot) writeOne(ctx context.Context, c decision.Change, grant bool, by string) (*magosv1.Workspace, error) {
+func (s *Snapshot) writeOne(ctx context.Context, c decision.Change, isGrant bool, by string) (*magosv1.Workspace, error) {
 	t, ok := s.Targets[c.Key]
 	if !ok {
 		return nil, fmt.Errorf("writing decision for %s: the Workspace is not in the snapshot", c.Key)
 	}
-	if carries(t.Workspace, grant, c, by) {
+	if carries(t.Workspace, isGrant, c, by) {
 		return nil, nil
 	}
 	cl, ok := s.engaged[t.Cluster]
@@ -269,28 +259,18 @@ func (s *Snapshot) writeOne(ctx context.Context, c decision.Change, grant bool, 
 		// The cluster did not answer in this pass: nothing can be written there now.
 		return nil, nil
 	}
-	want := pending{resourceVersion: t.Workspace.ResourceVersion, grant: grant, run: c.Run, revision: c.Revision, by: by, planOnly: c.PlanOnly, plan: c.Plan}
+	want := pending{resourceVersion: t.Workspace.ResourceVersion, isGrant: isGrant, decided: granted(c, by)}
 	if s.view.pending(c.Key, want) {
 		// This very decision was written on this very version of the Workspace, and the
 		// cache has not caught up with the write yet: writing again would change nothing.
 		return nil, nil
 	}
-	annotations := map[string]any{}
-	for _, k := range mirror.GrantKeys {
-		annotations[k] = nil
+	var g grant.Grant // a revocation
+	if isGrant {
+		g = want.decided
 	}
-	metadata := map[string]any{"annotations": annotations}
-	if grant {
-		annotations[keys.ExecutionAllowed], annotations[keys.GrantedRun], annotations[keys.GrantedBy] = "true", c.Run, by
-		if c.Revision != "" {
-			annotations[keys.GrantedRevision] = c.Revision
-		}
-		if c.PlanOnly {
-			annotations[keys.GrantedOperation] = keys.GrantedOperationPlan
-		}
-		if c.Plan != "" {
-			annotations[keys.GrantedPlan] = c.Plan
-		}
+	metadata := map[string]any{"annotations": g.Patch()}
+	if isGrant {
 		// A grant is fenced to the version of the Workspace it was decided on: if the Workspace
 		// changed since (another run, another spec), the API server refuses the write and the
 		// change that moved it triggers a new decision.
@@ -324,21 +304,19 @@ func apiMessage(err error) string {
 	return err.Error()
 }
 
-// carries reports whether ws already carries the decision: the exact grant, or (for a
-// revocation) none of the grant annotations.
-func carries(ws *magosv1.Workspace, grant bool, c decision.Change, by string) bool {
-	a := ws.GetAnnotations()
-	if grant {
-		return a[keys.ExecutionAllowed] == "true" && a[keys.GrantedRun] == c.Run && a[keys.GrantedBy] == by &&
-			a[keys.GrantedRevision] == c.Revision && (a[keys.GrantedOperation] == keys.GrantedOperationPlan) == c.PlanOnly &&
-			a[keys.GrantedPlan] == c.Plan
+// granted is the grant the change c decided by by (keys.GrantedByRollout or
+// keys.GrantedByProject) writes.
+func granted(c decision.Change, by string) grant.Grant {
+	return grant.Grant{Allowed: true, Run: c.Run, By: by, Revision: c.Revision, PlanOnly: c.PlanOnly, Plan: c.Plan}
+}
+
+// carries reports whether ws already carries the decision: the exact grant (grant.Equal), or
+// (for a revocation) none of the grant annotations.
+func carries(ws *magosv1.Workspace, isGrant bool, c decision.Change, by string) bool {
+	if isGrant {
+		return grant.Of(ws).Equal(granted(c, by))
 	}
-	for _, k := range mirror.GrantKeys {
-		if _, ok := a[k]; ok {
-			return false
-		}
-	}
-	return true
+	return !grant.Carried(ws.GetAnnotations())
 }
 
 // newestChange is the time of the newest status change among the decided Workspaces: the

@@ -507,7 +507,7 @@ func approvals(s *step, ms []member, ro *magosv1.Rollout) (voided string) {
 		// Nothing waits: the approval is the step's while applies it granted are under way.
 		for _, i := range s.matched {
 			w := ms[i].ws
-			if w.InFlight() && w.Grant.Plan != "" && w.Grant.Plan == w.PlanDigest && w.grantedCurrentRun() &&
+			if w.InFlight() && w.Grant.ApprovesPlan(w.PlanDigest) && w.grantedCurrentRun() &&
 				approved[w.Key.String()] == (magosv1.ApprovedPlan{Workspace: w.Key.String(), Revision: w.CurrentRevision, Digest: w.PlanDigest}) {
 				s.approval = a
 			}

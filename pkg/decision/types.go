@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/magosfleet/magos/pkg/gitrepo"
+	"github.com/magosfleet/magos/pkg/grant"
 
 	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
 )
@@ -18,22 +19,9 @@ type Key struct {
 // String renders the key as cluster/namespace/name.
 func (k Key) String() string { return k.Cluster + "/" + k.Namespace + "/" + k.Name }
 
-// Grant is the decision a Workspace currently carries.
-type Grant struct {
-	// Allowed is true when magosproject.io/execution-allowed is "true".
-	Allowed bool
-	// Run is magosproject.io/granted-run.
-	Run string
-	// By is magosproject.io/granted-by.
-	By string
-	// Revision is magosproject.io/granted-revision: the commit the grant allows.
-	Revision string
-	// PlanOnly is true when magosproject.io/granted-operation is "plan": the run may plan, and
-	// its plan waits for an approval.
-	PlanOnly bool
-	// Plan is magosproject.io/granted-plan: the plan digest an apply grant is bound to.
-	Plan string
-}
+// Grant is the decision a Workspace currently carries: the hub-agent contract's grant, read
+// and judged by pkg/grant alone.
+type Grant = grant.Grant
 
 // Source is the repository and ref a Workspace tracks (spec.source), in their canonical
 // spelling (gitrepo.CanonicalURL and gitrepo.CanonicalRef). Workspaces with the same Source roll

@@ -8,6 +8,7 @@ import (
 
 	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
 	"github.com/magosfleet/magos/pkg/gitrepo"
+	"github.com/magosfleet/magos/pkg/grant"
 	"github.com/magosfleet/magos/pkg/keys"
 	"github.com/magosfleet/magos/pkg/mirror"
 )
@@ -41,18 +42,11 @@ func FromWorkspace(cluster string, ws *magosv1.Workspace) Workspace {
 		DetectedRevision:   ann[keys.DetectedRevision],
 		DetectedAt:         parseTime(ann[keys.DetectedAt]),
 		ReconcileRequested: ann[keys.ReconcileRequest] != "",
-		Grant: Grant{
-			Allowed:  ann[keys.ExecutionAllowed] == "true",
-			Run:      ann[keys.GrantedRun],
-			By:       ann[keys.GrantedBy],
-			Revision: ann[keys.GrantedRevision],
-			PlanOnly: ann[keys.GrantedOperation] == keys.GrantedOperationPlan,
-			Plan:     ann[keys.GrantedPlan],
-		},
-		PlanDigest:       ws.Status.PlanDigest,
-		PlanOnly:         ws.Status.PlanOnly,
-		Changes:          ptr.Deref(ws.Status.ResourceChanges, magosv1.ResourceChanges{}),
-		PolicyViolations: int32(len(ws.Status.PolicyViolations)),
+		Grant:              grant.Parse(ann),
+		PlanDigest:         ws.Status.PlanDigest,
+		PlanOnly:           ws.Status.PlanOnly,
+		Changes:            ptr.Deref(ws.Status.ResourceChanges, magosv1.ResourceChanges{}),
+		PolicyViolations:   int32(len(ws.Status.PolicyViolations)),
 	}
 }
 
@@ -162,7 +156,7 @@ func (w Workspace) Leaving() bool {
 
 // HasGrant reports whether the Workspace carries any decision (execution-allowed or
 // granted-run), which a revocation would remove.
-func (w Workspace) HasGrant() bool { return w.Grant.Allowed || w.Grant.Run != "" }
+func (w Workspace) HasGrant() bool { return w.Grant.Exists() }
 
 // GrantSpent reports whether the Workspace's grant can start nothing more: it names a run other
 // than the current one (the agent ignores it), or the current run has finished (Applied, Failed
@@ -171,19 +165,19 @@ func (w Workspace) GrantSpent() bool {
 	if w.Grant.Run == "" {
 		return false
 	}
-	return w.Grant.Run != w.RunID || w.Phase == magosv1.PhaseApplied || w.Phase.RunFailed()
+	return w.Grant.NamesOtherRun(w.RunID) || w.Phase == magosv1.PhaseApplied || w.Phase.RunFailed()
 }
 
 // Holds reports whether the Workspace carries exactly the grant c for its current run (same
 // commit, same plan-only flag, same plan), so granting c again would change nothing.
 func (w Workspace) Holds(c Change) bool {
-	return w.grantedCurrentRun() && w.Grant.Revision == c.Revision && w.Grant.PlanOnly == c.PlanOnly && w.Grant.Plan == c.Plan
+	return w.grantedCurrentRun() && w.Grant.SameTerms(Grant{Revision: c.Revision, PlanOnly: c.PlanOnly, Plan: c.Plan})
 }
 
 // grantedCurrentRun reports whether the Workspace carries a grant (of any kind) for its current
 // run.
 func (w Workspace) grantedCurrentRun() bool {
-	return w.Grant.Allowed && w.RunID != "" && w.Grant.Run == w.RunID
+	return w.Grant.AllowsRun(w.RunID)
 }
 
 // AwaitingApproval reports whether the Workspace's plan waits for an approval: its run was
@@ -191,7 +185,7 @@ func (w Workspace) grantedCurrentRun() bool {
 // grant the agent would apply it under (one for its run, allowing the apply, bound to no plan
 // or to this one). Such a run is not counted as planning or applying.
 func (w Workspace) AwaitingApproval() bool {
-	applies := w.grantedCurrentRun() && !w.Grant.PlanOnly && (w.Grant.Plan == "" || w.Grant.Plan == w.PlanDigest)
+	applies := w.Grant.AllowsApply(w.RunID, w.PlanDigest)
 	return w.Phase == magosv1.PhasePlanned && w.RunID != "" && w.PlanDigest != "" && w.PlanOnly && !applies
 }
 

@@ -22,11 +22,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
+	"github.com/magosfleet/magos/pkg/grant"
 	"github.com/magosfleet/magos/pkg/keys"
 )
 
-// GrantKeys are the annotations of a grant, which the hub's controllers write.
-var GrantKeys = []string{keys.ExecutionAllowed, keys.GrantedRun, keys.GrantedBy, keys.GrantedRevision, keys.GrantedOperation, keys.GrantedPlan}
+// GrantKeys are the annotations of a grant, which the hub's controllers write (grant.Keys).
+var GrantKeys = grant.Keys
 
 // RequestKeys are the annotations of the requests people write on a mirror (a retry or an
 // approval from the hub).

@@ -21,6 +21,7 @@ import (
 
 	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
 	"github.com/magosfleet/magos/hub/cli"
+	"github.com/magosfleet/magos/pkg/grant"
 	"github.com/magosfleet/magos/pkg/keys"
 	"github.com/magosfleet/magos/pkg/localcluster"
 	"github.com/magosfleet/magos/pkg/mirror"
@@ -266,7 +267,7 @@ func neverGranted(ctx context.Context, fleet *devfleet.Fleet, halted int) ([]str
 		if err := fleet.Client(name).Get(ctx, client.ObjectKey{Namespace: corev1.NamespaceDefault, Name: Workspace}, &ws); err != nil {
 			return nil, err
 		}
-		if ws.Annotations[keys.ExecutionAllowed] != "true" && ws.Status.Phase == magosv1.PhasePending {
+		if !grant.Of(&ws).Allowed && ws.Status.Phase == magosv1.PhasePending {
 			out = append(out, name)
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
+	"github.com/magosfleet/magos/pkg/grant"
 	"github.com/magosfleet/magos/pkg/keys"
 	"github.com/magosfleet/magos/pkg/runner"
 )
@@ -60,10 +61,11 @@ func (r *emulatedRunner) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	case st.Phase == magosv1.PhaseApplied && detected != "" && detected != st.ObservedRevision:
 		mint(st, ws.Generation, now, magosv1.ReasonNewRevisionDetected)
 	case st.Phase == magosv1.PhasePending:
-		if ann[keys.ExecutionAllowed] != "true" || ann[keys.GrantedRun] != st.CurrentRunID {
+		g := grant.Parse(ann)
+		if !g.AllowsRun(st.CurrentRunID) {
 			return ctrl.Result{}, nil // no grant for this run (yet)
 		}
-		commit := ann[keys.GrantedRevision]
+		commit := g.Revision
 		if commit == "" {
 			commit = detected
 		}

@@ -35,7 +35,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
-	"github.com/magosfleet/magos/pkg/keys"
+	"github.com/magosfleet/magos/pkg/grant"
 	"github.com/magosfleet/magos/pkg/mirror"
 
 	"github.com/magosfleet/magos/tools/realnode"
@@ -432,7 +432,7 @@ func grantedAfter(ctx context.Context, clusters map[string]*realnode.Cluster, st
 		if err := clusters[r.name].Client.Get(ctx, client.ObjectKey{Namespace: corev1.NamespaceDefault, Name: workspace}, ws); err != nil {
 			return nil, fmt.Errorf("%s: %w", r.name, err)
 		}
-		if ws.Annotations[keys.ExecutionAllowed] == "true" || ws.Status.Phase != magosv1.PhasePending {
+		if grant.Of(ws).Allowed || ws.Status.Phase != magosv1.PhasePending {
 			out = append(out, r.name)
 		}
 	}

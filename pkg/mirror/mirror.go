@@ -174,6 +174,10 @@ func NotMirror() predicate.Predicate {
 	return predicate.NewPredicateFuncs(func(o client.Object) bool { return !IsMirror(o) })
 }
 
+// LabelKeys are the labels Labels adds to a mirror (keys.Mirror and the origin labels): the
+// mirror's bookkeeping, not the spoke Workspace's own labels.
+var LabelKeys = []string{keys.Mirror, keys.Cluster, keys.OriginNamespace, keys.OriginName}
+
 // Labels returns the mirror's labels: the spoke Workspace's own, plus the origin labels.
 func Labels(cluster string, ws *magosv1.Workspace) map[string]string {
 	out := make(map[string]string, len(ws.Labels)+4)

@@ -203,7 +203,7 @@ func (h *heartbeat) audit(ctx context.Context, now time.Time) (auditResult, erro
 	}
 	for name, m := range byName {
 		if !wanted[name] {
-			id, _ := mirror.IdentityOf(m)
+			id := mirror.IdentityOf(m)
 			out[name] = id.Namespace + "/" + id.Name + " (deleted; mirror " + name + ")"
 		}
 	}

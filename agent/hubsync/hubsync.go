@@ -275,11 +275,11 @@ type syncer struct {
 	statusFault func(types.NamespacedName) error
 }
 
-// originOf maps a mirror to the spoke Workspace it says it mirrors (mirror.IdentityOf), believed
+// originOf maps a mirror to the spoke Workspace it says it mirrors (mirror.IdentityOf), verified
 // or not: reconciling that Workspace rewrites its mirror, and a mirror the hub would not believe
 // is one the syncer must repair.
 func (r *syncer) originOf(_ context.Context, o client.Object) []reconcile.Request {
-	id, _ := mirror.IdentityOf(o)
+	id := mirror.IdentityOf(o)
 	if !id.Mirror || id.Namespace == "" || id.Name == "" {
 		return nil
 	}

@@ -127,8 +127,8 @@ func (o *Options) annotateWorkspace(cmd *cobra.Command, name, key, value, done s
 		return fmt.Errorf("workspace %s/%s: %w", ns, name, err)
 	}
 	// The mirror's cluster is the namespace it lives in, and its origin what its labels say
-	// once held to its name (mirror.IdentityOf): its cluster label is the agent's word only.
-	id, err := mirror.IdentityOf(&ws)
+	// once held to its name (mirror.Verify): its cluster label is the agent's word only.
+	id, err := mirror.Verify(&ws)
 	switch {
 	case err != nil:
 		return fmt.Errorf("workspace %s/%s is labelled a hub mirror, one the hub does not believe; run this against the cluster it mirrors (--context): %w", ns, name, err)

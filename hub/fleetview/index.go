@@ -32,8 +32,7 @@ func IndexWorkspaces(ctx context.Context, mgr mcmanager.Manager) error {
 // originNamespace is the namespace a Workspace belongs to: its origin's for a mirror, as the
 // mirror says (mirror.IdentityOf; readAgent then refuses a mirror that mirror.Check rejects).
 func originNamespace(ws *magosv1.Workspace) string {
-	id, _ := mirror.IdentityOf(ws)
-	return id.Namespace
+	return mirror.IdentityOf(ws).Namespace
 }
 
 func projectKey(namespace, project string) string { return namespace + "/" + project }

@@ -106,14 +106,16 @@ func (c identityCase) workspace() *magosv1.Workspace {
 
 // TestIdentity is the definition of who a Workspace read on the hub is: a mirror only when
 // labelled "true"; its cluster only the namespace it lives in; its origin its origin labels,
-// believed only when they are valid and name the mirror's own name.
+// believed (Verify, Check) only when they are valid and name the mirror's own name.
 func TestIdentity(t *testing.T) {
 	for _, c := range identityCases() {
 		t.Run(c.name, func(t *testing.T) {
 			ws := c.workspace()
-			id, err := mirror.IdentityOf(ws)
-			if id != c.want || (err != nil) != c.wantErr {
-				t.Errorf("IdentityOf = %+v, %v; want %+v, error %v", id, err, c.want, c.wantErr)
+			if id := mirror.IdentityOf(ws); id != c.want {
+				t.Errorf("IdentityOf = %+v, want %+v", id, c.want)
+			}
+			if id, err := mirror.Verify(ws); id != c.want || (err != nil) != c.wantErr {
+				t.Errorf("Verify = %+v, %v; want %+v, error %v", id, err, c.want, c.wantErr)
 			}
 			if got := mirror.IsMirror(ws); got != c.want.Mirror {
 				t.Errorf("IsMirror = %v, want %v", got, c.want.Mirror)
@@ -159,7 +161,7 @@ func TestSelectorsAgreeWithIsMirror(t *testing.T) {
 					t.Errorf("selector %q parsed back (%v) matches differently", sel, err)
 				}
 			}
-			id, _ := mirror.IdentityOf(ws)
+			id := mirror.IdentityOf(ws)
 			for _, origin := range [][2]string{{"payments", "api"}, {id.Namespace, id.Name}} {
 				sel, err := mirror.MirrorsOf(origin[0], origin[1])
 				if err != nil {

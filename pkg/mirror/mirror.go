@@ -66,13 +66,13 @@ func Check(cluster string, ws *magosv1.Workspace) error {
 	if want := Namespace(cluster); ws.Namespace != want {
 		return fmt.Errorf("mirror %s/%s is not in cluster %s's namespace %s", ws.Namespace, ws.Name, cluster, want)
 	}
-	_, err := IdentityOf(ws)
+	_, err := Verify(ws)
 	return err
 }
 
 // Identity is who a Workspace read on the hub is: a mirror or not and, for a mirror, the
 // cluster it comes from and the spoke Workspace it mirrors (its origin). It is the one
-// definition of these facts; IdentityOf reads it.
+// definition of these facts: IdentityOf reads it, Verify says whether to believe it.
 type Identity struct {
 	// Mirror is IsMirror: the Workspace is labelled magosproject.io/mirror "true".
 	Mirror bool
@@ -81,37 +81,48 @@ type Identity struct {
 	// the mirror's cluster; its magosproject.io/cluster label, which the agent writes, never is.
 	Cluster string
 	// Namespace and Name are the origin: for a mirror, the spoke Workspace its origin labels
-	// name (an agent writes them: believe them only when IdentityOf returns no error, which
-	// holds them to the mirror's name); for any other Workspace, its own namespace and name.
+	// name (an agent writes them: believe them only when Verify returns no error, which holds
+	// them to the mirror's name); for any other Workspace, its own namespace and name.
 	Namespace, Name string
 }
 
-// IdentityOf returns the identity of a Workspace read on the hub, and for a mirror why the
-// hub must not believe it: it lives outside every cluster namespace, its cluster label claims
-// another cluster than its namespace's, or its origin labels name no valid origin or one whose
-// mirror would have another name. The identity is returned even then (what the mirror claims,
-// for routing events and naming it in messages); nil means the mirror is what it says it is,
-// which Check further holds to the cluster it was read in. A Workspace that is not a mirror is
-// its own origin, with no error.
-func IdentityOf(ws metav1.Object) (Identity, error) {
-	id := Identity{Mirror: IsMirror(ws), Namespace: ws.GetNamespace(), Name: ws.GetName()}
-	id.Cluster, _ = ClusterOf(ws.GetNamespace())
+// IdentityOf returns the identity of a Workspace read on the hub, as it stands: for a mirror,
+// the origin it claims, which is what routes its events and names it in messages. It is cheap
+// (no validation); Verify, and Check, say whether the hub may believe it. A Workspace that is
+// not a mirror is its own origin.
+func IdentityOf(o metav1.Object) Identity {
+	id := Identity{Mirror: IsMirror(o), Namespace: o.GetNamespace(), Name: o.GetName()}
+	id.Cluster, _ = ClusterOf(o.GetNamespace())
+	if id.Mirror {
+		l := o.GetLabels()
+		id.Namespace, id.Name = l[keys.OriginNamespace], l[keys.OriginName]
+	}
+	return id
+}
+
+// Verify returns IdentityOf(o) and, for a mirror, why the hub must not believe it: it lives
+// outside every cluster namespace, its cluster label claims another cluster than its
+// namespace's, or its origin labels name no valid origin or one whose mirror would have
+// another name (so two mirrors can never speak for one spoke Workspace). nil means the mirror
+// is what it says it is; Check further holds it to the cluster it was read in. A Workspace that
+// is not a mirror is its own origin, with no error.
+func Verify(o metav1.Object) (Identity, error) {
+	id := IdentityOf(o)
 	if !id.Mirror {
 		return id, nil
 	}
-	l := ws.GetLabels()
-	id.Namespace, id.Name = l[keys.OriginNamespace], l[keys.OriginName]
+	ns, name := o.GetNamespace(), o.GetName()
 	if id.Cluster == "" {
-		return id, fmt.Errorf("mirror %s/%s is in no cluster's namespace (%s<cluster>)", ws.GetNamespace(), ws.GetName(), keys.ClusterNamespacePrefix)
+		return id, fmt.Errorf("mirror %s/%s is in no cluster's namespace (%s<cluster>)", ns, name, keys.ClusterNamespacePrefix)
 	}
-	if claimed := l[keys.Cluster]; claimed != id.Cluster {
-		return id, fmt.Errorf("mirror %s/%s lives in cluster %s's namespace but its label %s claims cluster %q", ws.GetNamespace(), ws.GetName(), id.Cluster, keys.Cluster, claimed)
+	if claimed := o.GetLabels()[keys.Cluster]; claimed != id.Cluster {
+		return id, fmt.Errorf("mirror %s/%s lives in cluster %s's namespace but its label %s claims cluster %q", ns, name, id.Cluster, keys.Cluster, claimed)
 	}
 	if len(validation.IsDNS1123Label(id.Namespace)) > 0 || len(validation.IsDNS1123Subdomain(id.Name)) > 0 {
-		return id, fmt.Errorf("mirror %s/%s names no valid origin (%s=%q, %s=%q)", ws.GetNamespace(), ws.GetName(), keys.OriginNamespace, id.Namespace, keys.OriginName, id.Name)
+		return id, fmt.Errorf("mirror %s/%s names no valid origin (%s=%q, %s=%q)", ns, name, keys.OriginNamespace, id.Namespace, keys.OriginName, id.Name)
 	}
-	if want := Name(id.Namespace, id.Name); ws.GetName() != want {
-		return id, fmt.Errorf("mirror %s/%s claims origin %s/%s, whose mirror is named %s", ws.GetNamespace(), ws.GetName(), id.Namespace, id.Name, want)
+	if want := Name(id.Namespace, id.Name); name != want {
+		return id, fmt.Errorf("mirror %s/%s claims origin %s/%s, whose mirror is named %s", ns, name, id.Namespace, id.Name, want)
 	}
 	return id, nil
 }
@@ -159,7 +170,7 @@ func OnlyMirrors() labels.Selector {
 }
 
 // MirrorsOf selects the mirrors whose origin labels name the spoke Workspace namespace/name,
-// in every cluster: what each says of itself, to be held to IdentityOf or Check before it is
+// in every cluster: what each says of itself, to be held to Verify or Check before it is
 // believed. It fails when namespace or name is no valid label value.
 func MirrorsOf(namespace, name string) (labels.Selector, error) {
 	sel, err := labels.ValidatedSelectorFromSet(labels.Set{keys.Mirror: mirrorValue, keys.OriginNamespace: namespace, keys.OriginName: name})
@@ -234,7 +245,7 @@ type Origin struct {
 // what the agent recorded; for a Workspace read directly from a spoke (direct clusters), the
 // Workspace itself.
 func OriginOf(cluster string, ws *magosv1.Workspace) Origin {
-	id, _ := IdentityOf(ws)
+	id := IdentityOf(ws)
 	o := Origin{Cluster: cluster, Namespace: id.Namespace, Name: id.Name}
 	switch {
 	case !id.Mirror:

@@ -1,7 +1,8 @@
 // Package mirror defines how a spoke Workspace is mirrored on the hub: the namespace and name
-// of the mirror, the labels that record its origin, and which annotations travel up (from the
-// spoke) and down (the hub's decisions). The agent writes mirrors and the hub reads them, both
-// through this package.
+// of the mirror, the labels that record its origin, which annotations travel up (from the
+// spoke) and down (the hub's decisions), and who a Workspace read on the hub is (Identity: a
+// mirror or not, its cluster and its origin, and whether to believe it). The agent writes
+// mirrors and the hub reads them, both through this package.
 package mirror
 
 import (

@@ -123,8 +123,9 @@ type Options struct {
 	MandatoryPolicies []string
 }
 
-// CacheOptions are the agent's cache rules: Workspaces without the mirror label only (an
-// agent in the hub's own cluster never sees, let alone runs, the hub's mirrors); only the
+// CacheOptions are the agent's cache rules: Workspaces that are not mirrors only
+// (mirror.NotMirrors: an agent in the hub's own cluster never sees, let alone runs, the hub's
+// mirrors); only the
 // Jobs and Pods of runs; only repository credential Secrets, and only in secretNamespaces when
 // any are given (all namespaces otherwise).
 func CacheOptions(secretNamespaces ...string) (cache.Options, error) {

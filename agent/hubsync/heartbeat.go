@@ -203,7 +203,8 @@ func (h *heartbeat) audit(ctx context.Context, now time.Time) (auditResult, erro
 	}
 	for name, m := range byName {
 		if !wanted[name] {
-			out[name] = m.Labels[keys.OriginNamespace] + "/" + m.Labels[keys.OriginName] + " (deleted; mirror " + name + ")"
+			id := mirror.IdentityOf(m)
+			out[name] = id.Namespace + "/" + id.Name + " (deleted; mirror " + name + ")"
 		}
 	}
 

@@ -38,8 +38,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/rest"
@@ -56,7 +54,6 @@ import (
 
 	"github.com/magosfleet/magos/agent/hubtoken"
 	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
-	"github.com/magosfleet/magos/pkg/keys"
 	"github.com/magosfleet/magos/pkg/mirror"
 )
 
@@ -155,13 +152,10 @@ func SetupWithManager(mgr ctrl.Manager, opts Options) error {
 		return err
 	}
 	ns := mirror.Namespace(opts.ClusterName)
-	mirrorOnly, err := labels.NewRequirement(keys.Mirror, selection.Equals, []string{"true"})
-	if err != nil {
-		return fmt.Errorf("hubsync: %w", err)
-	}
 	hubCfg := rest.CopyConfig(opts.HubConfig)
 	var renewer *hubtoken.Renewer
 	if opts.TokenExpiry > 0 {
+		var err error
 		if renewer, err = newRenewer(mgr, opts, ns); err != nil {
 			return err
 		}
@@ -174,7 +168,7 @@ func SetupWithManager(mgr ctrl.Manager, opts Options) error {
 		o.Cache = cache.Options{
 			DefaultNamespaces: map[string]cache.Config{ns: {}},
 			ByObject: map[client.Object]cache.ByObject{
-				&magosv1.Workspace{}: {Label: labels.NewSelector().Add(*mirrorOnly)},
+				&magosv1.Workspace{}: {Label: mirror.OnlyMirrors()},
 			},
 			DefaultTransform: cache.TransformStripManagedFields(),
 		}
@@ -281,14 +275,15 @@ type syncer struct {
 	statusFault func(types.NamespacedName) error
 }
 
-// originOf maps a mirror to the spoke Workspace it mirrors.
+// originOf maps a mirror to the spoke Workspace it says it mirrors (mirror.IdentityOf), verified
+// or not: reconciling that Workspace rewrites its mirror, and a mirror the hub would not believe
+// is one the syncer must repair.
 func (r *syncer) originOf(_ context.Context, o client.Object) []reconcile.Request {
-	l := o.GetLabels()
-	ns, name := l[keys.OriginNamespace], l[keys.OriginName]
-	if ns == "" || name == "" {
+	id := mirror.IdentityOf(o)
+	if !id.Mirror || id.Namespace == "" || id.Name == "" {
 		return nil
 	}
-	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: ns, Name: name}}}
+	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: id.Namespace, Name: id.Name}}}
 }
 
 // Reconcile mirrors the spoke Workspace req up (creating, updating or deleting its mirror) and

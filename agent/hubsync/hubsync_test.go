@@ -143,7 +143,7 @@ func startAgent(t testing.TB, cluster string, o agentOptions) (stop func()) {
 		Scheme:  magosscheme.New(),
 		Metrics: metricsserver.Options{BindAddress: "0"},
 		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
-			&magosv1.Workspace{}: {Label: fleet.NotMirrorSelector()},
+			&magosv1.Workspace{}: {Label: mirror.NotMirrors()},
 		}},
 		Controller: config.Controller{SkipNameValidation: &skip},
 	})

@@ -303,9 +303,29 @@ func TestRetryAndApprove(t *testing.T) {
 	if got.Annotations[keys.Approved] != "true" {
 		t.Errorf("approved = %q", got.Annotations[keys.Approved])
 	}
-	_, err := run(t, f.hub.Kubeconfig, "retry", mirror.Name("default", "edge"), "-n", mirror.Namespace("us-east-1"))
-	if err == nil || !strings.Contains(err.Error(), "run this against that cluster") {
+	_, err := run(t, f.hub.Kubeconfig, "retry", mirror.Name("default", "edge"), "-n", "magos-cluster-us-east-1")
+	if err == nil || !strings.Contains(err.Error(), "mirror of default/edge in cluster us-east-1: run this against that cluster") ||
+		!strings.Contains(err.Error(), "-n default --cluster us-east-1") {
 		t.Errorf("retry on a mirror: %v", err)
+	}
+	// A mirror in us-east-1's namespace whose cluster label claims eu-west-1: its cluster is
+	// where it lives, never what its label says, so the hub neither believes nor repeats it.
+	liar := &magosv1.Workspace{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "magos-cluster-us-east-1", Name: mirror.Name("default", "liar"), Labels: map[string]string{
+			"magosproject.io/mirror": "true", "magosproject.io/cluster": "eu-west-1",
+			"magosproject.io/origin-namespace": "default", "magosproject.io/origin-name": "liar"}},
+		Spec: magosv1.WorkspaceSpec{ProjectRef: magosv1.ProjectReference{Name: "cdn"},
+			Source:    magosv1.Source{RepoURL: "file:///repo", TargetRevision: "main"},
+			Terraform: magosv1.TerraformSpec{Version: "1.10.6"}},
+	}
+	f.create(t, liar)
+	_, err = run(t, f.hub.Kubeconfig, "retry", liar.Name, "-n", liar.Namespace)
+	if err == nil || !strings.Contains(err.Error(), "labelled a hub mirror, one the hub does not believe") || strings.Contains(err.Error(), "--cluster eu-west-1") {
+		t.Errorf("retry on a mirror whose cluster label lies: %v", err)
+	}
+	var after magosv1.Workspace
+	if err := f.hub.Client.Get(f.ctx, client.ObjectKeyFromObject(liar), &after); err != nil || after.Annotations[keys.ReconcileRequest] != "" {
+		t.Errorf("retry on a mirror whose cluster label lies annotated it (%v): %v", err, after.Annotations)
 	}
 	if _, err := run(t, f.hub.Kubeconfig, "retry", "missing", "-n", "default"); err == nil || !strings.Contains(err.Error(), "not found") {
 		t.Errorf("retry of a missing Workspace: %v", err)

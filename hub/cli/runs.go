@@ -15,7 +15,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
-	"github.com/magosfleet/magos/pkg/keys"
 	"github.com/magosfleet/magos/pkg/mirror"
 	"github.com/magosfleet/magos/pkg/runner"
 	"github.com/magosfleet/magos/pkg/runoutput"
@@ -54,7 +53,11 @@ func (o *Options) findRuns(ctx context.Context, c client.Client, ns, name, clust
 		return nil, fmt.Errorf("workspace %s/%s: %w", ns, name, err)
 	}
 	mirrors := &magosv1.WorkspaceList{}
-	if err := c.List(ctx, mirrors, client.MatchingLabels{keys.Mirror: "true", keys.OriginNamespace: ns, keys.OriginName: name}); err != nil {
+	sel, err := mirror.MirrorsOf(ns, name)
+	if err != nil {
+		return nil, fmt.Errorf("workspace %s/%s: looking for it on the hub: %w", ns, name, err)
+	}
+	if err := c.List(ctx, mirrors, client.MatchingLabelsSelector{Selector: sel}); err != nil {
 		return nil, fmt.Errorf("workspace %s/%s: looking for it on the hub: %w", ns, name, err)
 	}
 	var clusters []string

@@ -126,9 +126,15 @@ func (o *Options) annotateWorkspace(cmd *cobra.Command, name, key, value, done s
 		}
 		return fmt.Errorf("workspace %s/%s: %w", ns, name, err)
 	}
-	if mirror.IsMirror(&ws) {
+	// The mirror's cluster is the namespace it lives in, and its origin what its labels say
+	// once held to its name (mirror.Verify): its cluster label is the agent's word only.
+	id, err := mirror.Verify(&ws)
+	switch {
+	case err != nil:
+		return fmt.Errorf("workspace %s/%s is labelled a hub mirror, one the hub does not believe; run this against the cluster it mirrors (--context): %w", ns, name, err)
+	case id.Mirror:
 		return fmt.Errorf("workspace %s/%s is the hub's mirror of %s/%s in cluster %s: run this against that cluster (--context), or from the hub with -n %s --cluster %s",
-			ns, name, ws.Labels[keys.OriginNamespace], ws.Labels[keys.OriginName], ws.Labels[keys.Cluster], ws.Labels[keys.OriginNamespace], ws.Labels[keys.Cluster])
+			ns, name, id.Namespace, id.Name, id.Cluster, id.Namespace, id.Cluster)
 	}
 	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{key: value}}})
 	if err := c.Patch(ctx, &ws, client.RawPatch(types.MergePatchType, patch)); err != nil {

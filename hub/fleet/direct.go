@@ -9,8 +9,6 @@ import (
 	"os"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
@@ -21,33 +19,15 @@ import (
 	"sigs.k8s.io/multicluster-runtime/pkg/multicluster"
 
 	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
-	"github.com/magosfleet/magos/pkg/keys"
+	"github.com/magosfleet/magos/pkg/mirror"
 )
-
-// MirrorSelector selects the hub's mirrors (Workspaces labelled magosproject.io/mirror=true).
-func MirrorSelector() labels.Selector {
-	r, err := labels.NewRequirement(keys.Mirror, selection.Equals, []string{"true"})
-	if err != nil {
-		panic(err)
-	}
-	return labels.NewSelector().Add(*r)
-}
-
-// NotMirrorSelector selects Workspaces that are not mirrors.
-func NotMirrorSelector() labels.Selector {
-	r, err := labels.NewRequirement(keys.Mirror, selection.DoesNotExist, nil)
-	if err != nil {
-		panic(err)
-	}
-	return labels.NewSelector().Add(*r)
-}
 
 // HubCacheByObject is what the hub manager's cache must be told for the fleet: Workspaces are
 // cached only when they are mirrors (all namespaces, one informer shared by every agent cluster).
 // Merge it into the manager's cache.Options.ByObject.
 func HubCacheByObject() map[client.Object]cache.ByObject {
 	return map[client.Object]cache.ByObject{
-		&magosv1.Workspace{}: {Label: MirrorSelector(), Transform: WorkspaceTransform()},
+		&magosv1.Workspace{}: {Label: mirror.OnlyMirrors(), Transform: WorkspaceTransform()},
 	}
 }
 
@@ -66,13 +46,15 @@ func WorkspaceTransform() toolscache.TransformFunc {
 	}
 }
 
-// DirectCacheOptions is the cache of a direct cluster: Workspaces that are not mirrors (so that
-// the hub's own cluster, registered as a direct cluster, never shows the mirrors of agent
-// clusters), without managed fields, and Workspaces as WorkspaceTransform keeps them.
+// DirectCacheOptions is the cache of a direct cluster: Workspaces that are not mirrors
+// (mirror.NotMirrors, so that the hub's own cluster, registered as a direct cluster, never shows
+// the mirrors of agent clusters, and a Workspace whose mirror label is anything but "true" is
+// seen, as its agent runs it), without managed fields, and Workspaces as WorkspaceTransform
+// keeps them.
 func DirectCacheOptions() cache.Options {
 	return cache.Options{
 		ByObject: map[client.Object]cache.ByObject{
-			&magosv1.Workspace{}: {Label: NotMirrorSelector(), Transform: WorkspaceTransform()},
+			&magosv1.Workspace{}: {Label: mirror.NotMirrors(), Transform: WorkspaceTransform()},
 		},
 		DefaultTransform: cache.TransformStripManagedFields(),
 	}

@@ -228,6 +228,11 @@ func TestFleetEngagesAgentAndDirectClusters(t *testing.T) {
 	}
 	create(t, env.Hub.Client,
 		newWorkspace("t1-hub", "local-ws", nil),
+		// The mirror label makes a mirror only with the value "true" (mirror.IsMirror): the
+		// direct view shows a Workspace labelled anything else, as its agent runs it.
+		newWorkspace("t1-hub", "labelled-false", map[string]string{"magosproject.io/mirror": "false"}),
+		newWorkspace("t1-hub", "labelled-empty", map[string]string{"magosproject.io/mirror": ""}),
+		newWorkspace("t1-hub", "labelled-true", map[string]string{"magosproject.io/mirror": "true"}),
 		newMirror("t1-agent", "team", "app"),
 		newMirror("t1-other", "team", "app"),
 	)
@@ -240,7 +245,7 @@ func TestFleetEngagesAgentAndDirectClusters(t *testing.T) {
 	want := map[string][]string{
 		"t1-us":    {"t1/ws-us-east-1"},
 		"t1-eu":    {"t1/ws-eu-west-1"},
-		"t1-hub":   {"t1-hub/local-ws"},
+		"t1-hub":   {"t1-hub/local-ws", "t1-hub/labelled-false", "t1-hub/labelled-empty"},
 		"t1-agent": {mirror.Namespace("t1-agent") + "/" + mirror.Name("team", "app")},
 	}
 	testenv.Eventually(t, 90*time.Second, func() error {
@@ -261,7 +266,7 @@ func TestFleetEngagesAgentAndDirectClusters(t *testing.T) {
 	// hub's direct view never shows a mirror, and the agent view shows only its namespace.
 	mu.Lock()
 	for _, k := range seen["t1-hub"] {
-		if strings.HasPrefix(k, keys.ClusterNamespacePrefix) {
+		if strings.HasPrefix(k, keys.ClusterNamespacePrefix) || k == "t1-hub/labelled-true" {
 			t.Errorf("the hub's direct view saw the mirror %s", k)
 		}
 	}

@@ -7,7 +7,6 @@ import (
 	mcmanager "sigs.k8s.io/multicluster-runtime/pkg/manager"
 
 	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
-	"github.com/magosfleet/magos/pkg/keys"
 	"github.com/magosfleet/magos/pkg/mirror"
 )
 
@@ -30,12 +29,10 @@ func IndexWorkspaces(ctx context.Context, mgr mcmanager.Manager) error {
 	})
 }
 
-// originNamespace is the namespace a Workspace belongs to: its origin's for a mirror.
+// originNamespace is the namespace a Workspace belongs to: its origin's for a mirror, as the
+// mirror says (mirror.IdentityOf; readAgent then refuses a mirror that mirror.Check rejects).
 func originNamespace(ws *magosv1.Workspace) string {
-	if mirror.IsMirror(ws) {
-		return ws.Labels[keys.OriginNamespace]
-	}
-	return ws.Namespace
+	return mirror.IdentityOf(ws).Namespace
 }
 
 func projectKey(namespace, project string) string { return namespace + "/" + project }

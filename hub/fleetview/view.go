@@ -508,7 +508,7 @@ func (v *View) directSyncedAt(ctx context.Context, name string, cl cluster.Clust
 	v.directMu.Unlock()
 	live := &metav1.PartialObjectMetadataList{}
 	live.SetGroupVersionKind(magosv1.GroupVersion.WithKind("WorkspaceList"))
-	if err := cl.GetAPIReader().List(ctx, live, client.MatchingLabelsSelector{Selector: fleet.NotMirrorSelector()}); err != nil {
+	if err := cl.GetAPIReader().List(ctx, live, client.MatchingLabelsSelector{Selector: mirror.NotMirrors()}); err != nil {
 		return at
 	}
 	var cached magosv1.WorkspaceList

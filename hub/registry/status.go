@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"strings"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -128,16 +127,16 @@ func countChanged() predicate.Funcs {
 }
 
 func leaseToCluster(_ context.Context, o client.Object) []reconcile.Request {
-	name, ok := strings.CutPrefix(o.GetNamespace(), keys.ClusterNamespacePrefix)
-	if !ok || o.GetName() != keys.AgentLease || name == "" {
+	name, ok := mirror.ClusterOf(o.GetNamespace())
+	if !ok || o.GetName() != keys.AgentLease {
 		return nil
 	}
 	return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: name}}}
 }
 
 func mirrorToCluster(_ context.Context, o client.Object) []reconcile.Request {
-	name, ok := strings.CutPrefix(o.GetNamespace(), keys.ClusterNamespacePrefix)
-	if !ok || name == "" {
+	name, ok := mirror.ClusterOf(o.GetNamespace())
+	if !ok {
 		return nil
 	}
 	return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: name}}}

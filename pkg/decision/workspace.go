@@ -13,10 +13,6 @@ import (
 	"github.com/magosfleet/magos/pkg/mirror"
 )
 
-// mirrorLabels are the labels the agent adds to a mirror. They are not the Workspace's own, so
-// FromWorkspace drops them: a selector matches the same Workspaces in agent and direct clusters.
-var mirrorLabels = []string{keys.Mirror, keys.Cluster, keys.OriginNamespace, keys.OriginName}
-
 // FromWorkspace converts a Workspace as the hub sees it in the named cluster (a mirror in an
 // agent cluster's hub namespace, or a spoke Workspace read directly) into what Decide needs.
 // The key and generation are the origin's (mirror.OriginOf). The Workspace's labels are shared,
@@ -95,7 +91,9 @@ func ownLabels(ws *magosv1.Workspace) map[string]string {
 	for k, v := range ws.Labels {
 		out[k] = v
 	}
-	for _, k := range mirrorLabels {
+	// The mirror's bookkeeping labels are not the Workspace's own: dropped, so that a selector
+	// matches the same Workspaces in agent and direct clusters.
+	for _, k := range mirror.LabelKeys {
 		delete(out, k)
 	}
 	return out

@@ -1,7 +1,8 @@
 // Package mirror defines how a spoke Workspace is mirrored on the hub: the namespace and name
-// of the mirror, the labels that record its origin, and which annotations travel up (from the
-// spoke) and down (the hub's decisions). The agent writes mirrors and the hub reads them, both
-// through this package.
+// of the mirror, the labels that record its origin, which annotations travel up (from the
+// spoke) and down (the hub's decisions), and who a Workspace read on the hub is (Identity: a
+// mirror or not, its cluster and its origin, and whether to believe it). The agent writes
+// mirrors and the hub reads them, both through this package.
 package mirror
 
 import (
@@ -44,11 +45,15 @@ var DecisionKeys = slices.Concat(GrantKeys, RequestKeys, NoticeKeys)
 // Namespace is the hub namespace that holds the mirrors of a cluster.
 func Namespace(cluster string) string { return keys.ClusterNamespace(cluster) }
 
-// ClusterOf is the cluster whose mirrors a hub namespace holds: the inverse of Namespace. A
-// mirror's cluster is where it lives, never what its labels say (an agent writes those).
+// ClusterOf is the cluster whose mirrors a hub namespace holds: the inverse of Namespace ("" and
+// false for a namespace that is no cluster's). A mirror's cluster is where it lives, never what
+// its labels say (an agent writes those).
 func ClusterOf(namespace string) (string, bool) {
 	cluster, ok := strings.CutPrefix(namespace, keys.ClusterNamespacePrefix)
-	return cluster, ok && cluster != ""
+	if !ok || cluster == "" {
+		return "", false
+	}
+	return cluster, true
 }
 
 // Check reports why the hub must not believe a mirror read in cluster's hub namespace: it is
@@ -63,17 +68,65 @@ func Check(cluster string, ws *magosv1.Workspace) error {
 	if want := Namespace(cluster); ws.Namespace != want {
 		return fmt.Errorf("mirror %s/%s is not in cluster %s's namespace %s", ws.Namespace, ws.Name, cluster, want)
 	}
-	if claimed := ws.Labels[keys.Cluster]; claimed != cluster {
-		return fmt.Errorf("mirror %s/%s lives in cluster %s's namespace but its label %s claims cluster %q", ws.Namespace, ws.Name, cluster, keys.Cluster, claimed)
+	_, err := Verify(ws)
+	return err
+}
+
+// Identity is who a Workspace read on the hub is: a mirror or not and, for a mirror, the
+// cluster it comes from and the spoke Workspace it mirrors (its origin). It is the one
+// definition of these facts: IdentityOf reads it, Verify says whether to believe it.
+type Identity struct {
+	// Mirror is IsMirror: the Workspace is labelled magosproject.io/mirror "true".
+	Mirror bool
+	// Cluster is the cluster whose hub namespace the Workspace lives in (ClusterOf), empty
+	// outside every cluster namespace. Only that cluster's agent may write there, so this is
+	// the mirror's cluster; its magosproject.io/cluster label, which the agent writes, never is.
+	Cluster string
+	// Namespace and Name are the origin: for a mirror, the spoke Workspace its origin labels
+	// name (an agent writes them: believe them only when Verify returns no error, which holds
+	// them to the mirror's name); for any other Workspace, its own namespace and name.
+	Namespace, Name string
+}
+
+// IdentityOf returns the identity of a Workspace read on the hub, as it stands: for a mirror,
+// the origin it claims, which is what routes its events and names it in messages. It is cheap
+// (no validation); Verify, and Check, say whether the hub may believe it. A Workspace that is
+// not a mirror is its own origin.
+func IdentityOf(o metav1.Object) Identity {
+	id := Identity{Mirror: IsMirror(o), Namespace: o.GetNamespace(), Name: o.GetName()}
+	id.Cluster, _ = ClusterOf(o.GetNamespace())
+	if id.Mirror {
+		l := o.GetLabels()
+		id.Namespace, id.Name = l[keys.OriginNamespace], l[keys.OriginName]
 	}
-	ns, name := ws.Labels[keys.OriginNamespace], ws.Labels[keys.OriginName]
-	if len(validation.IsDNS1123Label(ns)) > 0 || len(validation.IsDNS1123Subdomain(name)) > 0 {
-		return fmt.Errorf("mirror %s/%s names no valid origin (%s=%q, %s=%q)", ws.Namespace, ws.Name, keys.OriginNamespace, ns, keys.OriginName, name)
+	return id
+}
+
+// Verify returns IdentityOf(o) and, for a mirror, why the hub must not believe it: it lives
+// outside every cluster namespace, its cluster label claims another cluster than its
+// namespace's, or its origin labels name no valid origin or one whose mirror would have
+// another name (so two mirrors can never speak for one spoke Workspace). nil means the mirror
+// is what it says it is; Check further holds it to the cluster it was read in. A Workspace that
+// is not a mirror is its own origin, with no error.
+func Verify(o metav1.Object) (Identity, error) {
+	id := IdentityOf(o)
+	if !id.Mirror {
+		return id, nil
 	}
-	if want := Name(ns, name); ws.Name != want {
-		return fmt.Errorf("mirror %s/%s claims origin %s/%s, whose mirror is named %s", ws.Namespace, ws.Name, ns, name, want)
+	ns, name := o.GetNamespace(), o.GetName()
+	if id.Cluster == "" {
+		return id, fmt.Errorf("mirror %s/%s is in no cluster's namespace (%s<cluster>)", ns, name, keys.ClusterNamespacePrefix)
 	}
-	return nil
+	if claimed := o.GetLabels()[keys.Cluster]; claimed != id.Cluster {
+		return id, fmt.Errorf("mirror %s/%s lives in cluster %s's namespace but its label %s claims cluster %q", ns, name, id.Cluster, keys.Cluster, claimed)
+	}
+	if len(validation.IsDNS1123Label(id.Namespace)) > 0 || len(validation.IsDNS1123Subdomain(id.Name)) > 0 {
+		return id, fmt.Errorf("mirror %s/%s names no valid origin (%s=%q, %s=%q)", ns, name, keys.OriginNamespace, id.Namespace, keys.OriginName, id.Name)
+	}
+	if want := Name(id.Namespace, id.Name); name != want {
+		return id, fmt.Errorf("mirror %s/%s claims origin %s/%s, whose mirror is named %s", ns, name, id.Namespace, id.Name, want)
+	}
+	return id, nil
 }
 
 // Name is the mirror's name for a spoke Workspace: readable, unique per namespace/name, and
@@ -91,32 +144,58 @@ func Name(namespace, name string) string {
 	return base + "-" + suffix
 }
 
-// IsMirror reports whether o is a hub mirror: labelled magosproject.io/mirror "true". This is
-// the one definition every cache, predicate and check uses.
-func IsMirror(o metav1.Object) bool { return o.GetLabels()[keys.Mirror] == "true" }
+// IsMirror reports whether o is a hub mirror: labelled magosproject.io/mirror exactly "true".
+// This is the one definition every cache, predicate, list and check uses. Any other value
+// ("false", "", "True") or no label at all is not a mirror: such a Workspace is a spoke's own,
+// which an agent runs and the hub reads in a direct cluster. The selectors OnlyMirrors and
+// NotMirrors select exactly the objects IsMirror is true and false for (a NotMirrors selector
+// written as "label does not exist" would drop a Workspace labelled "false" from a direct
+// cluster's view while its agent runs it).
+func IsMirror(o metav1.Object) bool { return o.GetLabels()[keys.Mirror] == mirrorValue }
 
-// NotMirrors selects the objects that are not mirrors (IsMirror false), for caches and lists.
+// mirrorValue is the value of keys.Mirror on a mirror.
+const mirrorValue = "true"
+
+// NotMirrors selects the objects that are not mirrors (IsMirror false: no mirror label, or any
+// value but "true"), for caches and lists.
 func NotMirrors() labels.Selector {
-	r, err := labels.NewRequirement(keys.Mirror, selection.NotEquals, []string{"true"})
+	r, err := labels.NewRequirement(keys.Mirror, selection.NotEquals, []string{mirrorValue})
 	if err != nil {
 		panic(err) // a constant key and value: cannot fail
 	}
 	return labels.NewSelector().Add(*r)
 }
 
-// OnlyMirrors selects the mirrors (IsMirror true).
-func OnlyMirrors() labels.Selector { return labels.SelectorFromSet(labels.Set{keys.Mirror: "true"}) }
+// OnlyMirrors selects the mirrors (IsMirror true), for caches and lists.
+func OnlyMirrors() labels.Selector {
+	return labels.SelectorFromSet(labels.Set{keys.Mirror: mirrorValue})
+}
+
+// MirrorsOf selects the mirrors whose origin labels name the spoke Workspace namespace/name,
+// in every cluster: what each says of itself, to be held to Verify or Check before it is
+// believed. It fails when namespace or name is no valid label value.
+func MirrorsOf(namespace, name string) (labels.Selector, error) {
+	sel, err := labels.ValidatedSelectorFromSet(labels.Set{keys.Mirror: mirrorValue, keys.OriginNamespace: namespace, keys.OriginName: name})
+	if err != nil {
+		return nil, fmt.Errorf("selecting the mirrors of %s/%s: %w", namespace, name, err)
+	}
+	return sel, nil
+}
 
 // NotMirror is a predicate that passes the objects that are not mirrors.
 func NotMirror() predicate.Predicate {
 	return predicate.NewPredicateFuncs(func(o client.Object) bool { return !IsMirror(o) })
 }
 
+// LabelKeys are the labels Labels adds to a mirror (keys.Mirror and the origin labels): the
+// mirror's bookkeeping, not the spoke Workspace's own labels.
+var LabelKeys = []string{keys.Mirror, keys.Cluster, keys.OriginNamespace, keys.OriginName}
+
 // Labels returns the mirror's labels: the spoke Workspace's own, plus the origin labels.
 func Labels(cluster string, ws *magosv1.Workspace) map[string]string {
 	out := make(map[string]string, len(ws.Labels)+4)
 	maps.Copy(out, ws.Labels)
-	out[keys.Mirror] = "true"
+	out[keys.Mirror] = mirrorValue
 	out[keys.Cluster] = cluster
 	out[keys.OriginNamespace] = ws.Namespace
 	out[keys.OriginName] = ws.Name
@@ -168,14 +247,15 @@ type Origin struct {
 // what the agent recorded; for a Workspace read directly from a spoke (direct clusters), the
 // Workspace itself.
 func OriginOf(cluster string, ws *magosv1.Workspace) Origin {
-	if IsMirror(ws) {
-		o := Origin{Cluster: cluster, Namespace: ws.Labels[keys.OriginNamespace], Name: ws.Labels[keys.OriginName]}
-		if ws.Status.Origin != nil {
-			o.Generation = ws.Status.Origin.Generation
-		}
-		return o
+	id := IdentityOf(ws)
+	o := Origin{Cluster: cluster, Namespace: id.Namespace, Name: id.Name}
+	switch {
+	case !id.Mirror:
+		o.Generation = ws.Generation
+	case ws.Status.Origin != nil:
+		o.Generation = ws.Status.Origin.Generation
 	}
-	return Origin{Cluster: cluster, Namespace: ws.Namespace, Name: ws.Name, Generation: ws.Generation}
+	return o
 }
 
 // Watermark is an agent's sync watermark, carried in the annotations of its heartbeat Lease on

@@ -12,8 +12,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
-	"github.com/magosfleet/magos/pkg/keys"
 	"github.com/magosfleet/magos/pkg/localcluster"
+	"github.com/magosfleet/magos/pkg/mirror"
 )
 
 // StopProcess suspends the process of "hub" or of a spoke's agent (SIGSTOP to its process
@@ -73,7 +73,7 @@ func (f *Fleet) Deregister(ctx context.Context, name string) error {
 		if !apierrors.IsNotFound(err) {
 			return fmt.Errorf("Cluster %s is still registered on the hub (%v)", name, err)
 		}
-		ns := keys.ClusterNamespace(name)
+		ns := mirror.Namespace(name)
 		err = f.Hub.Client.Get(ctx, client.ObjectKey{Name: ns}, &corev1.Namespace{})
 		if !apierrors.IsNotFound(err) {
 			return fmt.Errorf("namespace %s is still on the hub (%v); namespace deletion needs Options.ControllerManager", ns, err)

@@ -23,10 +23,10 @@ type PhaseInfo struct {
 	// Rollout completed).
 	Succeeded bool
 	// RunFailed (Workspace): the last plan or apply run failed: Failed or ValidationFailed.
-	// (A Rollout or Project that failed is Failed too.)
 	RunFailed bool
-	// Failed (Workspace): it failed and waits for a person or a new revision: RunFailed, or a
-	// deleted Workspace whose destroy failed (Deleting/DestroyFailed).
+	// Failed (every kind): the object failed and waits for a person, a spec change or a new
+	// revision: Failed (a Rollout, a Project, a Workspace's run), ValidationFailed (a Workspace's
+	// plan broke a policy), or Deleting/DestroyFailed (a deleted Workspace's destroy failed).
 	Failed bool
 	// AwaitsGrant (Workspace): a run it minted (when it has a run ID) waits for the hub's grant:
 	// Pending, or Deleting/DestroyPending (a destroy on deletion).

@@ -19,6 +19,9 @@ type PhaseInfo struct {
 	// Settled (Workspace): the Workspace waits for the schedule, a new revision, a spec change or
 	// a request before a new run: Applied, Failed, ValidationFailed or Planned.
 	Settled bool
+	// Ended (Workspace): the run ended and can start nothing more: Applied, Failed or
+	// ValidationFailed (Settled but for Planned, whose apply may still run).
+	Ended bool
 	// Succeeded (every kind): the work ended well: Applied (a Workspace's apply succeeded, a
 	// Rollout completed).
 	Succeeded bool
@@ -54,9 +57,9 @@ var phaseInfos = map[Phase]PhaseInfo{
 	PhasePlanning:         {Running: true, InFlight: true, Ready: metav1.ConditionUnknown},
 	PhasePlanned:          {InFlight: true, Settled: true, Ready: metav1.ConditionTrue},
 	PhaseApplying:         {Running: true, InFlight: true, Ready: metav1.ConditionUnknown},
-	PhaseApplied:          {Settled: true, Succeeded: true, Ready: metav1.ConditionTrue},
-	PhaseFailed:           {Settled: true, RunFailed: true, Failed: true, Ready: metav1.ConditionFalse},
-	PhaseValidationFailed: {Settled: true, RunFailed: true, Failed: true, Ready: metav1.ConditionFalse},
+	PhaseApplied:          {Settled: true, Ended: true, Succeeded: true, Ready: metav1.ConditionTrue},
+	PhaseFailed:           {Settled: true, Ended: true, RunFailed: true, Failed: true, Ready: metav1.ConditionFalse},
+	PhaseValidationFailed: {Settled: true, Ended: true, RunFailed: true, Failed: true, Ready: metav1.ConditionFalse},
 	PhaseDeleting:         {Deleting: true, Leaving: true, Ready: metav1.ConditionFalse},
 }
 

@@ -107,7 +107,7 @@ func TestEveryPhaseHasARow(t *testing.T) {
 	}
 }
 
-// Column letters of wantInfos: R Running, I InFlight, S Settled, D Succeeded (done), X RunFailed,
+// Column letters of wantInfos: R Running, I InFlight, S Settled, E Ended, D Succeeded (done), X RunFailed,
 // F Failed, G AwaitsGrant, L Deleting (leaving the cluster), V Leaving; then Ready.
 type want struct {
 	flags string
@@ -117,7 +117,7 @@ type want struct {
 func (w want) info() PhaseInfo {
 	has := func(c string) bool { return strings.Contains(w.flags, c) }
 	return PhaseInfo{
-		Running: has("R"), InFlight: has("I"), Settled: has("S"), Succeeded: has("D"), RunFailed: has("X"),
+		Running: has("R"), InFlight: has("I"), Settled: has("S"), Ended: has("E"), Succeeded: has("D"), RunFailed: has("X"),
 		Failed: has("F"), AwaitsGrant: has("G"), Deleting: has("L"), Leaving: has("V"), Ready: w.ready,
 	}
 }
@@ -142,9 +142,9 @@ var wantInfos = map[Phase]want{
 	PhasePlanning:         {"RI", unk},
 	PhasePlanned:          {"IS", tru},
 	PhaseApplying:         {"RI", unk},
-	PhaseApplied:          {"SD", tru},
-	PhaseFailed:           {"SXF", fal},
-	PhaseValidationFailed: {"SXF", fal},
+	PhaseApplied:          {"SED", tru},
+	PhaseFailed:           {"SEXF", fal},
+	PhaseValidationFailed: {"SEXF", fal},
 	PhaseDeleting:         {"LV", fal},
 }
 
@@ -171,7 +171,7 @@ func TestPhaseInfo(t *testing.T) {
 		{PhaseDeleting, ReasonDestroyPending, want{"LG", fal}},
 		{PhaseDeleting, ReasonDestroyFailed, want{"LF", fal}},
 		{PhaseDeleting, "", want{"LV", fal}},
-		{PhaseFailed, ReasonDestroyFailed, want{"SXF", fal}},
+		{PhaseFailed, ReasonDestroyFailed, want{"SEXF", fal}},
 		{PhasePending, ReasonDestroyPending, want{"G", unk}},
 		{"", "", want{"", unk}},
 		{"NoSuchPhase", ReasonDestroyFailed, want{"", unk}},

@@ -34,6 +34,10 @@ type PhaseInfo struct {
 	// AwaitsGrant (Workspace): a run it minted (when it has a run ID) waits for the hub's grant:
 	// Pending, or Deleting/DestroyPending (a destroy on deletion).
 	AwaitsGrant bool
+	// Progressing (Rollout): the hub works through its steps, or holds them (paused, soaking,
+	// waiting for clusters or a change window), and has neither completed nor failed:
+	// Reconciling.
+	Progressing bool
 	// Deleting (every kind): the object is being deleted: phase Deleting, whatever the reason.
 	Deleting bool
 	// Leaving (Workspace): deleted and needing nothing more from the hub: Deleting with any
@@ -51,7 +55,7 @@ type PhaseInfo struct {
 // phaseInfos is the table: one row per phase. Reasons refine it in reasonInfos.
 var phaseInfos = map[Phase]PhaseInfo{
 	PhasePending:          {AwaitsGrant: true, Ready: metav1.ConditionUnknown},
-	PhaseReconciling:      {Ready: metav1.ConditionUnknown},
+	PhaseReconciling:      {Progressing: true, Ready: metav1.ConditionUnknown},
 	PhaseReady:            {Ready: metav1.ConditionTrue},
 	PhaseIdle:             {Ready: metav1.ConditionUnknown},
 	PhasePlanning:         {Running: true, InFlight: true, Ready: metav1.ConditionUnknown},

@@ -108,7 +108,7 @@ func TestEveryPhaseHasARow(t *testing.T) {
 }
 
 // Column letters of wantInfos: R Running, I InFlight, S Settled, E Ended, D Succeeded (done), X RunFailed,
-// F Failed, G AwaitsGrant, L Deleting (leaving the cluster), V Leaving; then Ready.
+// F Failed, G AwaitsGrant, P Progressing, L Deleting (leaving the cluster), V Leaving; then Ready.
 type want struct {
 	flags string
 	ready metav1.ConditionStatus
@@ -118,7 +118,8 @@ func (w want) info() PhaseInfo {
 	has := func(c string) bool { return strings.Contains(w.flags, c) }
 	return PhaseInfo{
 		Running: has("R"), InFlight: has("I"), Settled: has("S"), Ended: has("E"), Succeeded: has("D"), RunFailed: has("X"),
-		Failed: has("F"), AwaitsGrant: has("G"), Deleting: has("L"), Leaving: has("V"), Ready: w.ready,
+		Failed: has("F"), AwaitsGrant: has("G"), Progressing: has("P"), Deleting: has("L"), Leaving: has("V"),
+		Ready: w.ready,
 	}
 }
 
@@ -131,12 +132,12 @@ const (
 // wantInfos is the table as the code that compared phases before it had it decided, one row
 // per phase constant: the agent (Running, Settled, RunFailed, the Workspace's Ready condition),
 // the decision (InFlight, Failed, Grantable, DestroyPending, Leaving) and the hub (the Rollout's
-// and Project's Ready condition). The one row on which the old Ready mappings differed is
+// and Project's Ready condition, an active Rollout: Reconciling). The one row on which the old Ready mappings differed is
 // Deleting: the agent's False, kept (the hub's Unknown only ever showed on a Project for the
 // moment between its Deleting status and its finalizer's removal).
 var wantInfos = map[Phase]want{
 	PhasePending:          {"G", unk},
-	PhaseReconciling:      {"", unk},
+	PhaseReconciling:      {"P", unk},
 	PhaseReady:            {"", tru},
 	PhaseIdle:             {"", unk},
 	PhasePlanning:         {"RI", unk},

@@ -363,7 +363,7 @@ func (r *Reconciler) observe(ro *magosv1.Rollout, d decide.Decision) {
 	deadlineExceeded.WithLabelValues(ro.Namespace, ro.Name).Set(exceeded)
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.active[client.ObjectKeyFromObject(ro)] = d.Phase == magosv1.PhaseReconciling
+	r.active[client.ObjectKeyFromObject(ro)] = d.Phase.Info().Progressing
 	activeCount.Set(float64(r.countActive()))
 }
 

@@ -269,12 +269,12 @@ func (r *Reconciler) schedule(ws *magosv1.Workspace) Schedule {
 
 // step makes one transition of a Workspace that is not being deleted.
 func (r *Reconciler) step(ctx context.Context, ws *magosv1.Workspace, sched Schedule) (step, error) {
-	switch ws.Status.Phase {
-	case "":
+	switch phase := ws.Status.Phase; {
+	case phase == "":
 		return r.reset(ctx, ws, sched, resetInitial(ws))
-	case magosv1.PhasePlanning, magosv1.PhaseApplying:
+	case phase.Running():
 		return r.observe(ctx, ws, sched, false)
-	case magosv1.PhaseDeleting:
+	case phase == magosv1.PhaseDeleting:
 		// Only a deleted Workspace is Deleting; anything else is an old or foreign status.
 		return r.reset(ctx, ws, sched, resetConfiguration(ws))
 	}

@@ -24,14 +24,14 @@ func (r *Reconciler) stepDelete(ctx context.Context, ws *magosv1.Workspace, sche
 	if !controllerutil.ContainsFinalizer(ws, keys.Finalizer) {
 		return step{done: true}, nil
 	}
-	switch ws.Status.Phase {
-	case magosv1.PhasePlanning, magosv1.PhaseApplying:
+	switch phase := ws.Status.Phase; {
+	case phase.Running():
 		st, err := r.observe(ctx, ws, sched, true)
 		if err != nil || st.again || !st.lost {
 			return st, err
 		}
 		// Lost with the previous agent: nothing runs any more.
-	case magosv1.PhaseDeleting:
+	case phase == magosv1.PhaseDeleting:
 		switch ws.Status.Reason {
 		case magosv1.ReasonDestroying:
 			return r.observeDestroy(ctx, ws, sched)

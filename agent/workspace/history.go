@@ -106,7 +106,7 @@ func planSucceeded(rec *magosv1.RunRecord) bool {
 func endRecord(ws *magosv1.Workspace, reason, msg string, now time.Time) {
 	for i := range ws.Status.Runs {
 		rec := &ws.Status.Runs[i]
-		if rec.RunID != ws.Status.CurrentRunID || rec.Phase.Settled() && rec.Phase != magosv1.PhasePlanned {
+		if rec.RunID != ws.Status.CurrentRunID || rec.Phase.Info().Ended {
 			continue
 		}
 		rec.Reason, rec.Message = reason, message.Truncate(msg, maxRecordMessage)

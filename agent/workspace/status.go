@@ -71,19 +71,11 @@ func planFailure(format string, args ...any) error {
 	return &runFailure{phase: magosv1.PhaseFailed, reason: magosv1.ReasonPlanFailed, message: fmt.Sprintf(format, args...)}
 }
 
-// setPhase sets phase, reason, message and the Ready condition that summarises them.
+// setPhase sets phase, reason, message and the Ready condition that summarises them
+// (magosv1.ReadyCondition).
 func setPhase(ws *magosv1.Workspace, phase magosv1.Phase, reason, message string) {
 	ws.Status.Phase, ws.Status.Reason, ws.Status.Message = phase, reason, message
-	ready := metav1.ConditionUnknown
-	switch phase {
-	case magosv1.PhaseApplied, magosv1.PhasePlanned:
-		ready = metav1.ConditionTrue
-	case magosv1.PhaseFailed, magosv1.PhaseValidationFailed, magosv1.PhaseDeleting:
-		ready = metav1.ConditionFalse
-	}
-	apimeta.SetStatusCondition(&ws.Status.Conditions, metav1.Condition{
-		Type: magosv1.ConditionReady, Status: ready, Reason: reason, Message: message, ObservedGeneration: ws.Generation,
-	})
+	apimeta.SetStatusCondition(&ws.Status.Conditions, magosv1.ReadyCondition(phase, reason, message, ws.Generation))
 }
 
 // degraded is the Degraded condition when the reconcile itself goes well.
@@ -133,14 +125,12 @@ func (r *Reconciler) commit(ctx context.Context, ws *magosv1.Workspace, sched Sc
 		}
 	}
 	key := statusKey(ws)
-	r.active.update(key, ws.Status.Phase == magosv1.PhasePlanning || ws.Status.Phase == magosv1.PhaseApplying)
+	info := magosv1.InfoOf(ws.Status.Phase, ws.Status.Reason)
+	r.active.update(key, info.Running)
 	if from != ws.Status.Phase {
 		phaseTransitionsTotal.WithLabelValues(ws.Namespace, string(ws.Status.Phase)).Inc()
 		kind := corev1.EventTypeNormal
-		if ws.Status.Phase.RunFailed() {
-			kind = corev1.EventTypeWarning
-		}
-		if ws.Status.Reason == magosv1.ReasonDestroyFailed {
+		if info.Failed {
 			kind = corev1.EventTypeWarning
 		}
 		r.recorder.Eventf(ws, nil, kind, ws.Status.Reason, string(ws.Status.Phase), "%s", ws.Status.Message)

@@ -8,7 +8,8 @@ import (
 // +kubebuilder:validation:Enum=Pending;Reconciling;Ready;Idle;Planning;Planned;Applying;Applied;Failed;ValidationFailed;Deleting
 type Phase string
 
-// The phases. Idle is accepted for compatibility with upstream but never written.
+// The phases. Idle is accepted for compatibility with upstream but never written. What each
+// phase means is its row in phaseInfos (PhaseInfo): a new phase needs one.
 const (
 	PhasePending          Phase = "Pending"
 	PhaseReconciling      Phase = "Reconciling"
@@ -23,24 +24,11 @@ const (
 	PhaseDeleting         Phase = "Deleting"
 )
 
-// Running reports a Workspace phase whose run is executing now: Planning or Applying.
-func (p Phase) Running() bool { return p == PhasePlanning || p == PhaseApplying }
-
-// InFlight reports a Workspace phase whose run started and has not ended: Planning, Planned
-// (a plan waiting for approval) or Applying.
-func (p Phase) InFlight() bool { return p.Running() || p == PhasePlanned }
-
-// RunFailed reports a Workspace phase whose last run failed: Failed or ValidationFailed.
-func (p Phase) RunFailed() bool { return p == PhaseFailed || p == PhaseValidationFailed }
-
-// Settled reports a Workspace phase that waits for the schedule, a new revision, a spec change
-// or a request before a new run: Applied, Failed, ValidationFailed, or Planned.
-func (p Phase) Settled() bool { return p == PhaseApplied || p.RunFailed() || p == PhasePlanned }
-
 // Condition types.
 const (
 	// ConditionReady summarises the object's phase: True when it settled well, False when it
-	// failed, Unknown while work is in progress.
+	// failed or is being deleted, Unknown while work is in progress (PhaseInfo.Ready,
+	// ReadyCondition).
 	ConditionReady = "Ready"
 	// ConditionProgressing, on a Rollout with spec.progressDeadline, is False with reason
 	// ProgressDeadlineExceeded while its current step has not progressed for that long.

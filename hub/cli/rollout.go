@@ -281,10 +281,10 @@ func WatchRollout(ctx context.Context, cfg *rest.Config, key client.ObjectKey, w
 			last = text
 		}
 		if r != nil && r.Status.ObservedGeneration == r.Generation {
-			switch r.Status.Phase {
-			case magosv1.PhaseApplied:
+			switch info := magosv1.InfoOf(r.Status.Phase, r.Status.Reason); {
+			case info.Succeeded:
 				return nil
-			case magosv1.PhaseFailed:
+			case info.Failed:
 				return fmt.Errorf("%w: %s: %s", ErrRolloutFailed, r.Status.Reason, r.Status.Message)
 			}
 		}

@@ -138,9 +138,11 @@ type RolloutList struct {
 
 // RolloutSummary is one Rollout in the list.
 type RolloutSummary struct {
-	Namespace   string `json:"namespace"`
-	Name        string `json:"name"`
-	Phase       string `json:"phase"`
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	Phase     string `json:"phase"`
+	// Tone is how the dashboard colours the phase (rolloutgrid.Tone).
+	Tone        string `json:"tone"`
 	Reason      string `json:"reason,omitempty"`
 	Message     string `json:"message,omitempty"`
 	CurrentStep string `json:"currentStep,omitempty"`
@@ -170,7 +172,8 @@ func (s *Server) rollouts(ctx context.Context, u user.Info, _ *http.Request) (an
 			phase = "Unknown"
 		}
 		out.Items = append(out.Items, RolloutSummary{
-			Namespace: r.Namespace, Name: r.Name, Phase: phase, Reason: r.Status.Reason, Message: r.Status.Message,
+			Namespace: r.Namespace, Name: r.Name, Phase: phase, Tone: rolloutgrid.Tone(r.Status.Phase, r.Status.Reason),
+			Reason: r.Status.Reason, Message: r.Status.Message,
 			CurrentStep: r.Status.CurrentStepName, Steps: len(r.Spec.Strategy.Steps),
 			Applied: r.Status.AppliedWorkspaces, Total: r.Status.TotalWorkspaces, Paused: r.Spec.Paused,
 		})
@@ -262,8 +265,10 @@ type WorkspaceSummary struct {
 	Project   string `json:"project,omitempty"`
 	// Bound is false when the cluster is not bound to the Workspace's namespace: no Project or
 	// Rollout of the hub takes it in.
-	Bound    bool   `json:"bound"`
-	Phase    string `json:"phase,omitempty"`
+	Bound bool   `json:"bound"`
+	Phase string `json:"phase,omitempty"`
+	// Tone is how the dashboard colours the phase (rolloutgrid.Tone).
+	Tone     string `json:"tone"`
 	Reason   string `json:"reason,omitempty"`
 	Message  string `json:"message,omitempty"`
 	Revision string `json:"revision,omitempty"`
@@ -306,8 +311,8 @@ func (s *Server) clusterWorkspaces(ctx context.Context, u user.Info, r *http.Req
 		}
 		out.Items = append(out.Items, WorkspaceSummary{
 			Namespace: o.Namespace, Name: o.Name, Project: m.Spec.ProjectRef.Name, Bound: c.Binds(o.Namespace),
-			Phase: string(m.Status.Phase), Reason: m.Status.Reason, Message: m.Status.Message,
-			Revision: m.Status.ObservedRevision, RunID: m.Status.CurrentRunID,
+			Phase: string(m.Status.Phase), Tone: rolloutgrid.Tone(m.Status.Phase, m.Status.Reason),
+			Reason: m.Status.Reason, Message: m.Status.Message, Revision: m.Status.ObservedRevision, RunID: m.Status.CurrentRunID,
 		})
 	}
 	sort.Slice(out.Items, func(i, j int) bool {
@@ -319,10 +324,16 @@ func (s *Server) clusterWorkspaces(ctx context.Context, u user.Info, r *http.Req
 // Runs is the answer of GET .../workspaces/{name}/runs: the Workspace's run records, newest
 // first, as its agent mirrored them.
 type Runs struct {
-	Cluster   string              `json:"cluster"`
-	Namespace string              `json:"namespace"`
-	Name      string              `json:"name"`
-	Runs      []magosv1.RunRecord `json:"runs"`
+	Cluster   string `json:"cluster"`
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	Runs      []Run  `json:"runs"`
+}
+
+// Run is a run record with how the dashboard colours its phase (rolloutgrid.Tone).
+type Run struct {
+	magosv1.RunRecord `json:",inline"`
+	Tone              string `json:"tone"`
 }
 
 // runs reads a Workspace's run records from its mirror.
@@ -331,9 +342,9 @@ func (s *Server) runs(ctx context.Context, u user.Info, r *http.Request) (any, e
 	if err != nil {
 		return nil, err
 	}
-	runs := slices.Clone(m.Status.Runs)
-	if runs == nil {
-		runs = []magosv1.RunRecord{}
+	runs := make([]Run, 0, len(m.Status.Runs))
+	for _, rec := range m.Status.Runs {
+		runs = append(runs, Run{RunRecord: rec, Tone: rolloutgrid.Tone(rec.Phase, rec.Reason)})
 	}
 	return Runs{Cluster: r.PathValue("cluster"), Namespace: r.PathValue("namespace"), Name: r.PathValue("name"), Runs: runs}, nil
 }

@@ -340,7 +340,7 @@ func (r *Reconciler) writeStatus(ctx context.Context, p *magosv1.Project, s stat
 	want.ObservedGeneration = p.Generation
 	want.Phase, want.Reason, want.Message = s.phase, s.reason, s.message
 	want.Workspaces, want.Clusters = s.workspaces, s.clusters
-	meta.SetStatusCondition(&want.Conditions, fleetview.ReadyCondition(s.phase, s.reason, s.message, p.Generation))
+	meta.SetStatusCondition(&want.Conditions, magosv1.ReadyCondition(s.phase, s.reason, s.message, p.Generation))
 	fleetview.SetRefusedCondition(&want.Conditions, s.refused, p.Generation)
 	if equality.Semantic.DeepEqual(*want, p.Status) {
 		return nil
@@ -358,8 +358,9 @@ func (r *Reconciler) writeStatus(ctx context.Context, p *magosv1.Project, s stat
 	return nil
 }
 
+// eventType is the type of the Event of a Project's new status: Warning when it failed.
 func eventType(phase magosv1.Phase) string {
-	if phase == magosv1.PhaseFailed {
+	if phase.Info().Failed {
 		return "Warning"
 	}
 	return "Normal"

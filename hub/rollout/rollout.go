@@ -243,7 +243,7 @@ func (r *Reconciler) recordTransitions(ro *magosv1.Rollout, d decide.Decision) {
 	}
 	if first || old.Reason != d.Reason {
 		kind := corev1.EventTypeNormal
-		if d.Phase == magosv1.PhaseFailed || d.Reason == magosv1.ReasonWaitingForClusters {
+		if magosv1.InfoOf(d.Phase, d.Reason).Failed || d.Reason == magosv1.ReasonWaitingForClusters {
 			kind = corev1.EventTypeWarning
 		}
 		r.recorder.Eventf(ro, nil, kind, d.Reason, "Decide", "%s", d.Message)
@@ -294,7 +294,7 @@ func (r *Reconciler) writeStatus(ctx context.Context, ro *magosv1.Rollout, d dec
 	want.AppliedWorkspaces, want.TotalWorkspaces = d.Applied, d.Total
 	want.Steps = d.Steps
 	want.Revisions = d.Revisions
-	meta.SetStatusCondition(&want.Conditions, fleetview.ReadyCondition(d.Phase, d.Reason, d.Message, ro.Generation))
+	meta.SetStatusCondition(&want.Conditions, magosv1.ReadyCondition(d.Phase, d.Reason, d.Message, ro.Generation))
 	fleetview.SetRefusedCondition(&want.Conditions, out, ro.Generation)
 	want.NextWindowAt = nil
 	if !d.NextWindowAt.IsZero() {
@@ -363,7 +363,7 @@ func (r *Reconciler) observe(ro *magosv1.Rollout, d decide.Decision) {
 	deadlineExceeded.WithLabelValues(ro.Namespace, ro.Name).Set(exceeded)
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.active[client.ObjectKeyFromObject(ro)] = d.Phase == magosv1.PhaseReconciling
+	r.active[client.ObjectKeyFromObject(ro)] = d.Phase.Info().Progressing
 	activeCount.Set(float64(r.countActive()))
 }
 

@@ -26,7 +26,9 @@ type Grid struct {
 	Namespace string `json:"namespace"`
 	Name      string `json:"name"`
 	// Phase is the Rollout's phase ("Unknown" before the hub first decides it).
-	Phase   string `json:"phase"`
+	Phase string `json:"phase"`
+	// Tone is how the dashboard colours the phase (Tone).
+	Tone    string `json:"tone"`
 	Reason  string `json:"reason,omitempty"`
 	Message string `json:"message,omitempty"`
 	Paused  bool   `json:"paused,omitempty"`
@@ -119,7 +121,9 @@ type Workspace struct {
 	Namespace string `json:"namespace"`
 	Name      string `json:"name"`
 	// Phase is the Workspace's phase ("" before its agent reported one).
-	Phase   string `json:"phase,omitempty"`
+	Phase string `json:"phase,omitempty"`
+	// Tone is how the dashboard colours the phase (Tone).
+	Tone    string `json:"tone"`
 	Reason  string `json:"reason,omitempty"`
 	Message string `json:"message,omitempty"`
 	// Revision is the commit the Workspace last ran.
@@ -166,6 +170,7 @@ func Build(r *magosv1.Rollout, clusters []magosv1.Cluster, mirrors []magosv1.Wor
 		Namespace:   r.Namespace,
 		Name:        r.Name,
 		Phase:       string(r.Status.Phase),
+		Tone:        Tone(r.Status.Phase, r.Status.Reason),
 		Reason:      r.Status.Reason,
 		Message:     r.Status.Message,
 		Paused:      r.Spec.Paused,
@@ -218,7 +223,8 @@ func Build(r *magosv1.Rollout, clusters []magosv1.Cluster, mirrors []magosv1.Wor
 			ws := byKey[w.Key]
 			cell := Workspace{
 				Cluster: w.Key.Cluster, Namespace: w.Key.Namespace, Name: w.Key.Name,
-				Phase: string(ws.Status.Phase), Reason: ws.Status.Reason, Message: ws.Status.Message,
+				Phase: string(ws.Status.Phase), Tone: Tone(ws.Status.Phase, ws.Status.Reason),
+				Reason: ws.Status.Reason, Message: ws.Status.Message,
 				Revision: ws.Status.ObservedRevision, RunID: ws.Status.CurrentRunID, Preview: previewOf[w.Key.String()],
 			}
 			if s.Status != nil && s.Status.TargetsRecordedAt != nil && !slices.Contains(s.Status.Targets, w.Key.String()) {

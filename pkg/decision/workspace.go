@@ -104,7 +104,7 @@ func ownLabels(ws *magosv1.Workspace) map[string]string {
 // other than the observed one and no pending reconcile-request. Decide also requires the
 // Workspace's cluster to be available before it counts the Workspace as Done.
 func (w Workspace) AppliedForCurrent() bool {
-	return w.Phase == magosv1.PhaseApplied &&
+	return w.info().Succeeded &&
 		w.ObservedGeneration == w.Generation &&
 		(w.DetectedRevision == "" || w.DetectedRevision == w.ObservedRevision) &&
 		!w.ReconcileRequested
@@ -117,39 +117,45 @@ func (w Workspace) MemberOf(namespace, project string) bool {
 	return w.ProjectRef == project && w.Key.Namespace == namespace
 }
 
+// info is what the Workspace's phase and reason mean (magosv1.InfoOf): every classification of
+// its status below reads it.
+func (w Workspace) info() magosv1.PhaseInfo { return magosv1.InfoOf(w.Phase, w.Reason) }
+
 // Grantable reports whether the Workspace waits for a grant of a run it minted: phase Pending
 // with a run ID, or a deleted Workspace whose destroy waits for the hub (Deleting/DestroyPending
-// with a run ID).
+// with a run ID) (PhaseInfo.AwaitsGrant).
 func (w Workspace) Grantable() bool {
-	return w.RunID != "" && (w.Phase == magosv1.PhasePending || w.DestroyPending())
+	return w.RunID != "" && w.info().AwaitsGrant
 }
 
 // DestroyPending reports whether the Workspace is deleted and its destroy waits for a grant
 // (Deleting/DestroyPending). Such a Workspace is still a member of its steps: its destroy goes
 // in step order.
 func (w Workspace) DestroyPending() bool {
-	return w.Phase == magosv1.PhaseDeleting && w.Reason == magosv1.ReasonDestroyPending
+	i := w.info()
+	return i.Deleting && i.AwaitsGrant
 }
 
-// InFlight reports whether a run of the Workspace has started: Planning, Planned or Applying.
+// InFlight reports whether a run of the Workspace has started: Planning, Planned or Applying
+// (PhaseInfo.InFlight).
 func (w Workspace) InFlight() bool {
-	return w.Phase.InFlight()
+	return w.info().InFlight
 }
 
 // Failed reports whether the Workspace's last run failed: Failed or ValidationFailed, or its
 // destroy on deletion failed (Deleting/DestroyFailed: it waits for a person, so its step halts
-// rather than wait forever).
+// rather than wait forever) (PhaseInfo.Failed).
 func (w Workspace) Failed() bool {
-	return w.Phase.RunFailed() || w.Phase == magosv1.PhaseDeleting && w.Reason == magosv1.ReasonDestroyFailed
+	return w.info().Failed
 }
 
 // Leaving reports whether the Workspace is being deleted and needs nothing more from the hub:
 // it lets go (Deleting/Deleting) or its destroy runs (Deleting/Destroying). It is on its way out
 // of the fleet, so it is no member of any step. A destroy that waits for its grant
-// (DestroyPending, with a run ID) or that failed (DestroyFailed) keeps the Workspace a member.
+// (DestroyPending, with a run ID) or that failed (DestroyFailed) keeps the Workspace a member
+// (PhaseInfo.Leaving, and a DestroyPending without a run ID: no destroy to grant).
 func (w Workspace) Leaving() bool {
-	return w.Phase == magosv1.PhaseDeleting && w.Reason != magosv1.ReasonDestroyFailed &&
-		!(w.DestroyPending() && w.RunID != "")
+	return w.info().Leaving || w.DestroyPending() && w.RunID == ""
 }
 
 // HasGrant reports whether the Workspace carries any decision (execution-allowed or

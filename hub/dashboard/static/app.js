@@ -67,7 +67,7 @@ function renderRollouts(list) {
     rows.append(el("tr", { "data-rollout": r.namespace + "/" + r.name },
       el("td", {}, r.namespace),
       el("td", {}, el("a", { href }, r.name)),
-      el("td", {}, el("span", { class: "phase", "data-phase": r.phase }, r.phase + (r.paused ? " (paused)" : ""))),
+      el("td", {}, el("span", { class: "phase", "data-phase": r.phase, "data-tone": r.tone }, r.phase + (r.paused ? " (paused)" : ""))),
       el("td", {}, r.currentStep || "-"),
       el("td", {}, r.applied + "/" + r.total),
       el("td", {}, r.message || "")));
@@ -81,6 +81,7 @@ function renderGrid(g) {
   $("rollout-title").textContent = "Rollout " + g.namespace + "/" + g.name;
   $("rollout-phase").textContent = g.phase + (g.reason ? " (" + g.reason + ")" : "");
   $("rollout-phase").setAttribute("data-phase", g.phase);
+  $("rollout-phase").setAttribute("data-tone", g.tone);
   $("rollout-summary").textContent = g.applied + "/" + g.total + " Workspaces applied" +
     (g.currentStep ? ", step " + g.currentStep : "") + (g.paused ? ", paused" : "") +
     (g.stale ? " (the hub has not caught up with the latest spec yet)" : "");
@@ -100,7 +101,7 @@ function renderGrid(g) {
       for (const w of s.workspaces.filter((w) => w.cluster === c)) {
         const isSel = selected && selected.cluster === w.cluster && selected.namespace === w.namespace && selected.name === w.name;
         td.append(el("span", {
-          class: "ws phase" + (isSel ? " selected" : ""), "data-phase": w.phase || "", "data-workspace": w.namespace + "/" + w.name,
+          class: "ws phase" + (isSel ? " selected" : ""), "data-phase": w.phase || "", "data-tone": w.tone, "data-workspace": w.namespace + "/" + w.name,
           title: w.message || "", onclick: () => selectWorkspace(w),
         }, w.namespace + "/" + w.name + " ", el("b", {}, (w.phase || "-") + (w.late ? " (late)" : "")), " ", el("span", { class: "rev" }, short(w.revision)),
         ...(w.preview ? [" ", previewBadge(w.preview)] : [])));
@@ -146,7 +147,7 @@ async function loadRuns(w) {
     el("td", {}, r.runID),
     el("td", {}, r.trigger || ""),
     el("td", {}, short(r.revision)),
-    el("td", {}, el("span", { class: "phase", "data-phase": r.phase || "" }, r.phase + (r.reason ? " (" + r.reason + ")" : ""))),
+    el("td", {}, el("span", { class: "phase", "data-phase": r.phase || "", "data-tone": r.tone }, r.phase + (r.reason ? " (" + r.reason + ")" : ""))),
     el("td", {}, r.startedAt || ""),
     el("td", {}, r.finishedAt || ""),
     el("td", {}, r.resourceChanges ? "+" + r.resourceChanges.add + " ~" + r.resourceChanges.change + " -" + r.resourceChanges.destroy : ""),

@@ -114,6 +114,10 @@ type Options struct {
 	// HubSync connects the agent to its hub (mirrors up, decisions down, heartbeat); nil runs
 	// the agent without a hub.
 	HubSync *hubsync.Options
+	// HubGrants says a hub grants the cluster's runs by writing on its Workspaces itself (a
+	// direct cluster): the Workspace controller then obeys only the hub's fenced grants, as
+	// with HubSync (workspace.Options.HubConnected).
+	HubGrants bool
 	// InputsKeySecret is the Secret, in the agent's own namespace, that keeps the key of the
 	// Workspaces' status.plannedInputs (workspace.Options.InputsKeySecret); empty: a key in
 	// memory only.
@@ -207,7 +211,7 @@ func NewManager(opts Options) (manager.Manager, error) {
 		MinReconcileInterval:     opts.MinReconcileInterval,
 		MaxConcurrentReconciles:  opts.MaxConcurrentReconciles,
 		// Connected to a hub, the hub is the only authority: no unfenced (manual) grants.
-		HubConnected:      opts.HubSync != nil,
+		HubConnected:      opts.HubSync != nil || opts.HubGrants,
 		InputsKeySecret:   opts.InputsKeySecret,
 		MandatoryPolicies: opts.MandatoryPolicies,
 	}

@@ -75,9 +75,11 @@ type Options struct {
 	MaxConcurrentReconciles int
 	// Now is the clock (time.Now if nil).
 	Now func() time.Time
-	// HubConnected says the agent is connected to a hub, the only authority over runs: a grant
+	// HubConnected says a hub is the only authority over the cluster's runs (the agent is
+	// connected to it, or the hub writes grants on the cluster itself: a direct cluster): a grant
 	// without magosproject.io/granted-run is then ignored with a Warning event (UnfencedGrant)
-	// and never run. A standalone agent honours such a grant once, as upstream does.
+	// and never run, and a destroy waits for the hub's grant. A standalone agent honours such a
+	// grant once, as upstream does.
 	HubConnected bool
 	// InputsKeySecret is the Secret that keeps the key of status.plannedInputs, the keyed digest
 	// of a plan's inputs (see package plannedinputs): the agent writes a random key there when it

@@ -221,6 +221,9 @@ func TestAgentDefaults(t *testing.T) {
 			t.Errorf("agent args %v lack %s", c.Args, arg)
 		}
 	}
+	if slices.Contains(c.Args, "--hub-grants") {
+		t.Errorf("agent args %v: --hub-grants by default", c.Args)
+	}
 	assertHardened(t, d)
 	if len(d.Spec.Template.Spec.Volumes) != 1 || d.Spec.Template.Spec.Volumes[0].Secret.SecretName != "hub-kubeconfig" {
 		t.Errorf("hub kubeconfig not mounted from its Secret: %+v", d.Spec.Template.Spec.Volumes)
@@ -228,6 +231,8 @@ func TestAgentDefaults(t *testing.T) {
 	for _, key := range []string{
 		"ValidatingAdmissionPolicy/magos-workspace-annotations",
 		"ValidatingAdmissionPolicyBinding/magos-workspace-annotations",
+		"ValidatingAdmissionPolicy/magos-workspace-grants",
+		"ValidatingAdmissionPolicyBinding/magos-workspace-grants",
 		"CustomResourceDefinition/validatingpolicies.policies.kyverno.io",
 		"CustomResourceDefinition/workspaces.magosproject.io",
 		"ServiceAccount/default/magos-job",
@@ -258,8 +263,9 @@ func TestAgentValues(t *testing.T) {
 		"jobServiceAccount":   map[string]any{"create": true, "name": "runner"},
 		"workspaceNamespaces": []any{"payments", "cdn"},
 		"runner":              map[string]any{"mode": "local", "image": map[string]any{"repository": "registry.local/runner", "tag": "dev"}},
+		"hub":                 map[string]any{"grantsDirectly": true},
 	})
-	for _, key := range []string{"ValidatingAdmissionPolicy/magos-workspace-annotations", "CustomResourceDefinition/validatingpolicies.policies.kyverno.io", "ServiceAccount/default/magos-job"} {
+	for _, key := range []string{"ValidatingAdmissionPolicy/magos-workspace-annotations", "ValidatingAdmissionPolicy/magos-workspace-grants", "CustomResourceDefinition/validatingpolicies.policies.kyverno.io", "ServiceAccount/default/magos-job"} {
 		if objs[key] != nil {
 			t.Errorf("%s rendered although disabled", key)
 		}
@@ -271,7 +277,7 @@ func TestAgentValues(t *testing.T) {
 	}
 	d := as[appsv1.Deployment](t, objs["Deployment/magos-agent"])
 	args := d.Spec.Template.Spec.Containers[0].Args
-	for _, arg := range []string{"--runner-mode=local", "--runner-image=registry.local/runner:dev"} {
+	for _, arg := range []string{"--runner-mode=local", "--runner-image=registry.local/runner:dev", "--hub-grants"} {
 		if !slices.Contains(args, arg) {
 			t.Errorf("args %v lack %s", args, arg)
 		}

@@ -57,6 +57,11 @@ type Config struct {
 	// `magosctl agent-kubeconfig`); empty runs the agent without a hub (a single-cluster
 	// install, or a direct cluster the hub watches itself).
 	HubKubeconfig string `mapstructure:"hubKubeconfig"`
+	// HubGrants says a hub grants this cluster's runs by writing on its Workspaces itself (a
+	// direct cluster of a hub, the single-cluster install): as under a hub connection, a grant
+	// that names no run is ignored and a destroy waits for the hub's grant. Implied by
+	// HubKubeconfig.
+	HubGrants bool `mapstructure:"hubGrants"`
 	// HubHeartbeatInterval is how often the agent renews its Lease on the hub (10s).
 	HubHeartbeatInterval time.Duration `mapstructure:"hubHeartbeatInterval"`
 	// HubLeaseDuration is how long a renewal is valid: the hub marks the cluster unavailable
@@ -389,6 +394,7 @@ func controllerFlags(def *Config) (*pflag.FlagSet, *string) {
 	flags.String("kubeconfig", "", "kubeconfig of the spoke cluster (default: in-cluster or $KUBECONFIG)")
 	flags.String("cluster-name", "", "the name this cluster is registered under in the hub's config")
 	flags.String("hub-kubeconfig", "", "the agent's bootstrap kubeconfig for the hub (empty: no hub)")
+	flags.Bool("hub-grants", false, "a hub grants this cluster's runs, writing its grants on the Workspaces itself (a direct cluster): grants without granted-run are ignored and destroys wait for the hub's grant (implied by --hub-kubeconfig)")
 	flags.Duration("hub-heartbeat-interval", def.HubHeartbeatInterval, "how often the agent renews its heartbeat Lease on the hub")
 	flags.Duration("hub-lease-duration", def.HubLeaseDuration, "how long a heartbeat is valid (the hub marks the cluster unavailable after it)")
 	flags.Duration("hub-token-expiry", def.HubTokenExpiry, "lifetime of the hub tokens the agent renews itself at about 80% of it (at least 10m; 0: use the bootstrap token without renewal)")
@@ -460,6 +466,7 @@ func controller(ctx context.Context, args []string) error {
 	}
 	mgr, err := app.NewManager(app.Options{
 		HubSync:                  hub,
+		HubGrants:                cfg.HubGrants,
 		Config:                   restConfig,
 		MetricsAddress:           cfg.MetricsBindAddress,
 		HealthAddress:            cfg.HealthProbeBindAddress,

@@ -199,6 +199,26 @@ func TestConfig(t *testing.T) {
 			},
 		},
 		{
+			name: "a direct cluster's grants come from the hub: --hub-grants",
+			args: []string{"--runner-image=x", "--hub-grants"},
+			check: func(c *Config) string {
+				if !c.HubGrants {
+					return "hubGrants false"
+				}
+				return ""
+			},
+		},
+		{
+			name: "a standalone agent by default",
+			args: []string{"--runner-image=x"},
+			check: func(c *Config) string {
+				if c.HubGrants {
+					return "hubGrants true"
+				}
+				return ""
+			},
+		},
+		{
 			name: "hub token Secret namespace flag, renewal off",
 			env:  map[string]string{"POD_NAMESPACE": ""},
 			args: []string{"--runner-image=x", "--hub-kubeconfig=/k", "--cluster-name=eu-west-1", "--hub-token-expiry=0",

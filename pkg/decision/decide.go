@@ -13,6 +13,7 @@ import (
 
 	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
 	"github.com/magosfleet/magos/pkg/changewindow"
+	"github.com/magosfleet/magos/pkg/keys"
 )
 
 // Status messages. NoWorkspacesFound keeps upstream's wording.
@@ -678,7 +679,8 @@ func waitingFor(names []string, clusters map[string]Cluster) []string {
 		reason := c.Reason
 		switch {
 		case !registered:
-			reason = "removed from the hub's configuration while the step ran"
+			reason = "removed from the hub's configuration while the step ran (register it again, or list it in the Rollout's annotation " +
+				keys.AcknowledgeRemovedClusters + " to go on without it)"
 		case c.Synced && c.Available:
 			reason = "no complete sync since the Rollout was created"
 		case reason != "":
@@ -702,15 +704,20 @@ func halt(d *Decision, steps []step, current int, phase magosv1.Phase, reason, m
 	}
 }
 
-// removedClusters finds, for every step that was not Completed when the Rollout (this
-// generation of it) was last decided, the clusters it held Workspaces in that are no longer
-// registered. The step cannot be done without them: a cluster removed from the hub's
-// configuration while its step runs makes the Rollout wait; it never shrinks the step. The
-// wait ends when the cluster is registered again, or when the Rollout's spec changes (a new
-// generation is decided afresh), which is how an operator acknowledges the removal.
+// removedClusters finds, for every step that was not Completed when the Rollout was last
+// decided, the clusters it held Workspaces in that are no longer registered. The step cannot be
+// done without them: a cluster removed from the hub's configuration while its step runs makes the
+// Rollout wait; it never shrinks the step. The wait ends when the cluster is registered again,
+// or when an operator lists it in the Rollout's annotation
+// magosproject.io/acknowledge-removed-clusters. Other edits of the Rollout's spec (a pause, an
+// approval, planFirst) do not end it; a step renamed or removed is a new step and remembers
+// nothing.
 func removedClusters(steps []step, ro *magosv1.Rollout, clusters map[string]Cluster) {
-	if ro.Status.ObservedGeneration != ro.Generation {
-		return
+	acknowledged := map[string]bool{}
+	for _, name := range strings.Split(ro.Annotations[keys.AcknowledgeRemovedClusters], ",") {
+		if name = strings.TrimSpace(name); name != "" {
+			acknowledged[name] = true
+		}
 	}
 	for i := range steps {
 		j := slices.IndexFunc(ro.Status.Steps, func(st magosv1.StepStatus) bool { return st.Name == steps[i].spec.Name })
@@ -718,7 +725,7 @@ func removedClusters(steps []step, ro *magosv1.Rollout, clusters map[string]Clus
 			continue
 		}
 		for _, name := range ro.Status.Steps[j].Clusters {
-			if _, ok := clusters[name]; !ok {
+			if _, ok := clusters[name]; !ok && !acknowledged[name] {
 				steps[i].removed = append(steps[i].removed, name)
 				steps[i].unknown = append(steps[i].unknown, name)
 			}

@@ -483,7 +483,9 @@ func TestDecideClusterRemoved(t *testing.T) {
 
 // TestDecideClusterRemovedMidStep: a cluster removed from the hub's configuration while its
 // step runs makes the Rollout wait on that step; it never shrinks the step and never lets the
-// next one start. Registering it again, or changing the Rollout's spec, ends the wait.
+// next one start. Edits of the Rollout's spec that leave the step (a pause and resume, an
+// approval, planFirst) do not end the wait; registering the cluster again, or acknowledging its
+// removal in the annotation magosproject.io/acknowledge-removed-clusters, does.
 func TestDecideClusterRemovedMidStep(t *testing.T) {
 	ro := rolloutOf(stepSpec("prod", "env", "prod"), stepSpec("canary", "env", "canary"))
 	ro.Generation, ro.Status.ObservedGeneration = 1, 1
@@ -499,7 +501,7 @@ func TestDecideClusterRemovedMidStep(t *testing.T) {
 	in := Input{Namespace: testNamespace, Project: testProject, Rollout: ro, Clusters: clusters("c1"), Workspaces: ws}
 	d := Decide(in)
 	assertStatus(t, d, magosv1.PhaseReconciling, magosv1.ReasonWaitingForClusters, 0)
-	want := "Waiting for cluster c2: removed from the hub's configuration while the step ran (step prod: 1/1 applied)"
+	want := "Waiting for cluster c2: removed from the hub's configuration while the step ran (register it again, or list it in the Rollout's annotation magosproject.io/acknowledge-removed-clusters to go on without it) (step prod: 1/1 applied)"
 	if d.Message != want || len(d.Grants) != 0 {
 		t.Fatalf("message %q grants %v, want %q and no grants", d.Message, d.Grants, want)
 	}
@@ -511,13 +513,30 @@ func TestDecideClusterRemovedMidStep(t *testing.T) {
 	if d := Decide(in); d.Reason != magosv1.ReasonWaitingForClusters {
 		t.Fatalf("second decision %s: %s", d.Reason, d.Message)
 	}
-	// An operator acknowledges by changing the Rollout: the step is decided afresh.
-	ro.Generation = 2
+	// Other edits of the spec leave the step waiting: paused and resumed, planFirst toggled.
+	for gen, edit := range []func(){
+		func() { ro.Spec.Paused = true },
+		func() { ro.Spec.Paused = false },
+		func() { ro.Spec.PlanFirst = true },
+		func() { ro.Spec.PlanFirst = false },
+	} {
+		edit()
+		ro.Generation = int64(gen + 2)
+		d = Decide(in)
+		// (Under planFirst the later step may plan for the preview; nothing applies.)
+		if d.Reason != magosv1.ReasonWaitingForClusters && d.Reason != magosv1.ReasonPaused ||
+			slices.ContainsFunc(d.Grants, func(c Change) bool { return !c.PlanOnly }) {
+			t.Fatalf("after spec edit %d (generation %d): %s %q grants %v: the removed cluster was forgotten", gen, ro.Generation, d.Reason, d.Message, d.Grants)
+		}
+		ro.Status.Steps, ro.Status.ObservedGeneration = d.Steps, ro.Generation
+	}
+	// An operator acknowledges the removal: the step goes on without the cluster.
+	ro.Annotations = map[string]string{keys.AcknowledgeRemovedClusters: "c9, c2"}
 	d = Decide(in)
 	assertStatus(t, d, magosv1.PhaseReconciling, magosv1.ReasonLevelProgressing, 1)
 	assertKeys(t, "grants", keysOf(d.Grants), []Key{k("c1", "c")})
 	// A completed step does not wait for a cluster removed after it.
-	ro.Generation = 1
+	ro.Annotations = nil
 	ro.Status.Steps[0].Phase = magosv1.StepCompleted
 	if d := Decide(in); d.CurrentStep != 1 {
 		t.Fatalf("current step %d (%s), want 1", d.CurrentStep, d.Message)

@@ -79,6 +79,12 @@ const (
 	GrantedByProject = "project"
 )
 
+// AcknowledgeRemovedClusters, on a hub Rollout, lists the clusters (comma-separated names) the
+// Rollout may go on without: a cluster removed from the hub's configuration (or unbound from the
+// Rollout's namespace) while an unfinished step held Workspaces in it makes that step wait until
+// the cluster is registered again or is listed here. No other edit of the Rollout ends the wait.
+const AcknowledgeRemovedClusters = Prefix + "acknowledge-removed-clusters"
+
 // Labels on the hub's mirrors of spoke Workspaces.
 const (
 	// Mirror marks a Workspace on the hub that mirrors one in a spoke. Agents never execute

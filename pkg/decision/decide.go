@@ -49,6 +49,22 @@ type member struct {
 	// when the current step does not require one, or its approval covers the plan: it may
 	// apply.
 	approved bool
+	// holdDestroy: the member's destroy waits for its step's approval (requireApproval).
+	holdDestroy bool
+}
+
+// DestroyDigest stands for the plan digest of a destroy in status.steps[].plans and in an
+// approval's plans: a destroy under a step with requireApproval waits for an approval naming
+// the Workspace, the commit it destroys and this digest, as a plan waits for one naming its own.
+const DestroyDigest = "destroy"
+
+// approvalDigest is what an approval must name for the member's run: its plan's digest, or
+// DestroyDigest for a destroy.
+func approvalDigest(w Workspace) string {
+	if w.DestroyPending() {
+		return DestroyDigest
+	}
+	return w.PlanDigest
 }
 
 // change is the grant the decision wants the member to hold.
@@ -58,7 +74,7 @@ func (m *member) change() Change {
 
 // grantable reports whether the member waits for a grant: its run waits to plan (or destroy),
 // or its plan waits for an approval it has.
-func (m *member) grantable() bool { return m.ws.Grantable() || m.approved }
+func (m *member) grantable() bool { return m.ws.Grantable() && !m.holdDestroy || m.approved }
 
 // step is one evaluated Rollout step.
 type step struct {
@@ -477,7 +493,13 @@ func approvals(s *step, ms []member, ro *magosv1.Rollout) (voided string) {
 	s.plans = s.plans[:0]
 	for _, i := range s.matched {
 		m := &ms[i]
+		m.holdDestroy = false
 		switch {
+		case s.spec.RequireApproval && m.ws.DestroyPending() && m.ws.Grantable():
+			// A destroy is a change like an apply: it waits for the step's approval, and keeps
+			// its grant only while the approval names it.
+			m.holdDestroy = true
+			s.plans = append(s.plans, i)
 		case !m.ws.AwaitingApproval():
 			m.planOnly = (s.spec.RequireApproval || ro.Spec.PlanFirst) && m.ws.Grantable() && !m.ws.DestroyPending()
 		case !s.spec.RequireApproval && ro.Spec.PlanFirst:
@@ -522,8 +544,8 @@ func approvals(s *step, ms []member, ro *magosv1.Rollout) (voided string) {
 		switch {
 		case !named:
 			why = fmt.Sprintf("it does not name the plan of %s", w.Key)
-		case p.Digest != w.PlanDigest:
-			why = fmt.Sprintf("the plan of %s is now %s, it approved %s", w.Key, w.PlanDigest, p.Digest)
+		case p.Digest != approvalDigest(*w):
+			why = fmt.Sprintf("the plan of %s is now %s, it approved %s", w.Key, approvalDigest(*w), p.Digest)
 		case p.Revision != w.CurrentRevision:
 			why = fmt.Sprintf("the plan of %s is of commit %.12s, it approved commit %.12s", w.Key, w.CurrentRevision, p.Revision)
 		}
@@ -535,6 +557,9 @@ func approvals(s *step, ms []member, ro *magosv1.Rollout) (voided string) {
 	for _, i := range s.plans {
 		m := &ms[i]
 		m.approved, m.plan = true, m.ws.PlanDigest
+		if m.holdDestroy {
+			m.holdDestroy, m.plan = false, "" // a destroy has no plan to bind
+		}
 	}
 	return ""
 }
@@ -922,8 +947,11 @@ func stepStatuses(steps []step, ms []member) []magosv1.StepStatus {
 		if phase == magosv1.StepAwaitingApproval {
 			for _, mi := range s.plans[:min(len(s.plans), maxPlansListed)] {
 				w := ms[mi].ws
-				out[i].Plans = append(out[i].Plans, magosv1.PlanStatus{Workspace: w.Key.String(), Run: w.RunID, Revision: w.CurrentRevision,
-					Digest: w.PlanDigest, Add: w.Changes.Add, Change: w.Changes.Change, Destroy: w.Changes.Destroy})
+				p := magosv1.PlanStatus{Workspace: w.Key.String(), Run: w.RunID, Revision: w.CurrentRevision, Digest: approvalDigest(*w)}
+				if !w.DestroyPending() { // a destroy has no plan: its counts are not known
+					p.Add, p.Change, p.Destroy = w.Changes.Add, w.Changes.Change, w.Changes.Destroy
+				}
+				out[i].Plans = append(out[i].Plans, p)
 			}
 		}
 	}

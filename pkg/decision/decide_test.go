@@ -977,3 +977,48 @@ func TestDecideDeterministic(t *testing.T) {
 		}
 	}
 }
+
+// TestDecideDestroyWaitsForApproval: under a step that requires approval, a destroy is a change
+// like an apply: it is not granted until the step's approval names it (the Workspace, the commit
+// it destroys and the digest "destroy", listed in the step's plans for magosctl rollout
+// approve); an approval that does not name it grants nothing, and a destroy granted under an
+// approval loses its grant when the approval no longer names it.
+func TestDecideDestroyWaitsForApproval(t *testing.T) {
+	prod := stepSpec("prod", "env", "prod")
+	prod.RequireApproval = true
+	ro := rolloutOf(prod)
+	b := newWS("c1", "b", "env", "prod").with(destroyPending)
+	b.CurrentRevision = "rev-0"
+	in := Input{Namespace: testNamespace, Project: testProject, Rollout: ro, Clusters: clusters("c1"),
+		Workspaces: []Workspace{newWS("c1", "a", "env", "prod").with(appliedOK), b}}
+
+	d := Decide(in)
+	assertStatus(t, d, magosv1.PhaseReconciling, magosv1.ReasonAwaitingApproval, 0)
+	if len(d.Grants) != 0 {
+		t.Fatalf("grants %v before any approval, want none", d.Grants)
+	}
+	want := []magosv1.PlanStatus{{Workspace: "c1/payments/b", Run: "destroy-c1-b", Revision: "rev-0", Digest: DestroyDigest}}
+	if !reflect.DeepEqual(d.Steps[0].Plans, want) {
+		t.Fatalf("step plans %+v, want %+v", d.Steps[0].Plans, want)
+	}
+
+	// An approval of something else grants nothing.
+	ro.Spec.Approvals = []magosv1.StepApproval{{Step: "prod", ApprovedBy: "alice", ApprovedAt: metav1.NewTime(t0),
+		Plans: []magosv1.ApprovedPlan{{Workspace: "c1/payments/b", Revision: "rev-0", Digest: "d1"}}}}
+	if d := Decide(in); len(d.Grants) != 0 {
+		t.Fatalf("grants %v under an approval of another digest, want none", d.Grants)
+	}
+	// The approval magosctl rollout approve writes: the destroy is granted, bound to no plan.
+	ro.Spec.Approvals[0].Plans[0].Digest = DestroyDigest
+	d = Decide(in)
+	if wantG := []Change{{Key: k("c1", "b"), Run: "destroy-c1-b"}}; !slices.Equal(d.Grants, wantG) {
+		t.Fatalf("grants %v under the approval, want %v", d.Grants, wantG)
+	}
+	in.Workspaces = applyWrites(in.Workspaces, d, keys.GrantedByRollout)
+	// The approval withdrawn before the destroy started: the grant goes.
+	ro.Spec.Approvals = nil
+	d = Decide(in)
+	if len(d.Grants) != 0 || !slices.Equal(keysOf(d.Revokes), []Key{k("c1", "b")}) {
+		t.Fatalf("after the approval went: grants %v revokes %v, want b's grant revoked", d.Grants, d.Revokes)
+	}
+}

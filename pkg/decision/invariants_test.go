@@ -221,8 +221,12 @@ func randomInput(rng *rand.Rand) Input {
 			if rng.Intn(3) > 0 {
 				a := magosv1.StepApproval{Step: s.Name, ApprovedBy: "alice", ApprovedAt: metav1.NewTime(randomEpoch)}
 				for _, w := range in.Workspaces {
-					if w.PlanDigest != "" && rng.Intn(10) > 0 {
+					destroy := w.Phase == magosv1.PhaseDeleting && w.Reason == magosv1.ReasonDestroyPending
+					if (w.PlanDigest != "" || destroy) && rng.Intn(10) > 0 {
 						p := magosv1.ApprovedPlan{Workspace: w.Key.String(), Revision: w.CurrentRevision, Digest: w.PlanDigest}
+						if destroy {
+							p.Digest = "destroy"
+						}
 						if rng.Intn(15) == 0 {
 							p.Digest = "d3"
 						}
@@ -350,6 +354,11 @@ func TestDecideInvariants(t *testing.T) {
 			t.Errorf("only %d random cases ended %s: %v", reasons[r], r, reasons)
 		}
 	}
+	// Rarer (a deleted Workspace in the current step of a gated Rollout whose approval names
+	// it): TestDecideDestroyWaitsForApproval walks it through.
+	if reasons[approvedDestroys] == 0 {
+		t.Errorf("no random case granted a destroy under an approval: %v", reasons)
+	}
 }
 
 // Tallies of TestDecideInvariants besides the reasons: decisions where a step before the current
@@ -363,6 +372,7 @@ const (
 	lateHeldBack     = "late Workspaces held back by frozen targets"
 	previewGrants    = "plan-only grants to later steps for the preview"
 	previewApplies   = "applies granted once the preview is complete"
+	approvedDestroys = "destroys granted under an approval"
 )
 
 // destroyGranted names, in the tally of TestDecideInvariants, the decisions that grant the
@@ -413,8 +423,11 @@ func checkInvariants(t *testing.T, in Input, d Decision) (tags []string) {
 	destroyWaits := func(w Workspace) bool {
 		return w.Phase == magosv1.PhaseDeleting && w.Reason == magosv1.ReasonDestroyPending && w.RunID != ""
 	}
+	// destroyGated (set below): a destroy of the current step, which requires approval, that its
+	// step's approval does not cover yet.
+	destroyGated := func(Workspace) bool { return false }
 	grantable := func(w Workspace) bool {
-		return w.Phase == magosv1.PhasePending && w.RunID != "" || destroyWaits(w)
+		return w.Phase == magosv1.PhasePending && w.RunID != "" || destroyWaits(w) && !destroyGated(w)
 	}
 	grantRevision := func(w Workspace) string {
 		if destroyWaits(w) {
@@ -457,45 +470,15 @@ func checkInvariants(t *testing.T, in Input, d Decision) (tags []string) {
 	}
 	previewedW := func(w Workspace) bool { return doneWith(w) || failedWith(w) || destroyWaits(w) || hasPlan(w) }
 	names := func(a magosv1.StepApproval, w Workspace) bool {
-		return slices.Contains(a.Plans, magosv1.ApprovedPlan{Workspace: w.Key.String(), Revision: w.CurrentRevision, Digest: w.PlanDigest})
-	}
-	approvalHolds := false
-	if gated {
-		for _, a := range in.Rollout.Spec.Approvals {
-			if a.Step != cur.Name {
-				continue
-			}
-			approvalHolds = true
-			for _, w := range in.Workspaces {
-				rev := grantRevision(w)
-				if parked(w) && w.ProjectRef == in.Project && w.Key.Namespace == in.Namespace && inStep(t, in, *cur, w) &&
-					(rev == "" || w.CurrentRevision == rev) && !names(a, w) {
-					if _, ok := in.Clusters[w.Key.Cluster]; ok {
-						approvalHolds = false
-					}
-				}
-			}
+		digest := w.PlanDigest
+		if destroyWaits(w) {
+			digest = "destroy" // the checker's own spelling of a destroy in an approval
 		}
+		return slices.Contains(a.Plans, magosv1.ApprovedPlan{Workspace: w.Key.String(), Revision: w.CurrentRevision, Digest: digest})
 	}
-	// approvable: a parked plan of the current step that may apply: the step requires no
-	// approval, or its approval holds and names the plan.
-	// With planFirst, a parked plan of the commit rolled out may apply only once the whole
-	// preview is complete (previewComplete, set below), unless it holds its apply grant already.
-	previewComplete := false
+	// waitsForApproval: under a step that requires approval, a destroy waits for the approval
+	// as a parked plan does (and keeps its grant only while the approval names it).
 	var held func(w Workspace) bool
-	approvable := func(w Workspace) bool {
-		if !parked(w) {
-			return false
-		}
-		rev := grantRevision(w)
-		if planFirst {
-			return (rev == "" || w.CurrentRevision == rev) && (!gated || approvalHolds) && (previewComplete || held(w))
-		}
-		if in.Rollout == nil || !gated {
-			return true
-		}
-		return approvalHolds && (rev == "" || w.CurrentRevision == rev)
-	}
 	// wantChange is the grant the decision would give w.
 	wantChange := func(w Workspace) Change {
 		c := Change{Key: w.Key, Run: w.RunID, Revision: grantRevision(w)}
@@ -514,6 +497,46 @@ func checkInvariants(t *testing.T, in Input, d Decision) (tags []string) {
 		c := wantChange(w)
 		return w.Grant.Allowed && w.Grant.Run == w.RunID && w.RunID != "" && w.Grant.Revision == c.Revision &&
 			w.Grant.PlanOnly == c.PlanOnly && w.Grant.Plan == c.Plan
+	}
+	waitsForApproval := func(w Workspace) bool { return parked(w) || gated && destroyWaits(w) }
+	approvalHolds := false
+	if gated {
+		for _, a := range in.Rollout.Spec.Approvals {
+			if a.Step != cur.Name {
+				continue
+			}
+			approvalHolds = true
+			for _, w := range in.Workspaces {
+				rev := grantRevision(w)
+				if waitsForApproval(w) && w.ProjectRef == in.Project && w.Key.Namespace == in.Namespace && inStep(t, in, *cur, w) &&
+					(rev == "" || w.CurrentRevision == rev) && !names(a, w) {
+					if _, ok := in.Clusters[w.Key.Cluster]; ok {
+						approvalHolds = false
+					}
+				}
+			}
+		}
+	}
+	// approvable: a parked plan of the current step that may apply: the step requires no
+	// approval, or its approval holds and names the plan.
+	// With planFirst, a parked plan of the commit rolled out may apply only once the whole
+	// preview is complete (previewComplete, set below), unless it holds its apply grant already.
+	previewComplete := false
+	destroyGated = func(w Workspace) bool {
+		return gated && destroyWaits(w) && inStep(t, in, *cur, w) && !approvalHolds
+	}
+	approvable := func(w Workspace) bool {
+		if !parked(w) {
+			return false
+		}
+		rev := grantRevision(w)
+		if planFirst {
+			return (rev == "" || w.CurrentRevision == rev) && (!gated || approvalHolds) && (previewComplete || held(w))
+		}
+		if in.Rollout == nil || !gated {
+			return true
+		}
+		return approvalHolds && (rev == "" || w.CurrentRevision == rev)
 	}
 	byKey := map[Key]Workspace{}
 	var members []Key
@@ -588,6 +611,8 @@ func checkInvariants(t *testing.T, in Input, d Decision) (tags []string) {
 			tags = append(tags, planOnlyGrants)
 		case g.Plan != "":
 			tags = append(tags, approvedApplies)
+		case gated && destroyWaits(w) && inStep(t, in, *cur, w):
+			tags = append(tags, approvedDestroys)
 		}
 		if in.Rollout == nil {
 			granted[g.Key] = true

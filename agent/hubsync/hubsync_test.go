@@ -96,7 +96,9 @@ func run(m *testing.M) (int, error) {
 	hub, err = app.New(app.Options{
 		RestConfig: env.Hub.Config, Config: cfg, ConfigFile: file, Logger: ctrl.Log.WithName("hub"),
 		HealthInterval: time.Second, SkipNameValidation: true,
-		Fleet: fleet.Options{MinBackoff: 200 * time.Millisecond, MaxBackoff: 2 * time.Second},
+		// The agent's hub sync is under test, not the hub's decisions.
+		WithoutDecisionControllers: true,
+		Fleet:                      fleet.Options{MinBackoff: 200 * time.Millisecond, MaxBackoff: 2 * time.Second},
 	})
 	if err != nil {
 		return 0, err

@@ -146,6 +146,8 @@ func runHub(t testing.TB, file string, mutate ...func(*app.Options)) (*app.Hub, 
 		ConfigDebounce:     200 * time.Millisecond,
 		SkipNameValidation: true,
 		Fleet:              fleet.Options{MinBackoff: 200 * time.Millisecond, MaxBackoff: 2 * time.Second},
+		// The registry's tests decide no Rollout or Project.
+		WithoutDecisionControllers: true,
 	}
 	for _, m := range mutate {
 		m(&opts)

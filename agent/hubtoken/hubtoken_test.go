@@ -4,13 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"go.uber.org/zap/zapcore"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
@@ -25,9 +23,7 @@ import (
 	"k8s.io/client-go/tools/events"
 	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/magosfleet/magos/agent/hubtoken"
 	"github.com/magosfleet/magos/hub/registry"
@@ -40,22 +36,10 @@ import (
 var api *localcluster.Cluster
 
 func TestMain(m *testing.M) {
-	level := zapcore.ErrorLevel
-	if os.Getenv("MAGOS_TEST_DEBUG") != "" {
-		level = zapcore.DebugLevel
-	}
-	ctrl.SetLogger(zap.New(zap.UseDevMode(true), zap.Level(level)))
-	fleet, err := localcluster.New(localcluster.Options{})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	api = fleet.Hub
-	code := m.Run()
-	if err := fleet.Stop(); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-	}
-	os.Exit(code)
+	testenv.Main(m, testenv.MainOptions{Setup: func(e *testenv.MainEnv) error {
+		api = e.Fleet.Hub
+		return nil
+	}})
 }
 
 // agent is an agent's access to the test hub: its namespace there, with the ServiceAccount, Role
@@ -117,16 +101,8 @@ func (a agent) renewer(t *testing.T, clock *clocktesting.FakeClock, bootstrapFil
 
 // start runs r.Start until the test ends.
 func start(t *testing.T, r *hubtoken.Renewer) {
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = r.Start(ctx)
-	}()
-	t.Cleanup(func() {
-		cancel()
-		<-done
-	})
+	t.Helper()
+	testenv.Background(t, context.Background(), "the token renewer", r.Start) // it never fails
 }
 
 // kept waits until the Secret keeps a token other than not.

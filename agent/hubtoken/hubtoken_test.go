@@ -26,8 +26,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/magosfleet/magos/agent/hubtoken"
-	"github.com/magosfleet/magos/hub/registry"
+	"github.com/magosfleet/magos/pkg/keys"
 	"github.com/magosfleet/magos/pkg/localcluster"
+	"github.com/magosfleet/magos/pkg/mirror"
 	"github.com/magosfleet/magos/pkg/testenv"
 )
 
@@ -56,11 +57,11 @@ func newAgent(t *testing.T, name string) agent {
 	ns := "magos-cluster-" + name
 	for _, obj := range []client.Object{
 		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}},
-		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: registry.AgentServiceAccount}},
-		&rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: registry.AgentServiceAccount}, Rules: registry.AgentRules()},
-		&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: registry.AgentServiceAccount},
-			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: registry.AgentServiceAccount},
-			Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: ns, Name: registry.AgentServiceAccount}}},
+		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: keys.AgentServiceAccount}},
+		&rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: keys.AgentServiceAccount}, Rules: mirror.AgentRules()},
+		&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: keys.AgentServiceAccount},
+			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: keys.AgentServiceAccount},
+			Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: ns, Name: keys.AgentServiceAccount}}},
 		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "agent-" + name}},
 		// What the magos-agent chart installs: the token Secret, empty.
 		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "agent-" + name, Name: "hub-token"}},
@@ -69,7 +70,7 @@ func newAgent(t *testing.T, name string) agent {
 			t.Fatal(err)
 		}
 	}
-	tr, err := kubernetes.NewForConfigOrDie(api.Config).CoreV1().ServiceAccounts(ns).CreateToken(ctx, registry.AgentServiceAccount,
+	tr, err := kubernetes.NewForConfigOrDie(api.Config).CoreV1().ServiceAccounts(ns).CreateToken(ctx, keys.AgentServiceAccount,
 		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)}}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -159,7 +160,7 @@ func (a agent) authenticatesAs(t *testing.T, token string) {
 	if err != nil {
 		t.Fatalf("the kept token: %v", err)
 	}
-	if want := "system:serviceaccount:" + a.namespace + ":" + registry.AgentServiceAccount; review.Status.UserInfo.Username != want {
+	if want := "system:serviceaccount:" + a.namespace + ":" + keys.AgentServiceAccount; review.Status.UserInfo.Username != want {
 		t.Fatalf("the kept token authenticates as %q, want %q", review.Status.UserInfo.Username, want)
 	}
 }

@@ -234,7 +234,7 @@ func TestRegistrationCreatesClustersAndAgentAccess(t *testing.T) {
 		if err := env.Hub.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: registry.AgentServiceAccount}, role); err != nil {
 			return err
 		}
-		if !equalRules(role.Rules, registry.AgentRules()) {
+		if !equalRules(role.Rules, mirror.AgentRules()) {
 			return fmt.Errorf("role rules %v", role.Rules)
 		}
 		rb := &rbacv1.RoleBinding{}

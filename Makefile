@@ -152,8 +152,15 @@ bench-scale: ## Measure one hub with emulated agent clusters (SCALE_CLUSTERS=100
 	  --repeats $(SCALE_REPEATS) --concurrent $(SCALE_CONCURRENT) --run-delay $(SCALE_RUN_DELAY) $(SCALE_FLAGS)
 
 .PHONY: lint
-lint: ## gofmt and go vet.
+lint: check-deps ## gofmt, go vet, and no test support in the binaries.
 	@out=$$(gofmt -l $(MODULES) charts/tests); if [[ -n "$$out" ]]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	go vet $(PACKAGES)
 	cd charts/tests && GOWORK=off go vet ./...
 	cd tools/realnode && GOWORK=off go vet ./...
+
+# The production binaries (magos-hub, magosctl, magos-agent) must not be built from test
+# support (pkg/testenv, pkg/localcluster, hub/hubtest, Go's testing): tools/deps lists their
+# dependencies. make test runs it too.
+.PHONY: check-deps
+check-deps: ## Fail when a production binary depends on test support.
+	go test -count=1 ./tools/deps

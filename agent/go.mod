@@ -14,7 +14,7 @@ replace github.com/magosfleet/magos/apis => ../apis
 
 require (
 	github.com/magosfleet/magos/pkg v0.0.0
-	go.uber.org/zap v1.28.0
+	go.uber.org/zap v1.28.0 // indirect
 )
 
 require (

@@ -22,7 +22,7 @@ require (
 	github.com/prometheus/client_model v0.6.2
 	github.com/spf13/cobra v1.10.2
 	github.com/spf13/pflag v1.1.0
-	go.uber.org/zap v1.28.0
+	go.uber.org/zap v1.28.0 // indirect
 	k8s.io/cli-runtime v0.36.3
 	k8s.io/utils v0.0.0-20260210185600-b8788abfbbc2
 	sigs.k8s.io/multicluster-runtime v0.24.1

@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/zap/zapcore"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -28,7 +27,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/magosfleet/magos/agent/hubsync"
@@ -53,32 +51,17 @@ var (
 var spokes = []string{"us-east-1", "eu-west-1", "ap-south-1"}
 
 func TestMain(m *testing.M) {
-	level := zapcore.ErrorLevel
-	if os.Getenv("MAGOS_TEST_DEBUG") != "" {
-		level = zapcore.DebugLevel
-	}
-	ctrl.SetLogger(zap.New(zap.UseDevMode(true), zap.Level(level)))
-	code, err := run(m)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	os.Exit(code)
+	testenv.Main(m, testenv.MainOptions{Fleet: localcluster.Options{Spokes: spokes}, Setup: setup})
 }
 
-// run starts a hub and three spokes, and a hub registering the spokes as agent clusters.
-func run(m *testing.M) (int, error) {
-	var err error
-	env, err = localcluster.New(localcluster.Options{Spokes: spokes})
-	if err != nil {
-		return 0, fmt.Errorf("starting test clusters: %w", err)
-	}
-	defer func() { _ = env.Stop() }()
+// setup starts a hub registering the three spokes as agent clusters.
+func setup(e *testenv.MainEnv) error {
+	env = e.Fleet
 	dir, err := os.MkdirTemp("", "hubsync-test-")
 	if err != nil {
-		return 0, err
+		return err
 	}
-	defer func() { _ = os.RemoveAll(dir) }()
+	e.Cleanup(func(int) { _ = os.RemoveAll(dir) })
 	file := filepath.Join(dir, "config.yaml")
 	var body strings.Builder
 	body.WriteString("clusters:\n")
@@ -86,41 +69,37 @@ func run(m *testing.M) (int, error) {
 		fmt.Fprintf(&body, "  - name: %s\n    labels: {region: %s}\n    agent: {}\n", s, s)
 	}
 	if err := os.WriteFile(file, []byte(body.String()), 0o600); err != nil {
-		return 0, err
+		return err
 	}
 	cfg, err := registry.LoadConfig(file, nil)
 	if err != nil {
-		return 0, err
+		return err
 	}
 	cfg.MetricsBindAddress, cfg.HealthProbeBindAddress = "0", "0"
 	hub, err = app.New(app.Options{
 		RestConfig: env.Hub.Config, Config: cfg, ConfigFile: file, Logger: ctrl.Log.WithName("hub"),
 		HealthInterval: time.Second, SkipNameValidation: true,
-		Fleet: fleet.Options{MinBackoff: 200 * time.Millisecond, MaxBackoff: 2 * time.Second},
+		// The agent's hub sync is under test, not the hub's decisions.
+		WithoutDecisionControllers: true,
+		Fleet:                      fleet.Options{MinBackoff: 200 * time.Millisecond, MaxBackoff: 2 * time.Second},
 	})
 	if err != nil {
-		return 0, err
+		return err
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- hub.Manager.Start(ctx) }()
-	defer func() {
-		cancel()
-		<-done
-	}()
+	e.Background("hub", hub.Manager.Start)
 	for _, s := range spokes {
 		var raw []byte
 		if err := localcluster.Poll(60*time.Second, func() (err error) {
-			raw, err = registry.AgentKubeconfig(ctx, env.Hub.Config, registry.AgentKubeconfigOptions{Cluster: s, Duration: time.Hour})
+			raw, err = registry.AgentKubeconfig(context.Background(), env.Hub.Config, registry.AgentKubeconfigOptions{Cluster: s, Duration: time.Hour})
 			return err
 		}); err != nil {
-			return 0, err
+			return err
 		}
 		if bootstrap[s], err = clientcmd.RESTConfigFromKubeConfig(raw); err != nil {
-			return 0, err
+			return err
 		}
 	}
-	return m.Run(), nil
+	return nil
 }
 
 type agentOptions struct {

@@ -18,7 +18,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/magosfleet/magos/agent/hubtoken"
-	"github.com/magosfleet/magos/hub/registry"
 	"github.com/magosfleet/magos/pkg/keys"
 	"github.com/magosfleet/magos/pkg/mirror"
 	"github.com/magosfleet/magos/pkg/testenv"
@@ -41,7 +40,7 @@ func revocableBootstrap(t *testing.T, cluster string) (cfg *rest.Config, revoke 
 	if err := env.Hub.Client.Create(ctx, binding); err != nil {
 		t.Fatal(err)
 	}
-	tr, err := kubernetes.NewForConfigOrDie(env.Hub.Config).CoreV1().ServiceAccounts(ns).CreateToken(ctx, registry.AgentServiceAccount,
+	tr, err := kubernetes.NewForConfigOrDie(env.Hub.Config).CoreV1().ServiceAccounts(ns).CreateToken(ctx, keys.AgentServiceAccount,
 		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{
 			ExpirationSeconds: ptr.To[int64](3600),
 			BoundObjectRef:    &authenticationv1.BoundObjectReference{Kind: "Secret", APIVersion: "v1", Name: binding.Name, UID: binding.UID},

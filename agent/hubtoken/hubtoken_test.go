@@ -4,13 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"go.uber.org/zap/zapcore"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
@@ -25,13 +23,12 @@ import (
 	"k8s.io/client-go/tools/events"
 	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/magosfleet/magos/agent/hubtoken"
-	"github.com/magosfleet/magos/hub/registry"
+	"github.com/magosfleet/magos/pkg/keys"
 	"github.com/magosfleet/magos/pkg/localcluster"
+	"github.com/magosfleet/magos/pkg/mirror"
 	"github.com/magosfleet/magos/pkg/testenv"
 )
 
@@ -40,22 +37,10 @@ import (
 var api *localcluster.Cluster
 
 func TestMain(m *testing.M) {
-	level := zapcore.ErrorLevel
-	if os.Getenv("MAGOS_TEST_DEBUG") != "" {
-		level = zapcore.DebugLevel
-	}
-	ctrl.SetLogger(zap.New(zap.UseDevMode(true), zap.Level(level)))
-	fleet, err := localcluster.New(localcluster.Options{})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	api = fleet.Hub
-	code := m.Run()
-	if err := fleet.Stop(); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-	}
-	os.Exit(code)
+	testenv.Main(m, testenv.MainOptions{Setup: func(e *testenv.MainEnv) error {
+		api = e.Fleet.Hub
+		return nil
+	}})
 }
 
 // agent is an agent's access to the test hub: its namespace there, with the ServiceAccount, Role
@@ -72,11 +57,11 @@ func newAgent(t *testing.T, name string) agent {
 	ns := "magos-cluster-" + name
 	for _, obj := range []client.Object{
 		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}},
-		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: registry.AgentServiceAccount}},
-		&rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: registry.AgentServiceAccount}, Rules: registry.AgentRules()},
-		&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: registry.AgentServiceAccount},
-			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: registry.AgentServiceAccount},
-			Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: ns, Name: registry.AgentServiceAccount}}},
+		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: keys.AgentServiceAccount}},
+		&rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: keys.AgentServiceAccount}, Rules: mirror.AgentRules()},
+		&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: keys.AgentServiceAccount},
+			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: keys.AgentServiceAccount},
+			Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: ns, Name: keys.AgentServiceAccount}}},
 		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "agent-" + name}},
 		// What the magos-agent chart installs: the token Secret, empty.
 		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "agent-" + name, Name: "hub-token"}},
@@ -85,7 +70,7 @@ func newAgent(t *testing.T, name string) agent {
 			t.Fatal(err)
 		}
 	}
-	tr, err := kubernetes.NewForConfigOrDie(api.Config).CoreV1().ServiceAccounts(ns).CreateToken(ctx, registry.AgentServiceAccount,
+	tr, err := kubernetes.NewForConfigOrDie(api.Config).CoreV1().ServiceAccounts(ns).CreateToken(ctx, keys.AgentServiceAccount,
 		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)}}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -117,16 +102,8 @@ func (a agent) renewer(t *testing.T, clock *clocktesting.FakeClock, bootstrapFil
 
 // start runs r.Start until the test ends.
 func start(t *testing.T, r *hubtoken.Renewer) {
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = r.Start(ctx)
-	}()
-	t.Cleanup(func() {
-		cancel()
-		<-done
-	})
+	t.Helper()
+	testenv.Background(t, context.Background(), "the token renewer", r.Start) // it never fails
 }
 
 // kept waits until the Secret keeps a token other than not.
@@ -183,7 +160,7 @@ func (a agent) authenticatesAs(t *testing.T, token string) {
 	if err != nil {
 		t.Fatalf("the kept token: %v", err)
 	}
-	if want := "system:serviceaccount:" + a.namespace + ":" + registry.AgentServiceAccount; review.Status.UserInfo.Username != want {
+	if want := "system:serviceaccount:" + a.namespace + ":" + keys.AgentServiceAccount; review.Status.UserInfo.Username != want {
 		t.Fatalf("the kept token authenticates as %q, want %q", review.Status.UserInfo.Username, want)
 	}
 }

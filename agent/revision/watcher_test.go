@@ -80,14 +80,7 @@ func TestWatcher(t *testing.T) {
 	if _, err := revision.SetupWithManager(mgr, revision.Options{DefaultInterval: time.Second, MinInterval: time.Second, Resolve: log.resolve, Now: now}); err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("manager: %v", err)
-		}
-	}()
+	testenv.Background(t, ctx, "manager", mgr.Start)
 
 	repo := gitrepotest.New(t)
 	first := repo.Commit(t, "first", map[string]string{"main.tf": "# v1\n"})

@@ -39,13 +39,12 @@ import (
 // The shared test world: one spoke API server, one agent running local runs with the
 // magos-agent binary built from this checkout, and a real tofu.
 var (
-	spoke      *localcluster.Cluster
-	agentBin   string
-	tofuPath   string
-	testDir    string
-	logPath    string
-	apiCalls   atomic.Int64 // requests the shared agent sent to the API server
-	sharedStop context.CancelFunc
+	spoke    *localcluster.Cluster
+	agentBin string
+	tofuPath string
+	testDir  string
+	logPath  string
+	apiCalls atomic.Int64 // requests the shared agent sent to the API server
 )
 
 func TestMain(m *testing.M) {
@@ -67,7 +66,7 @@ func runMain(m *testing.M) int {
 		return 1
 	}
 	defer logFile.Close()
-	ctrl.SetLogger(ctrlzap.New(ctrlzap.UseDevMode(true), ctrlzap.WriteTo(logFile)))
+	logger := ctrlzap.New(ctrlzap.UseDevMode(true), ctrlzap.WriteTo(logFile))
 
 	agentBin = filepath.Join(testDir, "magos-agent")
 	root, err := localcluster.RepoRoot()
@@ -86,44 +85,40 @@ func runMain(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "test assets:", err)
 		return 1
 	}
-	fleet, err := localcluster.New(localcluster.Options{NoHub: true, Spokes: []string{"spoke"}})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "starting the test cluster:", err)
-		return 1
-	}
-	defer fleet.Stop()
-	spoke = fleet.Spokes["spoke"]
+	return testenv.RunMain(m, testenv.MainOptions{
+		Fleet:  localcluster.Options{NoHub: true, Spokes: []string{"spoke"}},
+		Logger: &logger,
+		Setup:  startSharedAgent,
+	})
+}
 
+// startSharedAgent starts the agent the tests share on the spoke. After the tests, it prints the
+// end of the agent's log when one failed, and keeps it in $MAGOS_AGENT_TEST_LOG when set.
+func startSharedAgent(e *testenv.MainEnv) error {
+	spoke = e.Fleet.Spokes["spoke"]
 	// The agent's own namespace, where it keeps the key of planned inputs.
 	if err := createWithRetry(context.Background(), spoke.Client, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: agentNamespace}}); err != nil {
-		fmt.Fprintln(os.Stderr, "creating the agent's namespace:", err)
-		return 1
+		return fmt.Errorf("creating the agent's namespace: %w", err)
 	}
 	cfg := rest.CopyConfig(spoke.Config)
 	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return countingTransport{rt} })
 	mgr, err := newAgent(cfg, filepath.Join(testDir, "data"), nil)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "building the agent:", err)
-		return 1
+		return fmt.Errorf("building the agent: %w", err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	sharedStop = cancel
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(ctx) }()
-	code := m.Run()
-	cancel()
-	if err := <-done; err != nil {
-		fmt.Fprintln(os.Stderr, "agent:", err)
-	}
-	if code != 0 {
-		dumpLog()
-	}
-	if keep := os.Getenv("MAGOS_AGENT_TEST_LOG"); keep != "" {
-		if b, err := os.ReadFile(logPath); err == nil {
-			_ = os.WriteFile(keep, b, 0o600)
+	// Registered first, run last: once the agent has stopped.
+	e.Cleanup(func(code int) {
+		if code != 0 {
+			dumpLog()
 		}
-	}
-	return code
+		if keep := os.Getenv("MAGOS_AGENT_TEST_LOG"); keep != "" {
+			if b, err := os.ReadFile(logPath); err == nil {
+				_ = os.WriteFile(keep, b, 0o600)
+			}
+		}
+	})
+	e.Background("agent", mgr.Start)
+	return nil
 }
 
 // dumpLog prints the end of the agent's log, for failures.

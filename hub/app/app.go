@@ -1,7 +1,8 @@
 // Package app builds the hub: a multicluster-runtime manager whose provider is the fleet (every
 // registered cluster, agent or direct), with the cluster registry and its Cluster status
-// controller. The magos-hub binary, the tests and the local development environment all build
-// the hub through New.
+// controller, and the decision makers, the Rollout and Project controllers. The magos-hub binary
+// and the tests all build the hub through New (the local development environment runs the
+// magos-hub binary).
 package app
 
 import (
@@ -28,7 +29,9 @@ import (
 	"github.com/magosfleet/magos/hub/dashboard"
 	"github.com/magosfleet/magos/hub/fleet"
 	"github.com/magosfleet/magos/hub/fleetview"
+	"github.com/magosfleet/magos/hub/project"
 	"github.com/magosfleet/magos/hub/registry"
+	"github.com/magosfleet/magos/hub/rollout"
 	"github.com/magosfleet/magos/pkg/scheme"
 )
 
@@ -68,12 +71,18 @@ type Options struct {
 	// v0.24.1 multi-cluster controllers ignore the manager-level setting: the hub's own
 	// controllers honour this flag, controllers added by the caller must set it themselves.
 	SkipNameValidation bool
+	// WithoutDecisionControllers builds the hub without the Rollout and Project controllers: the
+	// registry, the fleet provider and the dashboard only. For tests of those parts that write
+	// Rollouts, Projects and Workspaces and expect no controller to decide them (hub/registry,
+	// hub/dashboard, agent/hubsync). magos-hub always runs them.
+	WithoutDecisionControllers bool
 }
 
 // Hub is a hub ready to start.
 type Hub struct {
-	// Manager is the multi-cluster manager. Add the Rollout and Project controllers to it
-	// before Start. Manager.GetCluster(ctx, name) returns any engaged registered cluster.
+	// Manager is the multi-cluster manager, with every controller of the hub registered (unless
+	// Options.WithoutDecisionControllers). Manager.GetCluster(ctx, name) returns any engaged
+	// registered cluster.
 	Manager mcmanager.Manager
 	// Fleet is the provider: which clusters are engaged, their transport and labels.
 	Fleet *fleet.Fleet
@@ -92,8 +101,8 @@ func CacheOptions() cache.Options {
 	return cache.Options{ByObject: byObject, DefaultTransform: cache.TransformStripManagedFields()}
 }
 
-// New builds a hub: the manager, the fleet provider and the registry. Nothing runs until
-// Hub.Manager.Start.
+// New builds a hub: the manager, the fleet provider, the registry and the Rollout and Project
+// controllers. Nothing runs until Hub.Manager.Start.
 func New(opts Options) (*Hub, error) {
 	if opts.RestConfig == nil {
 		return nil, errors.New("hub: Options.RestConfig is required")
@@ -184,6 +193,11 @@ func New(opts Options) (*Hub, error) {
 			return nil, fmt.Errorf("hub: adding the dashboard: %w", err)
 		}
 	}
+	if !opts.WithoutDecisionControllers {
+		if err := setupDecisionControllers(mgr, cfg, opts.SkipNameValidation); err != nil {
+			return nil, err
+		}
+	}
 	if err := local.AddHealthzCheck("ping", healthz.Ping); err != nil {
 		return nil, fmt.Errorf("hub: %w", err)
 	}
@@ -191,6 +205,19 @@ func New(opts Options) (*Hub, error) {
 		return nil, fmt.Errorf("hub: %w", err)
 	}
 	return &Hub{Manager: mgr, Fleet: fl, Registry: reg, Dashboard: dash}, nil
+}
+
+// setupDecisionControllers registers the decision makers: Rollouts order a Project's Workspaces
+// across the fleet; a Project without a Rollout runs its Workspaces in parallel.
+func setupDecisionControllers(mgr mcmanager.Manager, cfg registry.Config, skipNameValidation bool) error {
+	if err := rollout.SetupWithManager(mgr, rollout.Options{SkipNameValidation: skipNameValidation}); err != nil {
+		return fmt.Errorf("hub: setting up the Rollout controller: %w", err)
+	}
+	popts := project.Options{ParallelGracePeriod: cfg.ProjectParallelGracePeriod, SkipNameValidation: skipNameValidation}
+	if err := project.SetupWithManager(mgr, popts); err != nil {
+		return fmt.Errorf("hub: setting up the Project controller: %w", err)
+	}
+	return nil
 }
 
 func orDefault(v, def string) string {

@@ -85,7 +85,11 @@ func startWith(t testing.TB, config string) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hub, err := app.New(app.Options{RestConfig: env.Hub.Config, Config: cfg, ConfigFile: file, Logger: log, SkipNameValidation: true})
+	hub, err := app.New(app.Options{
+		RestConfig: env.Hub.Config, Config: cfg, ConfigFile: file, Logger: log, SkipNameValidation: true,
+		// The fixture writes the Rollouts' and Workspaces' status itself.
+		WithoutDecisionControllers: true,
+	})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/zap/zapcore"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -27,7 +26,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cluster"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	mcbuilder "sigs.k8s.io/multicluster-runtime/pkg/builder"
 	mcmanager "sigs.k8s.io/multicluster-runtime/pkg/manager"
@@ -46,18 +44,13 @@ import (
 var env *localcluster.Fleet
 
 func TestMain(m *testing.M) {
-	ctrl.SetLogger(zap.New(zap.UseDevMode(true), zap.Level(zapcore.Level(zapLevel()))))
-	var err error
-	env, err = localcluster.New(localcluster.Options{Spokes: []string{"us-east-1", "eu-west-1", "ap-south-1"}})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "starting test clusters:", err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	if err := env.Stop(); err != nil {
-		fmt.Fprintln(os.Stderr, "stopping test clusters:", err)
-	}
-	os.Exit(code)
+	testenv.Main(m, testenv.MainOptions{
+		Fleet: localcluster.Options{Spokes: []string{"us-east-1", "eu-west-1", "ap-south-1"}},
+		Setup: func(e *testenv.MainEnv) error {
+			env = e.Fleet
+			return nil
+		},
+	})
 }
 
 // engagements records every Engage call the manager passes on.
@@ -321,13 +314,6 @@ func TestFleetEngagesAgentAndDirectClusters(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
-
-func zapLevel() int8 {
-	if os.Getenv("MAGOS_TEST_DEBUG") != "" {
-		return -1
-	}
-	return 2 // errors only
-}
 
 func notFound(err error) error {
 	if err == nil {

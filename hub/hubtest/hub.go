@@ -169,9 +169,7 @@ type ManagerOptions struct {
 // Manager is a running hub manager.
 type Manager struct {
 	mcmanager.Manager
-	cancel context.CancelFunc
-	done   chan struct{}
-	err    error
+	stop func()
 }
 
 // StartManager starts a hub manager that engages every spoke of h as a direct cluster under
@@ -217,20 +215,17 @@ func (h *Hub) StartManager(t testing.TB, opts ManagerOptions) *Manager {
 			t.Fatalf("adding cluster %s: %v", name, err)
 		}
 	}
-	m := &Manager{Manager: mgr, cancel: cancel, done: make(chan struct{})}
-	go func() {
-		defer close(m.done)
-		m.err = mgr.Start(ctx)
-	}()
-	t.Cleanup(m.Stop)
+	stop := testenv.Background(t, ctx, "hub manager", mgr.Start)
+	m := &Manager{Manager: mgr, stop: func() { stop(); cancel() }}
+	t.Cleanup(m.Stop) // the spokes' clusters too, which run on ctx
 	return m
 }
 
 // Stop stops the manager (as if its process were killed: a held lease is not released) and
-// waits for it to return.
+// waits for it to return; a manager that returned an error fails the test. It may be called
+// more than once.
 func (m *Manager) Stop() {
-	m.cancel()
-	<-m.done
+	m.stop()
 }
 
 // NamespacedCluster returns a cluster.Cluster on cfg whose cache sees only namespace: a

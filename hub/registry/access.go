@@ -21,7 +21,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
-	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
 	"github.com/magosfleet/magos/pkg/keys"
 	"github.com/magosfleet/magos/pkg/mirror"
 )
@@ -35,52 +34,6 @@ const (
 	ManagedByLabel = "app.kubernetes.io/managed-by"
 	ManagedByValue = "magos-hub"
 )
-
-// AgentRules are the agent's permissions, confined to its cluster namespace by a Role: its
-// mirrors, copies of its runs' output (Secrets it creates and deletes, never reads), its
-// heartbeat Lease, Events, and new tokens for its own ServiceAccount (the agent
-// renews its credentials itself; resourceNames keeps it from minting a token for any other
-// ServiceAccount). Nothing else on the hub.
-func AgentRules() []rbacv1.PolicyRule {
-	return []rbacv1.PolicyRule{
-		{
-			APIGroups: []string{magosv1.GroupVersion.Group},
-			Resources: []string{"workspaces"},
-			Verbs:     []string{"get", "list", "watch", "create", "update", "patch", "delete"},
-		},
-		{
-			// The status subresource serves get, update and patch only.
-			APIGroups: []string{magosv1.GroupVersion.Group},
-			Resources: []string{"workspaces/status"},
-			Verbs:     []string{"get", "update", "patch"},
-		},
-		{
-			APIGroups: []string{"coordination.k8s.io"},
-			Resources: []string{"leases"},
-			Verbs:     []string{"get", "create", "update"},
-		},
-		{
-			APIGroups: []string{"", "events.k8s.io"},
-			Resources: []string{"events"},
-			Verbs:     []string{"create", "patch"},
-		},
-		{
-			// Copies of the output (plan text and log) of its Workspaces' runs, made and pruned
-			// by name: the agent never reads a Secret on the hub (agent/hubsync).
-			APIGroups: []string{""},
-			Resources: []string{"secrets"},
-			Verbs:     []string{"create", "delete"},
-		},
-		{
-			// TokenRequest: POST .../serviceaccounts/<name>/token names the ServiceAccount, so
-			// resourceNames applies.
-			APIGroups:     []string{""},
-			Resources:     []string{"serviceaccounts/token"},
-			ResourceNames: []string{AgentServiceAccount},
-			Verbs:         []string{"create"},
-		},
-	}
-}
 
 func managedLabels(cluster string) map[string]string {
 	return map[string]string{ManagedByLabel: ManagedByValue, keys.Cluster: cluster}
@@ -113,7 +66,7 @@ func ensureAgentAccess(ctx context.Context, c client.Client, cached client.Reade
 	role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: AgentServiceAccount}}
 	if _, err := createOrPatch(ctx, c, fresh, role, func() error {
 		role.Labels = mergeLabels(role.Labels, managedLabels(cluster))
-		role.Rules = AgentRules()
+		role.Rules = mirror.AgentRules()
 		return nil
 	}); err != nil {
 		return fmt.Errorf("Role %s/%s: %w", ns, AgentServiceAccount, err)

@@ -3,7 +3,6 @@ package registry_test
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"maps"
 	"net/http"
@@ -15,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/zap/zapcore"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
@@ -26,7 +24,6 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/multicluster-runtime/pkg/multicluster"
 
@@ -43,38 +40,19 @@ import (
 
 var env *localcluster.Fleet
 
+// TestMain starts the test clusters, but not in `go test -fuzz` worker processes, which run only
+// the fuzz target (FuzzLoadConfig) and need none (testenv.Main).
 func TestMain(m *testing.M) {
-	// go test -fuzz starts worker processes that run only the fuzz target (FuzzLoadConfig),
-	// which needs no cluster; so does a fuzzing run that runs no tests (-run '^$').
-	flag.Parse()
-	if flagValue("test.fuzzworker") == "true" || (flagValue("test.fuzz") != "" && flagValue("test.run") == "^$") {
-		os.Exit(m.Run())
-	}
-	level := zapcore.ErrorLevel
-	if os.Getenv("MAGOS_TEST_DEBUG") != "" {
-		level = zapcore.DebugLevel
-	}
-	ctrl.SetLogger(zap.New(zap.UseDevMode(true), zap.Level(level)))
-	var err error
-	env, err = localcluster.New(localcluster.Options{Spokes: []string{"us-east-1", "eu-west-1", "ap-south-1"}, ControllerManager: true})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "starting test clusters:", err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	if err := env.Stop(); err != nil {
-		fmt.Fprintln(os.Stderr, "stopping test clusters:", err)
-	}
-	os.Exit(code)
+	testenv.Main(m, testenv.MainOptions{
+		Fleet: localcluster.Options{Spokes: []string{"us-east-1", "eu-west-1", "ap-south-1"}, ControllerManager: true},
+		Setup: func(e *testenv.MainEnv) error {
+			env = e.Fleet
+			return nil
+		},
+	})
 }
 
 // flagValue is the value of a registered command-line flag ("" when there is none).
-func flagValue(name string) string {
-	if f := flag.Lookup(name); f != nil {
-		return f.Value.String()
-	}
-	return ""
-}
 
 // configDir is a config file mounted the way Kubernetes mounts a ConfigMap: config.yaml is a
 // symlink to ..data/config.yaml, and ..data a symlink swapped atomically on every update.
@@ -146,6 +124,8 @@ func runHub(t testing.TB, file string, mutate ...func(*app.Options)) (*app.Hub, 
 		ConfigDebounce:     200 * time.Millisecond,
 		SkipNameValidation: true,
 		Fleet:              fleet.Options{MinBackoff: 200 * time.Millisecond, MaxBackoff: 2 * time.Second},
+		// The registry's tests decide no Rollout or Project.
+		WithoutDecisionControllers: true,
 	}
 	for _, m := range mutate {
 		m(&opts)
@@ -254,7 +234,7 @@ func TestRegistrationCreatesClustersAndAgentAccess(t *testing.T) {
 		if err := env.Hub.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: registry.AgentServiceAccount}, role); err != nil {
 			return err
 		}
-		if !equalRules(role.Rules, registry.AgentRules()) {
+		if !equalRules(role.Rules, mirror.AgentRules()) {
 			return fmt.Errorf("role rules %v", role.Rules)
 		}
 		rb := &rbacv1.RoleBinding{}

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -31,17 +30,10 @@ import (
 var api *localcluster.Cluster
 
 func TestMain(m *testing.M) {
-	fleet, err := localcluster.New(localcluster.Options{})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	api = fleet.Hub
-	code := m.Run()
-	if err := fleet.Stop(); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-	}
-	os.Exit(code)
+	testenv.Main(m, testenv.MainOptions{Setup: func(e *testenv.MainEnv) error {
+		api = e.Fleet.Hub
+		return nil
+	}})
 }
 
 func ctx(t *testing.T) context.Context {

@@ -1,6 +1,7 @@
 // Package testenv is the test side of pkg/localcluster: Start gives a test a fleet of real API
-// servers that stops when the test ends, and Eventually and Consistently are the one way tests
-// here wait for something (never a sleep).
+// servers that stops when the test ends, Main gives a package's tests one shared fleet (its
+// TestMain), Background runs a manager for a test, and Eventually and Consistently are the one
+// way tests here wait for something (never a sleep).
 package testenv
 
 import (

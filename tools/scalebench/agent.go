@@ -20,6 +20,7 @@ import (
 	"github.com/magosfleet/magos/agent/hubsync"
 	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
 	"github.com/magosfleet/magos/pkg/scheme"
+	"github.com/magosfleet/magos/pkg/testenv"
 )
 
 // ClusterLabel is the label of a spoke Workspace that names the emulated cluster it belongs to.
@@ -51,10 +52,9 @@ type agentOptions struct {
 // agent/hubsync (mirrors, decisions carried down, heartbeats, all with the cluster's own hub
 // credentials) and the emulated runner in place of the Workspace controller.
 type agent struct {
-	mgr    ctrl.Manager
-	cancel context.CancelFunc
-	done   chan struct{}
-	err    error
+	mgr ctrl.Manager
+	// halt stops the manager and returns its error (testenv.Go).
+	halt func() error
 }
 
 // startAgent builds and starts an emulated agent; stop it with stop.
@@ -91,20 +91,12 @@ func startAgent(ctx context.Context, o agentOptions) (*agent, error) {
 		WithOptions(controller.Options{MaxConcurrentReconciles: 4}).Complete(r); err != nil {
 		return nil, fmt.Errorf("agent of %s: %w", o.Cluster, err)
 	}
-	actx, cancel := context.WithCancel(ctx)
-	a := &agent{mgr: mgr, cancel: cancel, done: make(chan struct{})}
-	go func() {
-		defer close(a.done)
-		a.err = mgr.Start(actx)
-	}()
-	return a, nil
+	return &agent{mgr: mgr, halt: testenv.Go(ctx, mgr.Start)}, nil
 }
 
 // stop stops the agent and waits for it.
 func (a *agent) stop() error {
-	a.cancel()
-	<-a.done
-	return a.err
+	return a.halt()
 }
 
 // Ledger is what the emulated runners did: for every run that reached Applied, its Workspace,

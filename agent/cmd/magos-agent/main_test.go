@@ -24,7 +24,6 @@ import (
 
 	"github.com/magosfleet/magos/agent/app"
 	"github.com/magosfleet/magos/agent/hubtoken"
-	"github.com/magosfleet/magos/hub/registry"
 	"github.com/magosfleet/magos/pkg/keys"
 	"github.com/magosfleet/magos/pkg/localcluster"
 	"github.com/magosfleet/magos/pkg/mirror"
@@ -398,17 +397,17 @@ func TestCheck(t *testing.T) {
 	// Once the bootstrap token has expired, check reads the hub with the token the agent keeps.
 	ns := mirror.Namespace("spoke")
 	for _, obj := range []client.Object{
-		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: registry.AgentServiceAccount}},
-		&rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: registry.AgentServiceAccount}, Rules: registry.AgentRules()},
-		&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: registry.AgentServiceAccount},
-			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: registry.AgentServiceAccount},
-			Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: ns, Name: registry.AgentServiceAccount}}},
+		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: keys.AgentServiceAccount}},
+		&rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: keys.AgentServiceAccount}, Rules: mirror.AgentRules()},
+		&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: keys.AgentServiceAccount},
+			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: keys.AgentServiceAccount},
+			Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: ns, Name: keys.AgentServiceAccount}}},
 	} {
 		if err := env.Hub.Client.Create(ctx, obj); err != nil {
 			t.Fatal(err)
 		}
 	}
-	tr, err := kubernetes.NewForConfigOrDie(env.Hub.Config).CoreV1().ServiceAccounts(ns).CreateToken(ctx, registry.AgentServiceAccount,
+	tr, err := kubernetes.NewForConfigOrDie(env.Hub.Config).CoreV1().ServiceAccounts(ns).CreateToken(ctx, keys.AgentServiceAccount,
 		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](600)}}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)

@@ -31,9 +31,7 @@ import (
 
 	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
 	"github.com/magosfleet/magos/hub/app"
-	"github.com/magosfleet/magos/hub/project"
 	"github.com/magosfleet/magos/hub/registry"
-	"github.com/magosfleet/magos/hub/rollout"
 	"github.com/magosfleet/magos/pkg/installcheck"
 	"github.com/magosfleet/magos/pkg/logging"
 	"github.com/magosfleet/magos/pkg/scheme"
@@ -118,15 +116,6 @@ func controller(ctx context.Context, args []string) error {
 	})
 	if err != nil {
 		return err
-	}
-
-	// The decision makers: Rollouts order a Project's Workspaces across the fleet; a Project
-	// without a Rollout runs its Workspaces in parallel.
-	if err := rollout.SetupWithManager(hub.Manager, rollout.Options{}); err != nil {
-		return fmt.Errorf("setting up the Rollout controller: %w", err)
-	}
-	if err := project.SetupWithManager(hub.Manager, project.Options{ParallelGracePeriod: cfg.ProjectParallelGracePeriod}); err != nil {
-		return fmt.Errorf("setting up the Project controller: %w", err)
 	}
 
 	log.Info("starting the hub", "config", *file, "clusters", len(cfg.Clusters))

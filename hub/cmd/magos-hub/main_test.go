@@ -36,13 +36,11 @@ func TestCommands(t *testing.T) {
 		t.Fatalf("check before the hub runs: %v, want no leader", err)
 	}
 
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- run(ctx, []string{"controller", "--kubeconfig", env.Hub.Kubeconfig, "--config", file,
+	stopController := testenv.Background(t, context.Background(), "controller", func(ctx context.Context) error {
+		return run(ctx, []string{"controller", "--kubeconfig", env.Hub.Kubeconfig, "--config", file,
 			"--leader-elect", "--leader-election-namespace", "default", "--leader-election-identity", "hub-0",
 			"--metrics-bind-address", "0", "--health-probe-bind-address", "0", "--log-level", "error"}, os.Stdout)
-	}()
+	})
 	testenv.Eventually(t, 90*time.Second, func() error {
 		cl := &magosv1.Cluster{}
 		if err := env.Hub.Client.Get(context.Background(), client.ObjectKey{Name: "cmd-a"}, cl); err != nil {
@@ -88,14 +86,10 @@ func TestCommands(t *testing.T) {
 		t.Fatal("agent-kubeconfig for an unregistered cluster succeeded")
 	}
 
-	cancel()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("controller: %v", err)
-		}
-	case <-time.After(60 * time.Second):
-		t.Fatal("controller did not stop")
+	stopping := time.Now()
+	stopController()
+	if took := time.Since(stopping); took > 60*time.Second {
+		t.Fatalf("controller took %s to stop, want at most 60s", took)
 	}
 }
 

@@ -543,11 +543,7 @@ func (w *world) observe(t *testing.T, cluster string) {
 	if err != nil {
 		t.Fatalf("observer client for %s: %v", cluster, err)
 	}
-	ctx, cancel := context.WithCancel(w.ctx)
-	done := make(chan struct{})
-	t.Cleanup(func() { cancel(); <-done })
-	go func() {
-		defer close(done)
+	testenv.Background(t, w.ctx, "observing "+cluster, func(ctx context.Context) error {
 		for ctx.Err() == nil {
 			var list magosv1.WorkspaceList
 			if err := c.List(ctx, &list); err != nil {
@@ -567,7 +563,8 @@ func (w *world) observe(t *testing.T, cluster string) {
 			}
 			wt.Stop()
 		}
-	}()
+		return nil
+	})
 }
 
 func (g *Grants) see(cluster string, ws *magosv1.Workspace) {

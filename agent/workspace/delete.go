@@ -10,6 +10,7 @@ import (
 
 	"github.com/magosfleet/magos/agent/execution"
 	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
+	"github.com/magosfleet/magos/pkg/grant"
 	"github.com/magosfleet/magos/pkg/keys"
 	"github.com/magosfleet/magos/pkg/message"
 	"github.com/magosfleet/magos/pkg/runner"
@@ -77,26 +78,27 @@ func (r *Reconciler) startDestroy(ctx context.Context, ws *magosv1.Workspace, sc
 				short(revision), ws.Status.CurrentRunID))
 		return step{}, r.commit(ctx, ws, sched, from)
 	}
-	return r.runDestroy(ctx, ws, sched, from)
+	return r.runDestroy(ctx, ws, sched, from, revision)
 }
 
 // grantedDestroy starts the destroy minted by startDestroy (Deleting/DestroyPending) when the
 // Workspace holds a grant for that run. A standalone agent (one no longer connected to a hub)
 // destroys at once, as startDestroy would have.
 func (r *Reconciler) grantedDestroy(ctx context.Context, ws *magosv1.Workspace, sched Schedule) (step, error) {
-	if r.opts.HubConnected && !r.grantAllowsRun(ctx, ws) {
+	g := grant.Of(ws)
+	if r.opts.HubConnected && !r.grantAllowsRun(ctx, ws, g) {
 		return step{}, nil
 	}
-	return r.runDestroy(ctx, ws, sched, ws.Status.Phase)
+	return r.runDestroy(ctx, ws, sched, ws.Status.Phase, startedRevision(ws, g))
 }
 
-// runDestroy starts the destroy of the current run (status.currentRunID) at
-// status.currentRevision, writing Deleting/Destroying first; from is the phase before. A
+// runDestroy starts the destroy of the current run (status.currentRunID) at revision (its
+// startedRevision, decided by the caller), writing Deleting/Destroying first; from is the phase
+// before. A
 // reconcile-request made before the destroy started (say, while it waited for the hub's grant)
 // is satisfied by it and consumed, as a plan consumes the request it satisfies: if this destroy
 // fails, the Workspace stays in Deleting/DestroyFailed until a new request.
-func (r *Reconciler) runDestroy(ctx context.Context, ws *magosv1.Workspace, sched Schedule, from magosv1.Phase) (step, error) {
-	revision := ws.Status.CurrentRevision
+func (r *Reconciler) runDestroy(ctx context.Context, ws *magosv1.Workspace, sched Schedule, from magosv1.Phase, revision string) (step, error) {
 	satisfied := map[string]string{}
 	if v := ws.Annotations[keys.ReconcileRequest]; v != "" {
 		satisfied[keys.ReconcileRequest] = v
@@ -113,7 +115,7 @@ func (r *Reconciler) runDestroy(ctx context.Context, ws *magosv1.Workspace, sche
 		return step{}, err
 	}
 	setPhase(ws, magosv1.PhaseDeleting, magosv1.ReasonDestroying,
-		fmt.Sprintf("Destroying the resources of commit %s before deletion (run %s)", short(revision), ws.Status.CurrentRunID))
+		fmt.Sprintf("Destroying the resources of commit %s before deletion (run %s)", short(ws.Status.CurrentRevision), ws.Status.CurrentRunID))
 	if err := r.commit(ctx, ws, sched, from); err != nil {
 		return step{}, err
 	}
@@ -135,7 +137,7 @@ func (r *Reconciler) observeDestroy(ctx context.Context, ws *magosv1.Workspace, 
 		r.active.update(statusKey(ws), true)
 		return step{}, nil
 	case execution.StateNotFound:
-		run, err := r.prepare(ctx, ws, runner.OperationDestroy, ws.Status.CurrentRevision)
+		run, err := r.prepare(ctx, ws, runner.OperationDestroy, startedRevision(ws, grant.Of(ws)))
 		if err != nil {
 			if fail, ok := asRunFailure(err); ok {
 				setPhase(ws, magosv1.PhaseDeleting, magosv1.ReasonDestroyFailed, destroyFailedMessage(ws, fail.message))

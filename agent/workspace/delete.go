@@ -57,10 +57,14 @@ func (r *Reconciler) stepDelete(ctx context.Context, ws *magosv1.Workspace, sche
 	return r.startDestroy(ctx, ws, sched)
 }
 
-// startDestroy mints the destroy run of what the Workspace applied, at the last applied commit
-// (or the last one it ran, after a failed apply). A Workspace that never ran has nothing to
-// destroy. A standalone agent starts the destroy at once; an agent connected to a hub writes
+// startDestroy mints the destroy run of what the Workspace applied (mintRun, which leaves
+// nothing of the previous run's plan in the status), at the last applied commit (or the last
+// one it ran, after a failed apply). A Workspace that never ran has nothing to destroy. A
+// standalone agent starts the destroy at once; an agent connected to a hub writes
 // Deleting/DestroyPending and waits for the hub's grant of the run (grantedDestroy).
+//
+// Unlike reset, it leaves the previous run's record as it is (no endRecord): that run may be
+// one lost with a previous agent mid-apply, whose record must not say its apply never ran.
 func (r *Reconciler) startDestroy(ctx context.Context, ws *magosv1.Workspace, sched Schedule) (step, error) {
 	revision := ws.Status.ObservedRevision
 	if revision == "" {
@@ -70,7 +74,7 @@ func (r *Reconciler) startDestroy(ctx context.Context, ws *magosv1.Workspace, sc
 		return r.letGo(ctx, ws, sched)
 	}
 	from := ws.Status.Phase
-	ws.Status.CurrentRunID = runner.NewRunID(r.opts.Now())
+	r.mintRun(ws, magosv1.TriggerDeletion)
 	ws.Status.CurrentRevision = revision
 	if r.opts.HubConnected {
 		setPhase(ws, magosv1.PhaseDeleting, magosv1.ReasonDestroyPending,

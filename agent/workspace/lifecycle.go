@@ -124,21 +124,30 @@ func (r *Reconciler) resetReason(ws *magosv1.Workspace, sched Schedule) (resetKi
 	return resetKind{}, false
 }
 
-// reset starts a new run: a new run ID, minted for the current generation, labels and
-// projectRef (observedGeneration, currentRunFor), phase Pending written first, then the
-// annotations the new run satisfies are consumed (reconcile-request; a manual grant or an
-// approval the abandoned run's plan used).
-func (r *Reconciler) reset(ctx context.Context, ws *magosv1.Workspace, sched Schedule, why resetKind) (step, error) {
-	from := ws.Status.Phase
-	endRecord(ws, why.reason, why.message, r.opts.Now())
+// mintRun mints a new run in the status, the one way every run (a plan and its apply, reset; a
+// destroy, startDestroy) begins: a new run ID with trigger, for the current generation, labels
+// and projectRef (observedGeneration, currentRunFor), and nothing of the previous run's plan
+// left (plannedInputs, planDigest, planOnly, policyViolations, policies). Closing the previous
+// run's record is the caller's (reset: endRecord). The caller writes the phase and commits.
+func (r *Reconciler) mintRun(ws *magosv1.Workspace, trigger string) {
 	ws.Status.CurrentRunID = runner.NewRunID(r.opts.Now())
-	ws.Status.CurrentRunTrigger = why.trigger
+	ws.Status.CurrentRunTrigger = trigger
 	ws.Status.ObservedGeneration = ws.Generation
 	ws.Status.CurrentRunFor = runFor(ws)
 	ws.Status.PlannedInputs = ""
 	ws.Status.PlanDigest, ws.Status.PlanOnly = "", false
 	ws.Status.PolicyViolations = nil
 	ws.Status.Policies = nil
+}
+
+// reset starts a new run: the current run's record is closed with why's reason and message
+// (endRecord), a new run is minted (mintRun) with why's trigger, phase Pending written first,
+// then the annotations the new run satisfies are consumed (reconcile-request; a manual grant or
+// an approval the abandoned run's plan used).
+func (r *Reconciler) reset(ctx context.Context, ws *magosv1.Workspace, sched Schedule, why resetKind) (step, error) {
+	from := ws.Status.Phase
+	endRecord(ws, why.reason, why.message, r.opts.Now())
+	r.mintRun(ws, why.trigger)
 	setPhase(ws, magosv1.PhasePending, why.reason, why.message)
 	if err := r.commit(ctx, ws, sched, from); err != nil {
 		return step{}, err

@@ -10,6 +10,7 @@ import (
 
 	"github.com/magosfleet/magos/agent/execution"
 	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
+	"github.com/magosfleet/magos/pkg/grant"
 	"github.com/magosfleet/magos/pkg/keys"
 	"github.com/magosfleet/magos/pkg/message"
 	"github.com/magosfleet/magos/pkg/runner"
@@ -56,10 +57,14 @@ func (r *Reconciler) stepDelete(ctx context.Context, ws *magosv1.Workspace, sche
 	return r.startDestroy(ctx, ws, sched)
 }
 
-// startDestroy mints the destroy run of what the Workspace applied, at the last applied commit
-// (or the last one it ran, after a failed apply). A Workspace that never ran has nothing to
-// destroy. A standalone agent starts the destroy at once; an agent connected to a hub writes
+// startDestroy mints the destroy run of what the Workspace applied (mintRun, which leaves
+// nothing of the previous run's plan in the status), at the last applied commit (or the last
+// one it ran, after a failed apply). A Workspace that never ran has nothing to destroy. A
+// standalone agent starts the destroy at once; an agent connected to a hub writes
 // Deleting/DestroyPending and waits for the hub's grant of the run (grantedDestroy).
+//
+// Unlike reset, it leaves the previous run's record as it is (no endRecord): that run may be
+// one lost with a previous agent mid-apply, whose record must not say its apply never ran.
 func (r *Reconciler) startDestroy(ctx context.Context, ws *magosv1.Workspace, sched Schedule) (step, error) {
 	revision := ws.Status.ObservedRevision
 	if revision == "" {
@@ -69,7 +74,7 @@ func (r *Reconciler) startDestroy(ctx context.Context, ws *magosv1.Workspace, sc
 		return r.letGo(ctx, ws, sched)
 	}
 	from := ws.Status.Phase
-	ws.Status.CurrentRunID = runner.NewRunID(r.opts.Now())
+	r.mintRun(ws, magosv1.TriggerDeletion)
 	ws.Status.CurrentRevision = revision
 	if r.opts.HubConnected {
 		setPhase(ws, magosv1.PhaseDeleting, magosv1.ReasonDestroyPending,
@@ -77,26 +82,27 @@ func (r *Reconciler) startDestroy(ctx context.Context, ws *magosv1.Workspace, sc
 				short(revision), ws.Status.CurrentRunID))
 		return step{}, r.commit(ctx, ws, sched, from)
 	}
-	return r.runDestroy(ctx, ws, sched, from)
+	return r.runDestroy(ctx, ws, sched, from, revision)
 }
 
 // grantedDestroy starts the destroy minted by startDestroy (Deleting/DestroyPending) when the
 // Workspace holds a grant for that run. A standalone agent (one no longer connected to a hub)
 // destroys at once, as startDestroy would have.
 func (r *Reconciler) grantedDestroy(ctx context.Context, ws *magosv1.Workspace, sched Schedule) (step, error) {
-	if r.opts.HubConnected && !r.grantAllowsRun(ctx, ws) {
+	g := grant.Of(ws)
+	if r.opts.HubConnected && !r.grantAllowsRun(ctx, ws, g) {
 		return step{}, nil
 	}
-	return r.runDestroy(ctx, ws, sched, ws.Status.Phase)
+	return r.runDestroy(ctx, ws, sched, ws.Status.Phase, startedRevision(ws, g))
 }
 
-// runDestroy starts the destroy of the current run (status.currentRunID) at
-// status.currentRevision, writing Deleting/Destroying first; from is the phase before. A
+// runDestroy starts the destroy of the current run (status.currentRunID) at revision (its
+// startedRevision, decided by the caller), writing Deleting/Destroying first; from is the phase
+// before. A
 // reconcile-request made before the destroy started (say, while it waited for the hub's grant)
 // is satisfied by it and consumed, as a plan consumes the request it satisfies: if this destroy
 // fails, the Workspace stays in Deleting/DestroyFailed until a new request.
-func (r *Reconciler) runDestroy(ctx context.Context, ws *magosv1.Workspace, sched Schedule, from magosv1.Phase) (step, error) {
-	revision := ws.Status.CurrentRevision
+func (r *Reconciler) runDestroy(ctx context.Context, ws *magosv1.Workspace, sched Schedule, from magosv1.Phase, revision string) (step, error) {
 	satisfied := map[string]string{}
 	if v := ws.Annotations[keys.ReconcileRequest]; v != "" {
 		satisfied[keys.ReconcileRequest] = v
@@ -113,7 +119,7 @@ func (r *Reconciler) runDestroy(ctx context.Context, ws *magosv1.Workspace, sche
 		return step{}, err
 	}
 	setPhase(ws, magosv1.PhaseDeleting, magosv1.ReasonDestroying,
-		fmt.Sprintf("Destroying the resources of commit %s before deletion (run %s)", short(revision), ws.Status.CurrentRunID))
+		fmt.Sprintf("Destroying the resources of commit %s before deletion (run %s)", short(ws.Status.CurrentRevision), ws.Status.CurrentRunID))
 	if err := r.commit(ctx, ws, sched, from); err != nil {
 		return step{}, err
 	}
@@ -135,7 +141,7 @@ func (r *Reconciler) observeDestroy(ctx context.Context, ws *magosv1.Workspace, 
 		r.active.update(statusKey(ws), true)
 		return step{}, nil
 	case execution.StateNotFound:
-		run, err := r.prepare(ctx, ws, runner.OperationDestroy, ws.Status.CurrentRevision)
+		run, err := r.prepare(ctx, ws, runner.OperationDestroy, startedRevision(ws, grant.Of(ws)))
 		if err != nil {
 			if fail, ok := asRunFailure(err); ok {
 				setPhase(ws, magosv1.PhaseDeleting, magosv1.ReasonDestroyFailed, destroyFailedMessage(ws, fail.message))

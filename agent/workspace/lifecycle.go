@@ -124,21 +124,30 @@ func (r *Reconciler) resetReason(ws *magosv1.Workspace, sched Schedule) (resetKi
 	return resetKind{}, false
 }
 
-// reset starts a new run: a new run ID, minted for the current generation, labels and
-// projectRef (observedGeneration, currentRunFor), phase Pending written first, then the
-// annotations the new run satisfies are consumed (reconcile-request; a manual grant or an
-// approval the abandoned run's plan used).
-func (r *Reconciler) reset(ctx context.Context, ws *magosv1.Workspace, sched Schedule, why resetKind) (step, error) {
-	from := ws.Status.Phase
-	endRecord(ws, why.reason, why.message, r.opts.Now())
+// mintRun mints a new run in the status, the one way every run (a plan and its apply, reset; a
+// destroy, startDestroy) begins: a new run ID with trigger, for the current generation, labels
+// and projectRef (observedGeneration, currentRunFor), and nothing of the previous run's plan
+// left (plannedInputs, planDigest, planOnly, policyViolations, policies). Closing the previous
+// run's record is the caller's (reset: endRecord). The caller writes the phase and commits.
+func (r *Reconciler) mintRun(ws *magosv1.Workspace, trigger string) {
 	ws.Status.CurrentRunID = runner.NewRunID(r.opts.Now())
-	ws.Status.CurrentRunTrigger = why.trigger
+	ws.Status.CurrentRunTrigger = trigger
 	ws.Status.ObservedGeneration = ws.Generation
 	ws.Status.CurrentRunFor = runFor(ws)
 	ws.Status.PlannedInputs = ""
 	ws.Status.PlanDigest, ws.Status.PlanOnly = "", false
 	ws.Status.PolicyViolations = nil
 	ws.Status.Policies = nil
+}
+
+// reset starts a new run: the current run's record is closed with why's reason and message
+// (endRecord), a new run is minted (mintRun) with why's trigger, phase Pending written first,
+// then the annotations the new run satisfies are consumed (reconcile-request; a manual grant or
+// an approval the abandoned run's plan used).
+func (r *Reconciler) reset(ctx context.Context, ws *magosv1.Workspace, sched Schedule, why resetKind) (step, error) {
+	from := ws.Status.Phase
+	endRecord(ws, why.reason, why.message, r.opts.Now())
+	r.mintRun(ws, why.trigger)
 	setPhase(ws, magosv1.PhasePending, why.reason, why.message)
 	if err := r.commit(ctx, ws, sched, from); err != nil {
 		return step{}, err
@@ -179,11 +188,52 @@ func consumeDetection(ws *magosv1.Workspace, remove map[string]string) {
 	}
 }
 
-// grantedRevision returns the granted-revision of a grant fenced to the current run (present
-// reports the key on such a grant, whatever its value): grant.Grant.RevisionFor. Grants without
-// granted-run, and stale grants, name no commit.
-func grantedRevision(ws *magosv1.Workspace) (revision string, present bool) {
-	return grant.Of(ws).RevisionFor(ws.Status.CurrentRunID)
+// grantedCommit is the commit the grant g names for run: the granted-revision of a grant fenced
+// to run (grant.Grant.RevisionFor), lower-cased, when it is a commit SHA; "" otherwise. Grants
+// without granted-run, and stale grants, name no commit.
+func grantedCommit(g grant.Grant, run string) string {
+	if revision, present := g.RevisionFor(run); present && gitrepo.IsSHA(revision) {
+		return strings.ToLower(revision)
+	}
+	return ""
+}
+
+// startedRevision is the commit the current run runs once it started: status.currentRevision,
+// which the agent records before it launches any run. A status without one (one this agent did
+// not write) runs what a start would: the commit the grant g names for the run (grantedCommit),
+// else "", which prepare resolves.
+func startedRevision(ws *magosv1.Workspace, g grant.Grant) string {
+	if ws.Status.CurrentRevision != "" {
+		return ws.Status.CurrentRevision
+	}
+	return grantedCommit(g, ws.Status.CurrentRunID)
+}
+
+// runStart is what the grant of a Pending run decides for its start, decided once from one
+// parsed grant.Grant (grantedStart) and handed down to the plan (startPlan, prepare): whether the
+// run starts, which commit it plans and whether it is granted its plan only all come from the
+// same reading of the annotations.
+type runStart struct {
+	// revision is the commit the grant names for the run (grantedCommit), or "" when it names
+	// none: prepare then resolves the commit (resolveRevision).
+	revision string
+	// planOnly reports a grant of the plan only (granted-operation "plan"): status.planOnly.
+	planOnly bool
+}
+
+// grantedStart decides, from the Workspace's grant parsed once, whether its current run may
+// start (grantAllowsRun) and how (runStart). A grant fenced to the run whose granted-revision is
+// present but not a commit SHA starts nothing, with an Event.
+func (r *Reconciler) grantedStart(ctx context.Context, ws *magosv1.Workspace) (runStart, bool) {
+	g := grant.Of(ws)
+	if !r.grantAllowsRun(ctx, ws, g) {
+		return runStart{}, false
+	}
+	if revision, present := g.RevisionFor(ws.Status.CurrentRunID); present && !gitrepo.IsSHA(revision) {
+		r.reportInvalidGrantedRevision(ctx, ws, revision)
+		return runStart{}, false
+	}
+	return runStart{revision: grantedCommit(g, ws.Status.CurrentRunID), planOnly: g.PlanOnly}, true
 }
 
 // manualGrant reports a grant without granted-run (a person or upstream tooling wrote it) on
@@ -193,13 +243,12 @@ func (r *Reconciler) manualGrant(ws *magosv1.Workspace) bool {
 	return !r.opts.HubConnected && grant.Of(ws).Unfenced()
 }
 
-// grantAllowsRun reports whether the Workspace's grant allows its current run
+// grantAllowsRun reports whether g, the Workspace's grant, allows its current run
 // (status.currentRunID): execution-allowed "true" and granted-run naming the run, or, on a
 // standalone agent only, no granted-run at all (a manual grant). A grant for another run is
 // stale and, under a hub, a grant without granted-run is unfenced: both are ignored, with an
 // Event.
-func (r *Reconciler) grantAllowsRun(ctx context.Context, ws *magosv1.Workspace) bool {
-	g := grant.Of(ws)
+func (r *Reconciler) grantAllowsRun(ctx context.Context, ws *magosv1.Workspace, g grant.Grant) bool {
 	if !g.Allowed {
 		return false
 	}
@@ -273,18 +322,16 @@ func (r *Reconciler) waitingFor(ws *magosv1.Workspace) string {
 	}
 }
 
-// startPlan starts the plan of a Pending Workspace that holds a grant for its current run.
+// startPlan starts the plan of a Pending Workspace that holds a grant for its current run. The
+// grant is read once (grantedStart): the commit the plan runs and status.planOnly come from the
+// reading that allowed the run.
 func (r *Reconciler) startPlan(ctx context.Context, ws *magosv1.Workspace, sched Schedule) (step, error) {
-	if !r.grantAllowsRun(ctx, ws) {
-		return step{}, nil
-	}
-	granted, grantsRevision := grantedRevision(ws)
-	if grantsRevision && !gitrepo.IsSHA(granted) {
-		r.reportInvalidGrantedRevision(ctx, ws, granted)
+	start, ok := r.grantedStart(ctx, ws)
+	if !ok {
 		return step{}, nil
 	}
 	from := ws.Status.Phase
-	run, err := r.prepare(ctx, ws, runner.OperationPlan, "")
+	run, err := r.prepare(ctx, ws, runner.OperationPlan, start.revision)
 	if err != nil {
 		if fail, ok := asRunFailure(err); ok {
 			ws.Status.ObservedGeneration = ws.Generation
@@ -300,7 +347,7 @@ func (r *Reconciler) startPlan(ctx context.Context, ws *magosv1.Workspace, sched
 	ws.Status.ObservedGeneration = ws.Generation
 	ws.Status.PlannedInputs = digest
 	ws.Status.PlanDigest = ""
-	ws.Status.PlanOnly = grant.Of(ws).PlanOnly // of the grant that allowed the run (grantAllowsRun)
+	ws.Status.PlanOnly = start.planOnly
 	ws.Status.PolicyViolations = nil
 	ws.Status.Policies = r.evaluatedPolicies(run.Spec.Policies)
 	ws.Status.ResourceChanges = nil
@@ -313,7 +360,7 @@ func (r *Reconciler) startPlan(ctx context.Context, ws *magosv1.Workspace, sched
 	if v := ws.Annotations[keys.ReconcileRequest]; v != "" {
 		remove[keys.ReconcileRequest] = v // this run satisfies it
 	}
-	if d := ws.Annotations[keys.DetectedRevision]; grantsRevision && d != "" && !strings.EqualFold(d, granted) {
+	if d := ws.Annotations[keys.DetectedRevision]; start.revision != "" && d != "" && !strings.EqualFold(d, start.revision) {
 		// The hub's grant supersedes the agent's own detection: this run plans the granted
 		// commit, and a detection left behind would start another run of it once it is
 		// applied. The watcher detects the ref afresh on its next poll if it still differs.
@@ -363,7 +410,7 @@ func (r *Reconciler) startApply(ctx context.Context, ws *magosv1.Workspace, sche
 	if why, changed := changedSinceMint(ws); changed {
 		return r.abandon(ctx, ws, sched, plan, why)
 	}
-	run, err := r.prepare(ctx, ws, runner.OperationApply, ws.Status.CurrentRevision)
+	run, err := r.prepare(ctx, ws, runner.OperationApply, startedRevision(ws, grant.Of(ws)))
 	if err != nil {
 		if fail, ok := asRunFailure(err); ok {
 			fail.phase, fail.reason = magosv1.PhaseFailed, magosv1.ReasonApplyFailed

@@ -32,8 +32,10 @@ var (
 	PolicyListGVK = schema.GroupVersionKind{Group: policy.Group, Version: "v1", Kind: policy.Kind + "List"}
 )
 
-// prepare builds the run of op for the Workspace's current run ID at revision (resolved when
-// empty). A *runFailure error is the user's to fix; any other error is transient.
+// prepare builds the run of op for the Workspace's current run ID at revision, the commit the
+// caller decided (a starting plan's granted commit, runStart; a started run's commit,
+// startedRevision), resolved when empty (resolveRevision). prepare reads no grant. A *runFailure
+// error is the user's to fix; any other error is transient.
 func (r *Reconciler) prepare(ctx context.Context, ws *magosv1.Workspace, op runner.Operation, revision string) (*execution.Run, error) {
 	creds, err := credentials.Find(ctx, r.client, ws.Namespace, ws.Spec.Source.RepoURL)
 	if err != nil {
@@ -104,14 +106,11 @@ func (r *Reconciler) prepare(ctx context.Context, ws *magosv1.Workspace, op runn
 	}, nil
 }
 
-// resolveRevision returns the commit to run: the granted revision when the grant for the
-// current run names one (the commit the hub's Rollout is rolling out, whatever the ref points
-// at meanwhile), else the detected revision when the ref watcher saw one, else the target
-// revision resolved now.
+// resolveRevision returns the commit to run when the grant names none (a commit the grant
+// names, the one the hub's Rollout is rolling out whatever the ref points at meanwhile, is
+// decided by the caller: runStart, startedRevision): the detected revision when the ref watcher
+// saw one, else the target revision resolved now.
 func (r *Reconciler) resolveRevision(ctx context.Context, ws *magosv1.Workspace, creds *credentials.Credentials) (string, error) {
-	if g, ok := grantedRevision(ws); ok && gitrepo.IsSHA(g) {
-		return strings.ToLower(g), nil
-	}
 	if d := ws.Annotations[keys.DetectedRevision]; gitrepo.IsSHA(d) {
 		return strings.ToLower(d), nil
 	}

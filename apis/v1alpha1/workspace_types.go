@@ -64,6 +64,9 @@ const (
 	TriggerScheduled     = "scheduled"
 	TriggerRevision      = "revision"
 	TriggerRetry         = "retry"
+	// TriggerDeletion (Magos Fleet, not upstream): the destroy run of a deleted Workspace with
+	// spec.destroyOnDelete.
+	TriggerDeletion = "deletion"
 )
 
 // Binaries a Workspace can run.

@@ -29,6 +29,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
+	"github.com/magosfleet/magos/agent/variables"
 	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
 	"github.com/magosfleet/magos/pkg/keys"
 	"github.com/magosfleet/magos/pkg/message"
@@ -134,7 +135,7 @@ func (l *JobLauncher) Start(ctx context.Context, run *Run) error {
 	saName := job.Spec.Template.Spec.ServiceAccountName
 	if err := l.reader.Get(ctx, client.ObjectKey{Namespace: job.Namespace, Name: saName}, sa); err != nil {
 		if apierrors.IsNotFound(err) {
-			return &ConfigError{Message: fmt.Sprintf("ServiceAccount %q not found in namespace %s: create it (runs use spec.serviceAccountName, default %s)",
+			return &variables.ConfigError{Message: fmt.Sprintf("ServiceAccount %q not found in namespace %s: create it (runs use spec.serviceAccountName, default %s)",
 				saName, job.Namespace, magosv1.DefaultServiceAccountName)}
 		}
 		return fmt.Errorf("reading ServiceAccount %s/%s: %w", job.Namespace, saName, err)
@@ -198,7 +199,7 @@ func (l *JobLauncher) ensureSecret(ctx context.Context, ws *magosv1.Workspace, s
 		return fmt.Errorf("reading Secret %s/%s: %w", secret.Namespace, secret.Name, err)
 	}
 	if !metav1.IsControlledBy(cur, ws) {
-		return &ConfigError{Message: fmt.Sprintf("Secret %q in namespace %s, where the run keeps its sensitive values, exists and is not controlled by Workspace %s: delete it",
+		return &variables.ConfigError{Message: fmt.Sprintf("Secret %q in namespace %s, where the run keeps its sensitive values, exists and is not controlled by Workspace %s: delete it",
 			cur.Name, cur.Namespace, ws.Name)}
 	}
 	if maps.EqualFunc(cur.Data, secret.Data, bytes.Equal) {

@@ -12,7 +12,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"io"
 	"strings"
 	"time"
@@ -119,21 +118,6 @@ type Launcher interface {
 	Forget(ctx context.Context, namespace, name string) error
 	// Sources are the event sources that wake the Workspace controller when a run changes.
 	Sources() []source.Source
-}
-
-// ConfigError is a launch failure only the user can fix (a missing ServiceAccount): the run
-// fails instead of being retried.
-type ConfigError struct {
-	// Message says what is missing.
-	Message string
-}
-
-func (e *ConfigError) Error() string { return e.Message }
-
-// IsConfigError reports whether err is (or wraps) a ConfigError.
-func IsConfigError(err error) bool {
-	var ce *ConfigError
-	return errors.As(err, &ce)
 }
 
 // JobName is the name of the Job of an operation: the Workspace's name cut to fit, the

@@ -31,7 +31,9 @@ import (
 )
 
 // ConfigError is a mistake in the user's configuration (a missing VariableSet, Secret,
-// ConfigMap or key): retrying does not help until the user fixes it.
+// ConfigMap or key, or a launch only the user can fix, such as a missing ServiceAccount):
+// retrying does not help until the user fixes it, so the run fails instead of being retried.
+// It is the one such error of the agent: the Job launcher (package execution) returns it too.
 type ConfigError struct {
 	// Message says what is missing and where it is referenced.
 	Message string

@@ -13,6 +13,7 @@ import (
 
 	"github.com/magosfleet/magos/agent/execution"
 	"github.com/magosfleet/magos/agent/plannedinputs"
+	"github.com/magosfleet/magos/agent/variables"
 	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
 	"github.com/magosfleet/magos/pkg/gitrepo"
 	"github.com/magosfleet/magos/pkg/grant"
@@ -383,7 +384,7 @@ func (r *Reconciler) launch(ctx context.Context, ws *magosv1.Workspace, sched Sc
 	switch {
 	case err == nil:
 		return step{}, nil
-	case execution.IsConfigError(err):
+	case variables.IsConfigError(err):
 		from := ws.Status.Phase
 		switch run.Spec.Operation {
 		case runner.OperationDestroy:

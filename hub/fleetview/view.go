@@ -1,7 +1,8 @@
 // Package fleetview is what the hub's Rollout and Project controllers share around the pure
 // decision.Decide: a View that gathers, for one namespace, the Workspaces the hub sees in every
-// registered cluster and the health of those clusters, and a writer that puts Decide's grants
-// and revocations on the Workspaces with JSON merge patches.
+// registered cluster and the health of those clusters, a writer that puts Decide's grants
+// and revocations on the Workspaces with JSON merge patches, and the controllers' skeleton
+// (Controller: their registration, reading and counting a reconcile; ObjectMetrics).
 package fleetview
 
 import (

@@ -1,41 +1,14 @@
 package project
 
-import (
-	"github.com/prometheus/client_golang/prometheus"
-	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
-)
+import "github.com/magosfleet/magos/hub/fleetview"
 
-// Values of the result label of magos_project_reconciles_total.
-const (
-	resultSuccess = "success"
-	resultError   = "error"
-)
-
-// The Project metrics, named after Prometheus' conventions (docs/operations.md lists upstream's
-// names they replace).
+// The Project metrics: magos_project_reconciles_total (fleetview.ObjectMetrics) and these.
 var (
-	reconcileTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "magos_project_reconciles_total",
-		Help: "Project reconciles, by result (success or error).",
-	}, []string{"namespace", "name", "result"})
+	metrics = fleetview.NewObjectMetrics("Project")
 
-	workspaceCount = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "magos_project_workspaces",
-		Help: "Workspaces of the Project across the fleet.",
-	}, []string{"namespace", "name"})
+	workspaceCount = metrics.Gauge("magos_project_workspaces",
+		"Workspaces of the Project across the fleet.")
 
-	managedByRollout = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "magos_project_managed_by_rollout",
-		Help: "1 when a Rollout orders the Project's Workspaces, 0 when they run in parallel.",
-	}, []string{"namespace", "name"})
+	managedByRollout = metrics.Gauge("magos_project_managed_by_rollout",
+		"1 when a Rollout orders the Project's Workspaces, 0 when they run in parallel.")
 )
-
-func init() {
-	ctrlmetrics.Registry.MustRegister(reconcileTotal, workspaceCount, managedByRollout)
-}
-
-// forget drops the gauge series of a deleted Project.
-func forget(namespace, name string) {
-	workspaceCount.DeleteLabelValues(namespace, name)
-	managedByRollout.DeleteLabelValues(namespace, name)
-}

@@ -21,15 +21,12 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
-	mcbuilder "sigs.k8s.io/multicluster-runtime/pkg/builder"
 	mcmanager "sigs.k8s.io/multicluster-runtime/pkg/manager"
 	mcreconcile "sigs.k8s.io/multicluster-runtime/pkg/reconcile"
 
@@ -47,24 +44,13 @@ type Options = fleetview.ControllerOptions
 
 // Reconciler reconciles hub Projects.
 type Reconciler struct {
-	hub      client.Client
-	live     client.Reader
-	view     *fleetview.View
-	recorder events.EventRecorder
-	opts     Options
+	fleetview.Controller[*magosv1.Project]
 }
 
 // NewReconciler returns a Project reconciler for the hub manager mgr, without registering a
 // controller (SetupWithManager does both).
 func NewReconciler(mgr mcmanager.Manager, opts Options) *Reconciler {
-	opts = opts.WithDefaults()
-	return &Reconciler{
-		hub:      mgr.GetLocalManager().GetClient(),
-		live:     mgr.GetLocalManager().GetAPIReader(),
-		view:     fleetview.NewView(mgr, fleetview.ViewOptions{ClusterTimeout: opts.ClusterTimeout}),
-		recorder: mgr.GetLocalManager().GetEventRecorder("magos-hub-" + ControllerName),
-		opts:     opts,
-	}
+	return &Reconciler{Controller: fleetview.NewController[*magosv1.Project](mgr, ControllerName, metrics, opts)}
 }
 
 // SetupWithManager registers the Project controller with the hub manager: it reconciles hub
@@ -78,32 +64,20 @@ func SetupWithManager(mgr mcmanager.Manager, opts Options) error {
 
 // SetupWithManager registers r with mgr; see the package-level SetupWithManager.
 func (r *Reconciler) SetupWithManager(mgr mcmanager.Manager) error {
-	hubOnly := []mcbuilder.WatchesOption{mcbuilder.WithEngageWithLocalCluster(true), mcbuilder.WithEngageWithProviderClusters(false)}
-	return mcbuilder.ControllerManagedBy(mgr).
-		Named(ControllerName).
-		For(&magosv1.Project{},
-			mcbuilder.WithEngageWithLocalCluster(true),
-			mcbuilder.WithEngageWithProviderClusters(false),
-			mcbuilder.WithPredicates(predicate.Or[client.Object](
-				predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{},
-				predicate.LabelChangedPredicate{}, deletionChanged()))).
+	return r.Builder(mgr, fleetview.Watching{
+		For: &magosv1.Project{},
+		ForPredicate: predicate.Or[client.Object](
+			predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{},
+			predicate.LabelChangedPredicate{}, deletionChanged()),
 		// Under a Rollout the Project only counts its Workspaces: a change of a Workspace's
 		// status or decisions reconciles it only in parallel mode (withoutRollout).
-		Watches(&magosv1.Workspace{}, fleetview.EnqueueProject(),
-			mcbuilder.WithEngageWithLocalCluster(false),
-			mcbuilder.WithEngageWithProviderClusters(true),
-			mcbuilder.WithPredicates(predicate.ResourceVersionChangedPredicate{},
-				predicate.Or(fleetview.MembershipChanged(), r.withoutRollout()))).
+		Workspaces: predicate.Or(fleetview.MembershipChanged(), r.withoutRollout()),
+		List:       &magosv1.ProjectList{},
+		OnCluster:  r.decidesOnCluster,
+	}).
 		// A Rollout maps to the Project of the same name (fleetview.EnqueueProject's rule for
 		// hub objects is the identity). Only whether it exists matters to the Project.
-		Watches(&magosv1.Rollout{}, fleetview.EnqueueSame(),
-			append(hubOnly, mcbuilder.WithPredicates(deletionChanged()))...).
-		Watches(&magosv1.Cluster{}, r.view.EnqueueForCluster(&magosv1.ProjectList{}, r.decidesOnCluster),
-			append(hubOnly, mcbuilder.WithPredicates(fleetview.ClusterChanged()))...).
-		WithOptions(controller.TypedOptions[mcreconcile.Request]{
-			MaxConcurrentReconciles: r.opts.MaxConcurrentReconciles,
-			SkipNameValidation:      ptr.To(r.opts.SkipNameValidation),
-		}).
+		Watches(&magosv1.Rollout{}, fleetview.EnqueueSame(), fleetview.HubOnly(deletionChanged())...).
 		Complete(r)
 }
 
@@ -131,7 +105,7 @@ func (r *Reconciler) withoutRollout() predicate.Predicate {
 // rolloutCached reports whether the hub's cache shows the Rollout of the Project nn. An error
 // reads as no Rollout: the Project then decides, once too often rather than once too few.
 func (r *Reconciler) rolloutCached(nn types.NamespacedName) bool {
-	return r.hub.Get(context.Background(), nn, &magosv1.Rollout{}, client.UnsafeDisableDeepCopy) == nil
+	return r.Hub.Get(context.Background(), nn, &magosv1.Rollout{}, client.UnsafeDisableDeepCopy) == nil
 }
 
 // decidesOnCluster keeps, of the Projects, those a change of a cluster's health may change
@@ -154,60 +128,44 @@ func deletionChanged() predicate.Predicate {
 
 // Reconcile reconciles one hub Project.
 func (r *Reconciler) Reconcile(ctx context.Context, req mcreconcile.Request) (ctrl.Result, error) {
-	if req.ClusterName != "" {
-		return ctrl.Result{}, nil // Projects live on the hub only
-	}
-	logger := ctrl.LoggerFrom(ctx).WithValues("project", req.NamespacedName.String())
-	ctx = ctrl.LoggerInto(ctx, logger)
-
-	p := &magosv1.Project{}
-	if err := r.hub.Get(ctx, req.NamespacedName, p); err != nil {
-		if apierrors.IsNotFound(err) {
-			forget(req.Namespace, req.Name)
-			return ctrl.Result{}, nil
-		}
-		reconcileTotal.WithLabelValues(req.Namespace, req.Name, resultError).Inc()
-		return ctrl.Result{}, fmt.Errorf("reading Project %s: %w", req.NamespacedName, err)
-	}
-	res, err := r.reconcile(ctx, p)
-	if err != nil {
-		reconcileTotal.WithLabelValues(p.Namespace, p.Name, resultError).Inc()
-		return ctrl.Result{}, err
-	}
-	reconcileTotal.WithLabelValues(p.Namespace, p.Name, resultSuccess).Inc()
-	return res, nil
+	return r.Controller.Reconcile(ctx, req, &magosv1.Project{}, fleetview.Steps[*magosv1.Project]{
+		Decide: r.reconcile, Deleting: r.deleting,
+	})
 }
 
-func (r *Reconciler) reconcile(ctx context.Context, p *magosv1.Project) (ctrl.Result, error) {
-	if !p.DeletionTimestamp.IsZero() {
-		// Like upstream: the Project's Workspaces are left as they are (they are not owned).
-		if err := r.writeStatus(ctx, p, status{phase: magosv1.PhaseDeleting, reason: magosv1.ReasonDeleting,
-			message: "Project is being deleted", workspaces: p.Status.Workspaces, clusters: p.Status.Clusters}); err != nil {
-			return ctrl.Result{}, err
-		}
-		if controllerutil.ContainsFinalizer(p, keys.Finalizer) {
-			patched := p.DeepCopy()
-			controllerutil.RemoveFinalizer(patched, keys.Finalizer)
-			if err := r.hub.Patch(ctx, patched, client.MergeFromWithOptions(p, client.MergeFromWithOptimisticLock{})); err != nil {
-				return ctrl.Result{}, fmt.Errorf("removing the finalizer of Project %s/%s: %w", p.Namespace, p.Name, err)
-			}
-		}
-		return ctrl.Result{}, nil
+// deleting reconciles a Project being deleted: like upstream, its Workspaces are left as they
+// are (they are not owned); it says Deleting and lets go of its finalizer.
+func (r *Reconciler) deleting(ctx context.Context, p *magosv1.Project) (ctrl.Result, error) {
+	if err := r.writeStatus(ctx, p, status{phase: magosv1.PhaseDeleting, reason: magosv1.ReasonDeleting,
+		message: "Project is being deleted", workspaces: p.Status.Workspaces, clusters: p.Status.Clusters}); err != nil {
+		return ctrl.Result{}, err
 	}
+	if controllerutil.ContainsFinalizer(p, keys.Finalizer) {
+		patched := p.DeepCopy()
+		controllerutil.RemoveFinalizer(patched, keys.Finalizer)
+		if err := r.Hub.Patch(ctx, patched, client.MergeFromWithOptions(p, client.MergeFromWithOptimisticLock{})); err != nil {
+			return ctrl.Result{}, fmt.Errorf("removing the finalizer of Project %s/%s: %w", p.Namespace, p.Name, err)
+		}
+	}
+	return ctrl.Result{}, nil
+}
+
+// reconcile decides a Project that is not being deleted.
+func (r *Reconciler) reconcile(ctx context.Context, p *magosv1.Project) (ctrl.Result, error) {
 	if !controllerutil.ContainsFinalizer(p, keys.Finalizer) {
 		patched := p.DeepCopy()
 		controllerutil.AddFinalizer(patched, keys.Finalizer)
-		if err := r.hub.Patch(ctx, patched, client.MergeFromWithOptions(p, client.MergeFromWithOptimisticLock{})); err != nil {
+		if err := r.Hub.Patch(ctx, patched, client.MergeFromWithOptions(p, client.MergeFromWithOptimisticLock{})); err != nil {
 			return ctrl.Result{}, fmt.Errorf("adding the finalizer to Project %s/%s: %w", p.Namespace, p.Name, err)
 		}
 		p = patched
 	}
 
-	managed, err := r.hasRollout(ctx, r.hub, p)
+	managed, err := r.hasRollout(ctx, r.Hub, p)
 	if err != nil {
 		return ctrl.Result{}, r.failed(ctx, p, err)
 	}
-	snap, err := r.view.Snapshot(ctx, p.Namespace, p.Name)
+	snap, err := r.View.Snapshot(ctx, p.Namespace, p.Name)
 	if err != nil {
 		return ctrl.Result{}, r.failed(ctx, p, err)
 	}
@@ -218,13 +176,13 @@ func (r *Reconciler) reconcile(ctx context.Context, p *magosv1.Project) (ctrl.Re
 	if !managed && d.HasWrites() {
 		// About to let Workspaces run in parallel: make sure no Rollout was created that the
 		// cache has not seen yet (a Project and its Rollout are often applied together).
-		if managed, err = r.hasRollout(ctx, r.live, p); err != nil {
+		if managed, err = r.hasRollout(ctx, r.Live, p); err != nil {
 			return ctrl.Result{}, r.failed(ctx, p, err)
 		}
 	}
 	workspaceCount.WithLabelValues(p.Namespace, p.Name).Set(float64(len(d.Members)))
 	st := status{workspaces: int32(len(d.Members)), clusters: d.Clusters}
-	requeue := r.opts.ResyncPeriod
+	requeue := r.Opts.ResyncPeriod
 	var writeErr error
 	if managed {
 		managedByRollout.WithLabelValues(p.Namespace, p.Name).Set(1)
@@ -251,7 +209,7 @@ func (r *Reconciler) reconcile(ctx context.Context, p *magosv1.Project) (ctrl.Re
 		st.phase, st.reason, st.message = d.Phase, d.Reason, d.Message
 		var out fleetview.Outcome
 		out, writeErr = snap.Write(ctx, d, fleetview.WriteOptions{
-			By: keys.GrantedByProject, Recorder: r.recorder, Regarding: p,
+			By: keys.GrantedByProject, Recorder: r.Recorder, Regarding: p,
 		})
 		if len(out.Granted)+len(out.Revoked) > 0 {
 			ctrl.LoggerFrom(ctx).Info("wrote decisions", "granted", len(out.Granted), "revoked", len(out.Revoked))
@@ -285,7 +243,7 @@ func (r *Reconciler) holdParallel(p *magosv1.Project, applied func() bool) (reas
 		// (perhaps by a tool replacing it, its Rollout yet to come). Never parallel by itself.
 		return magosv1.ReasonAwaitingRollout, 0
 	}
-	if left := time.Until(p.CreationTimestamp.Add(r.opts.ParallelGracePeriod)); left > 0 {
+	if left := time.Until(p.CreationTimestamp.Add(r.Opts.ParallelGracePeriod)); left > 0 {
 		return magosv1.ReasonAwaitingRollout, left
 	}
 	return "", 0
@@ -346,12 +304,12 @@ func (r *Reconciler) writeStatus(ctx context.Context, p *magosv1.Project, s stat
 		return nil
 	}
 	if p.Status.Reason != s.reason {
-		r.recorder.Eventf(p, nil, eventType(s.phase), s.reason, "Reconcile", "%s", s.message)
+		r.Recorder.Eventf(p, nil, eventType(s.phase), s.reason, "Reconcile", "%s", s.message)
 	}
 	want.LastReconcileTime = ptr.To(metav1.Now())
 	patched := p.DeepCopy()
 	patched.Status = *want
-	if err := r.hub.Status().Patch(ctx, patched, client.MergeFrom(p)); err != nil {
+	if err := r.Hub.Status().Patch(ctx, patched, client.MergeFrom(p)); err != nil {
 		return fmt.Errorf("patching the status of Project %s/%s: %w", p.Namespace, p.Name, err)
 	}
 	patched.DeepCopyInto(p) // later patches of this pass lock on the new resourceVersion

@@ -3,36 +3,22 @@ package rollout
 import (
 	"github.com/prometheus/client_golang/prometheus"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	"github.com/magosfleet/magos/hub/fleetview"
 )
 
-// Values of the result label of magos_rollout_reconciles_total.
-const (
-	resultSuccess = "success"
-	resultError   = "error"
-)
-
-// The Rollout metrics, named after Prometheus' conventions (docs/operations.md lists upstream's
-// names they replace).
+// The Rollout metrics: magos_rollout_reconciles_total (fleetview.ObjectMetrics) and these.
 var (
-	reconcileTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "magos_rollout_reconciles_total",
-		Help: "Rollout reconciles, by result (success or error).",
-	}, []string{"namespace", "name", "result"})
+	metrics = fleetview.NewObjectMetrics("Rollout")
 
-	currentLevel = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "magos_rollout_current_step",
-		Help: "Index of the Rollout's current step (the number of steps when completed).",
-	}, []string{"namespace", "name"})
+	currentLevel = metrics.Gauge("magos_rollout_current_step",
+		"Index of the Rollout's current step (the number of steps when completed).")
 
-	levelTransitions = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "magos_rollout_step_transitions_total",
-		Help: "Changes of the Rollout's current step.",
-	}, []string{"namespace", "name"})
+	levelTransitions = metrics.Counter("magos_rollout_step_transitions_total",
+		"Changes of the Rollout's current step.")
 
-	deadlineExceeded = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "magos_rollout_progress_deadline_exceeded",
-		Help: "1 while the Rollout's current step has not progressed for its spec.progressDeadline, else 0.",
-	}, []string{"namespace", "name"})
+	deadlineExceeded = metrics.Gauge("magos_rollout_progress_deadline_exceeded",
+		"1 while the Rollout's current step has not progressed for its spec.progressDeadline, else 0.")
 
 	activeCount = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "magos_rollouts_in_progress",
@@ -41,5 +27,5 @@ var (
 )
 
 func init() {
-	ctrlmetrics.Registry.MustRegister(reconcileTotal, currentLevel, levelTransitions, deadlineExceeded, activeCount)
+	ctrlmetrics.Registry.MustRegister(activeCount)
 }

@@ -17,17 +17,13 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
-	mcbuilder "sigs.k8s.io/multicluster-runtime/pkg/builder"
 	mcmanager "sigs.k8s.io/multicluster-runtime/pkg/manager"
 	mcreconcile "sigs.k8s.io/multicluster-runtime/pkg/reconcile"
 
@@ -57,10 +53,7 @@ type Options = fleetview.ControllerOptions
 
 // Reconciler decides hub Rollouts.
 type Reconciler struct {
-	hub      client.Client
-	view     *fleetview.View
-	recorder events.EventRecorder
-	opts     Options
+	fleetview.Controller[*magosv1.Rollout]
 
 	mu     sync.Mutex
 	active map[types.NamespacedName]bool
@@ -69,13 +62,9 @@ type Reconciler struct {
 // NewReconciler returns a Rollout reconciler for the hub manager mgr, without registering a
 // controller (SetupWithManager does both).
 func NewReconciler(mgr mcmanager.Manager, opts Options) *Reconciler {
-	opts = opts.WithDefaults()
 	return &Reconciler{
-		hub:      mgr.GetLocalManager().GetClient(),
-		view:     fleetview.NewView(mgr, fleetview.ViewOptions{ClusterTimeout: opts.ClusterTimeout}),
-		recorder: mgr.GetLocalManager().GetEventRecorder("magos-hub-" + ControllerName),
-		opts:     opts,
-		active:   map[types.NamespacedName]bool{},
+		Controller: fleetview.NewController[*magosv1.Rollout](mgr, ControllerName, metrics, opts),
+		active:     map[types.NamespacedName]bool{},
 	}
 }
 
@@ -90,25 +79,13 @@ func SetupWithManager(mgr mcmanager.Manager, opts Options) error {
 
 // SetupWithManager registers r with mgr; see the package-level SetupWithManager.
 func (r *Reconciler) SetupWithManager(mgr mcmanager.Manager) error {
-	hubOnly := []mcbuilder.WatchesOption{mcbuilder.WithEngageWithLocalCluster(true), mcbuilder.WithEngageWithProviderClusters(false)}
-	return mcbuilder.ControllerManagedBy(mgr).
-		Named(ControllerName).
-		For(&magosv1.Rollout{},
-			mcbuilder.WithEngageWithLocalCluster(true),
-			mcbuilder.WithEngageWithProviderClusters(false),
-			mcbuilder.WithPredicates(predicate.Or[client.Object](
-				predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}, predicate.LabelChangedPredicate{}))).
-		Watches(&magosv1.Workspace{}, fleetview.EnqueueProject(),
-			mcbuilder.WithEngageWithLocalCluster(false),
-			mcbuilder.WithEngageWithProviderClusters(true),
-			mcbuilder.WithPredicates(predicate.ResourceVersionChangedPredicate{})).
-		Watches(&magosv1.Cluster{}, r.view.EnqueueForCluster(&magosv1.RolloutList{}, waitsOnCluster),
-			append(hubOnly, mcbuilder.WithPredicates(fleetview.ClusterChanged()))...).
-		WithOptions(controller.TypedOptions[mcreconcile.Request]{
-			MaxConcurrentReconciles: r.opts.MaxConcurrentReconciles,
-			SkipNameValidation:      ptr.To(r.opts.SkipNameValidation),
-		}).
-		Complete(r)
+	return r.Builder(mgr, fleetview.Watching{
+		For: &magosv1.Rollout{},
+		ForPredicate: predicate.Or[client.Object](
+			predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}, predicate.LabelChangedPredicate{}),
+		List:      &magosv1.RolloutList{},
+		OnCluster: waitsOnCluster,
+	}).Complete(r)
 }
 
 // waitsOnCluster keeps, of the Rollouts, those a change of a cluster's health may move on
@@ -121,30 +98,18 @@ func waitsOnCluster(o client.Object, hasWorkspaces bool) bool {
 }
 
 // Reconcile decides one hub Rollout: read it, read the fleet, Decide, write the grants and
-// revocations, then the status.
+// revocations, then the status. A Rollout being deleted is left as it is: it has no finalizer,
+// and its decisions stay as they are, as upstream.
 func (r *Reconciler) Reconcile(ctx context.Context, req mcreconcile.Request) (ctrl.Result, error) {
-	if req.ClusterName != "" {
-		return ctrl.Result{}, nil // Rollouts live on the hub only
-	}
-	logger := ctrl.LoggerFrom(ctx).WithValues("rollout", req.NamespacedName.String())
-	ctx = ctrl.LoggerInto(ctx, logger)
+	return r.Controller.Reconcile(ctx, req, &magosv1.Rollout{}, fleetview.Steps[*magosv1.Rollout]{
+		Decide: r.reconcile, Gone: r.forget,
+	})
+}
 
-	ro := &magosv1.Rollout{}
-	if err := r.hub.Get(ctx, req.NamespacedName, ro); err != nil {
-		if apierrors.IsNotFound(err) {
-			r.forget(req.NamespacedName)
-			return ctrl.Result{}, nil
-		}
-		reconcileTotal.WithLabelValues(req.Namespace, req.Name, resultError).Inc()
-		return ctrl.Result{}, fmt.Errorf("reading Rollout %s: %w", req.NamespacedName, err)
-	}
-	if !ro.DeletionTimestamp.IsZero() {
-		return ctrl.Result{}, nil // no finalizer: decisions stay as they are, as upstream
-	}
-
-	snap, err := r.view.Snapshot(ctx, ro.Namespace, ro.Spec.ProjectRef)
+// reconcile reads the fleet, Decides, writes the grants and revocations, then the status.
+func (r *Reconciler) reconcile(ctx context.Context, ro *magosv1.Rollout) (ctrl.Result, error) {
+	snap, err := r.View.Snapshot(ctx, ro.Namespace, ro.Spec.ProjectRef)
 	if err != nil {
-		reconcileTotal.WithLabelValues(ro.Namespace, ro.Name, resultError).Inc()
 		return ctrl.Result{}, err
 	}
 	d := decide.Decide(decide.Input{
@@ -156,21 +121,19 @@ func (r *Reconciler) Reconcile(ctx context.Context, req mcreconcile.Request) (ct
 		Now:        time.Now(),
 	})
 	out, writeErr := snap.Write(ctx, d, fleetview.WriteOptions{
-		By: keys.GrantedByRollout, Recorder: r.recorder, Regarding: ro,
+		By: keys.GrantedByRollout, Recorder: r.Recorder, Regarding: ro,
 	})
 	if len(out.Granted)+len(out.Revoked) > 0 {
-		logger.Info("wrote decisions", "step", d.CurrentStepName, "granted", len(out.Granted), "revoked", len(out.Revoked))
+		ctrl.LoggerFrom(ctx).Info("wrote decisions", "step", d.CurrentStepName, "granted", len(out.Granted), "revoked", len(out.Revoked))
 	}
 	r.recordTransitions(ro, d)
 	statusErr := r.writeStatus(ctx, ro, d, out)
 
 	r.observe(ro, d)
 	if err := errors.Join(writeErr, statusErr); err != nil {
-		reconcileTotal.WithLabelValues(ro.Namespace, ro.Name, resultError).Inc()
 		return ctrl.Result{}, err
 	}
-	reconcileTotal.WithLabelValues(ro.Namespace, ro.Name, resultSuccess).Inc()
-	after := r.opts.ResyncPeriod
+	after := r.Opts.ResyncPeriod
 	if d.Reason == magosv1.ReasonWaitingForClusters {
 		// Some of what it waits for (an agent's sync watermark) comes without an event.
 		after = min(after, waitingRecheck)
@@ -190,14 +153,14 @@ func (r *Reconciler) recordTransitions(ro *magosv1.Rollout, d decide.Decision) {
 	if (first || old.CurrentStep != d.CurrentStep) && d.CurrentStep < steps && d.Reason != magosv1.ReasonNoWorkspacesFound && d.Reason != magosv1.ReasonInvalidSelector {
 		// The action names the step: the events API folds Events that differ only in their
 		// note into one series, and each step change deserves its own.
-		r.recorder.Eventf(ro, nil, corev1.EventTypeNormal, EventStepChanged, "Step "+d.CurrentStepName,
+		r.Recorder.Eventf(ro, nil, corev1.EventTypeNormal, EventStepChanged, "Step "+d.CurrentStepName,
 			"Step %d/%d %s is current", d.CurrentStep+1, steps, d.CurrentStepName)
 	}
 	for _, rev := range d.Revisions {
 		if i := slices.IndexFunc(old.Revisions, func(o magosv1.RolloutRevision) bool {
 			return o.RepoURL == rev.RepoURL && o.TargetRevision == rev.TargetRevision && o.Commit == rev.Commit
 		}); i < 0 {
-			r.recorder.Eventf(ro, nil, corev1.EventTypeNormal, EventRevisionChanged, "Revision",
+			r.Recorder.Eventf(ro, nil, corev1.EventTypeNormal, EventRevisionChanged, "Revision",
 				"Rolling out commit %s of %s (%s)", rev.Commit, rev.RepoURL, rev.TargetRevision)
 		}
 	}
@@ -213,7 +176,7 @@ func (r *Reconciler) recordTransitions(ro *magosv1.Rollout, d decide.Decision) {
 		for k, key := range failed {
 			names[k] = key.String()
 		}
-		r.recorder.Eventf(ro, nil, corev1.EventTypeWarning, magosv1.ReasonFailureTolerated, "Step "+st.Name,
+		r.Recorder.Eventf(ro, nil, corev1.EventTypeWarning, magosv1.ReasonFailureTolerated, "Step "+st.Name,
 			"Step %d/%d %s: %d failed Workspace(s) tolerated (maxFailures %d): %s",
 			i+1, steps, st.Name, len(failed), st.MaxFailures, strings.Join(names, ", "))
 	}
@@ -225,11 +188,11 @@ func (r *Reconciler) recordTransitions(ro *magosv1.Rollout, d decide.Decision) {
 		}
 		switch {
 		case st.Approval != nil && (was == nil || !was.ApprovedAt.Equal(&st.Approval.ApprovedAt) || was.ApprovedBy != st.Approval.ApprovedBy):
-			r.recorder.Eventf(ro, nil, corev1.EventTypeNormal, magosv1.ReasonApproved, "Step "+st.Name,
+			r.Recorder.Eventf(ro, nil, corev1.EventTypeNormal, magosv1.ReasonApproved, "Step "+st.Name,
 				"Step %s: %d plan(s) approved by %s at %s (%s); applying them", st.Name, len(st.Approval.Plans), st.Approval.ApprovedBy,
 				st.Approval.ApprovedAt.UTC().Format(time.RFC3339), approvedPlans(st.Approval))
 		case d.ApprovalVoided != "" && !strings.Contains(old.Message, d.ApprovalVoided):
-			r.recorder.Eventf(ro, nil, corev1.EventTypeWarning, magosv1.ReasonApprovalVoided, "Step "+st.Name,
+			r.Recorder.Eventf(ro, nil, corev1.EventTypeWarning, magosv1.ReasonApprovalVoided, "Step "+st.Name,
 				"Step %s: %s", st.Name, d.ApprovalVoided)
 		}
 	}
@@ -238,7 +201,7 @@ func (r *Reconciler) recordTransitions(ro *magosv1.Rollout, d decide.Decision) {
 	}
 	wasExceeded := meta.IsStatusConditionFalse(old.Conditions, magosv1.ConditionProgressing)
 	if d.DeadlineExceeded && !wasExceeded {
-		r.recorder.Eventf(ro, nil, corev1.EventTypeWarning, magosv1.ReasonProgressDeadlineExceeded, "Step "+d.CurrentStepName,
+		r.Recorder.Eventf(ro, nil, corev1.EventTypeWarning, magosv1.ReasonProgressDeadlineExceeded, "Step "+d.CurrentStepName,
 			"Step %s has not progressed for %s: %s", d.CurrentStepName, ro.Spec.ProgressDeadline.Duration, d.Message)
 	}
 	if first || old.Reason != d.Reason {
@@ -246,7 +209,7 @@ func (r *Reconciler) recordTransitions(ro *magosv1.Rollout, d decide.Decision) {
 		if magosv1.InfoOf(d.Phase, d.Reason).Failed || d.Reason == magosv1.ReasonWaitingForClusters {
 			kind = corev1.EventTypeWarning
 		}
-		r.recorder.Eventf(ro, nil, kind, d.Reason, "Decide", "%s", d.Message)
+		r.Recorder.Eventf(ro, nil, kind, d.Reason, "Decide", "%s", d.Message)
 	}
 }
 
@@ -270,7 +233,7 @@ func (r *Reconciler) planChanged(ro *magosv1.Rollout, old *magosv1.RolloutStatus
 		if shown[p.Workspace] == p.Digest {
 			continue
 		}
-		r.recorder.Eventf(ro, nil, corev1.EventTypeWarning, magosv1.ReasonPlanChanged, "Step "+st.Name,
+		r.Recorder.Eventf(ro, nil, corev1.EventTypeWarning, magosv1.ReasonPlanChanged, "Step "+st.Name,
 			"Step %s: the plan of %s changed since the preview: previewed plan %s (+%d ~%d -%d), now plan %s (+%d ~%d -%d)",
 			st.Name, p.Workspace, v.Digest, v.Add, v.Change, v.Destroy, p.Digest, p.Add, p.Change, p.Destroy)
 	}
@@ -332,7 +295,7 @@ func (r *Reconciler) writeStatus(ctx context.Context, ro *magosv1.Rollout, d dec
 	if data, err = json.Marshal(body); err != nil {
 		return fmt.Errorf("encoding the status patch of Rollout %s/%s: %w", ro.Namespace, ro.Name, err)
 	}
-	if err := r.hub.Status().Patch(ctx, patched, client.RawPatch(types.MergePatchType, data)); err != nil {
+	if err := r.Hub.Status().Patch(ctx, patched, client.RawPatch(types.MergePatchType, data)); err != nil {
 		return fmt.Errorf("patching the status of Rollout %s/%s: %w", ro.Namespace, ro.Name, err)
 	}
 	return nil
@@ -367,11 +330,8 @@ func (r *Reconciler) observe(ro *magosv1.Rollout, d decide.Decision) {
 	activeCount.Set(float64(r.countActive()))
 }
 
-// forget drops the metric series of a deleted Rollout.
+// forget drops a deleted Rollout from the count of active ones (fleetview dropped its series).
 func (r *Reconciler) forget(nn types.NamespacedName) {
-	currentLevel.DeleteLabelValues(nn.Namespace, nn.Name)
-	levelTransitions.DeleteLabelValues(nn.Namespace, nn.Name)
-	deadlineExceeded.DeleteLabelValues(nn.Namespace, nn.Name)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	delete(r.active, nn)

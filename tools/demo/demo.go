@@ -15,12 +15,11 @@ import (
 	"github.com/go-git/go-git/v5"
 	"github.com/go-git/go-git/v5/plumbing/object"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
 	"github.com/magosfleet/magos/hub/cli"
+	"github.com/magosfleet/magos/pkg/demoscenario"
 	"github.com/magosfleet/magos/pkg/grant"
 	"github.com/magosfleet/magos/pkg/keys"
 	"github.com/magosfleet/magos/pkg/localcluster"
@@ -29,17 +28,17 @@ import (
 	"github.com/magosfleet/magos/tools/workdir"
 )
 
-// Names of the demo's objects.
+// Names of the demo's objects (their one definition is pkg/demoscenario, which the real-node
+// demo shares).
 const (
 	// Project names the Project and the Rollout on the hub.
-	Project = "cdn-platform"
+	Project = demoscenario.Project
 	// Workspace names the Workspace in every spoke (namespace default).
-	Workspace = "cdn-edge"
+	Workspace = demoscenario.Workspace
 	// VariableSet names the Workspace's VariableSet in every spoke.
-	VariableSet = "cdn-edge-inputs"
-	// TofuVersion is the OpenTofu version the demo's Workspaces run: the one the repository
-	// pins (TOFU_VERSION in tools/provision-assets.sh), which the dev fleet's agents run.
-	TofuVersion = "1.10.6"
+	VariableSet = demoscenario.VariableSet
+	// TofuVersion is the OpenTofu version the demo's Workspaces run (demoscenario.TofuVersion).
+	TofuVersion = demoscenario.TofuVersion
 )
 
 // Options configures Run.
@@ -90,36 +89,6 @@ type Summary struct {
 	Final string
 }
 
-// module is the demo's root module: it needs no provider download, and refuses to deploy to a
-// region marked unhealthy (a precondition, so the plan fails).
-const module = `variable "region" {
-  type = string
-}
-
-variable "healthy" {
-  type    = bool
-  default = true
-}
-
-resource "terraform_data" "edge" {
-  input = {
-    region  = var.region
-    release = "v1"
-  }
-
-  lifecycle {
-    precondition {
-      condition     = var.healthy
-      error_message = "region ${var.region} is marked unhealthy: refusing to deploy"
-    }
-  }
-}
-
-output "endpoint" {
-  value = "https://edge.${var.region}.example.com"
-}
-`
-
 // Run sets up the demo on fleet and follows the Rollout until it completes or halts.
 func Run(ctx context.Context, fleet *devfleet.Fleet, opts Options) (Summary, error) {
 	opts = opts.withDefaults()
@@ -142,7 +111,7 @@ func (o Options) withDefaults() Options {
 		o.Out = io.Discard
 	}
 	if o.Module == "" {
-		o.Module = module
+		o.Module = demoscenario.Module
 	}
 	return o
 }
@@ -347,65 +316,18 @@ func commit(r *git.Repository, dir, message, module string) (string, error) {
 }
 
 func applyHub(ctx context.Context, fleet *devfleet.Fleet, opts Options) error {
-	var steps []magosv1.RolloutStep
-	for _, name := range fleet.Order {
-		steps = append(steps, magosv1.RolloutStep{Name: name,
-			Selector: magosv1.MatchLabels(map[string]string{"env": "prod", "region": name})})
-	}
+	p, ro := demoscenario.HubObjects(fleet.Order)
 	if opts.Approval { // the last region waits for a person
-		steps[len(steps)-1].RequireApproval = true
+		ro.Spec.Strategy.Steps[len(ro.Spec.Strategy.Steps)-1].RequireApproval = true
 	}
-	objs := []client.Object{
-		&magosv1.Project{
-			ObjectMeta: metav1.ObjectMeta{Name: Project, Namespace: corev1.NamespaceDefault},
-			Spec:       magosv1.ProjectSpec{Description: "CDN edge, promoted region by region"},
-		},
-		&magosv1.Rollout{
-			ObjectMeta: metav1.ObjectMeta{Name: Project, Namespace: corev1.NamespaceDefault},
-			Spec: magosv1.RolloutSpec{ProjectRef: Project, Paused: opts.Paused, PlanFirst: opts.PlanFirst,
-				Strategy: magosv1.RolloutStrategy{Steps: steps}},
-		},
-	}
-	for _, o := range objs {
-		if err := fleet.Client("hub").Create(ctx, o); err != nil {
-			return fmt.Errorf("creating %s on the hub: %w", o.GetName(), err)
-		}
-	}
-	return nil
+	ro.Spec.Paused, ro.Spec.PlanFirst = opts.Paused, opts.PlanFirst
+	return demoscenario.Create(ctx, fleet.Client("hub"), "on the hub", p, ro)
 }
 
 func applySpoke(ctx context.Context, fleet *devfleet.Fleet, name, repo, branch string, fail bool, poll time.Duration) error {
-	healthy := "true"
-	if fail {
-		healthy = "false"
-	}
-	var annotations map[string]string
+	vs, ws := demoscenario.SpokeObjects(name, magosv1.Source{RepoURL: repo, TargetRevision: branch}, fail)
 	if poll > 0 {
-		annotations = map[string]string{keys.GitPollInterval: poll.String()}
+		ws.Annotations = map[string]string{keys.GitPollInterval: poll.String()}
 	}
-	objs := []client.Object{
-		&magosv1.VariableSet{
-			ObjectMeta: metav1.ObjectMeta{Name: VariableSet, Namespace: corev1.NamespaceDefault},
-			Spec: magosv1.VariableSetSpec{Variables: []magosv1.Variable{
-				{Name: "region", Value: ptr.To(name)},
-				{Name: "healthy", Value: ptr.To(healthy), HCL: true},
-			}},
-		},
-		&magosv1.Workspace{
-			ObjectMeta: metav1.ObjectMeta{Name: Workspace, Namespace: corev1.NamespaceDefault,
-				Labels: map[string]string{"env": "prod", "region": name}, Annotations: annotations},
-			Spec: magosv1.WorkspaceSpec{
-				ProjectRef:      magosv1.ProjectReference{Name: Project},
-				Source:          magosv1.Source{RepoURL: repo, TargetRevision: branch},
-				Terraform:       magosv1.TerraformSpec{Version: TofuVersion},
-				VariableSetRefs: []magosv1.LocalObjectReference{{Name: VariableSet}},
-			},
-		},
-	}
-	for _, o := range objs {
-		if err := fleet.Client(name).Create(ctx, o); err != nil {
-			return fmt.Errorf("creating %s in %s: %w", o.GetName(), name, err)
-		}
-	}
-	return nil
+	return demoscenario.Create(ctx, fleet.Client(name), "in "+name, vs, ws)
 }

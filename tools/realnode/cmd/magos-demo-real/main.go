@@ -22,7 +22,6 @@ import (
 	"os/signal"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -31,10 +30,10 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
+	"github.com/magosfleet/magos/pkg/demoscenario"
 	"github.com/magosfleet/magos/pkg/grant"
 	"github.com/magosfleet/magos/pkg/mirror"
 
@@ -44,13 +43,15 @@ import (
 // The demo's network and nodes: apart from `make test-real`'s (magos-real, 10.213.0.0/24,
 // magos-hub and magos-spoke-1), so that the two never collide.
 const (
-	network     = "magos-demo"
-	subnet      = "10.214.0.0/24"
-	system      = "magos-system"
-	project     = "cdn-platform"
-	workspace   = "cdn-edge"
-	variableSet = "cdn-edge-inputs"
-	tofuVersion = "1.10.6"
+	network = "magos-demo"
+	subnet  = "10.214.0.0/24"
+	system  = "magos-system"
+)
+
+// The demo's objects are those of `make demo` (pkg/demoscenario).
+const (
+	project   = demoscenario.Project
+	workspace = demoscenario.Workspace
 )
 
 // region is a spoke and its node's address.
@@ -64,37 +65,6 @@ var regions = []region{
 }
 
 const hubAddr = "10.214.0.10"
-
-// module is the root module every region applies: no provider to download (the runner Pods
-// reach no registry); it records its inputs in the state, and refuses to deploy to a region
-// marked unhealthy (a precondition, so the plan fails).
-const module = `variable "region" {
-  type = string
-}
-
-variable "healthy" {
-  type    = bool
-  default = true
-}
-
-resource "terraform_data" "edge" {
-  input = {
-    region  = var.region
-    release = "v1"
-  }
-
-  lifecycle {
-    precondition {
-      condition     = var.healthy
-      error_message = "region ${var.region} is marked unhealthy: refusing to deploy"
-    }
-  }
-}
-
-output "endpoint" {
-  value = "https://edge.${var.region}.example.com"
-}
-`
 
 func main() {
 	repo := flag.String("repo", "../..", "the checkout (charts)")
@@ -208,7 +178,7 @@ func demo(ctx context.Context, env realnode.Env, dir string, timeout time.Durati
 
 	// The module, served from this machine (the nodes' gateway) over git's smart HTTP.
 	repos := filepath.Join(dir, "repos")
-	if _, err := realnode.GitRepo(repos, "edge.git", map[string]string{"main.tf": module}); err != nil {
+	if _, err := realnode.GitRepo(repos, "edge.git", map[string]string{"main.tf": demoscenario.Module}); err != nil {
 		return false, err
 	}
 	base, stopGit, err := realnode.GitServer(gateway, repos)
@@ -307,56 +277,13 @@ func installAgent(ctx context.Context, env realnode.Env, hub, spoke *realnode.Cl
 // applySpoke creates a spoke's VariableSet and Workspace; unhealthy marks the region so that
 // its plan fails.
 func applySpoke(ctx context.Context, cl *realnode.Cluster, region, repoURL string, unhealthy bool) error {
-	healthy := strconv.FormatBool(!unhealthy)
-	objs := []client.Object{
-		&magosv1.VariableSet{
-			ObjectMeta: metav1.ObjectMeta{Name: variableSet, Namespace: corev1.NamespaceDefault},
-			Spec: magosv1.VariableSetSpec{Variables: []magosv1.Variable{
-				{Name: "region", Value: &region},
-				{Name: "healthy", Value: &healthy, HCL: true},
-			}},
-		},
-		&magosv1.Workspace{
-			ObjectMeta: metav1.ObjectMeta{Name: workspace, Namespace: corev1.NamespaceDefault,
-				Labels: map[string]string{"env": "prod", "region": region}},
-			Spec: magosv1.WorkspaceSpec{
-				ProjectRef:      magosv1.ProjectReference{Name: project},
-				Source:          magosv1.Source{RepoURL: repoURL, TargetRevision: "main", Path: "."},
-				Terraform:       magosv1.TerraformSpec{Version: tofuVersion},
-				VariableSetRefs: []magosv1.LocalObjectReference{{Name: variableSet}},
-			},
-		},
-	}
-	for _, o := range objs {
-		if err := cl.Client.Create(ctx, o); err != nil {
-			return fmt.Errorf("creating %s in %s: %w", o.GetName(), region, err)
-		}
-	}
-	return nil
+	vs, ws := demoscenario.SpokeObjects(region, magosv1.Source{RepoURL: repoURL, TargetRevision: "main", Path: "."}, unhealthy)
+	return demoscenario.Create(ctx, cl.Client, "in "+region, vs, ws)
 }
 
 func applyHub(ctx context.Context, hub *realnode.Cluster) error {
-	var steps []magosv1.RolloutStep
-	for _, r := range regions {
-		steps = append(steps, magosv1.RolloutStep{Name: r.name,
-			Selector: magosv1.MatchLabels(map[string]string{"env": "prod", "region": r.name})})
-	}
-	objs := []client.Object{
-		&magosv1.Project{
-			ObjectMeta: metav1.ObjectMeta{Name: project, Namespace: corev1.NamespaceDefault},
-			Spec:       magosv1.ProjectSpec{Description: "CDN edge, promoted region by region"},
-		},
-		&magosv1.Rollout{
-			ObjectMeta: metav1.ObjectMeta{Name: project, Namespace: corev1.NamespaceDefault},
-			Spec:       magosv1.RolloutSpec{ProjectRef: project, Strategy: magosv1.RolloutStrategy{Steps: steps}},
-		},
-	}
-	for _, o := range objs {
-		if err := hub.Client.Create(ctx, o); err != nil {
-			return fmt.Errorf("creating %s on the hub: %w", o.GetName(), err)
-		}
-	}
-	return nil
+	p, ro := demoscenario.HubObjects(regionNames())
+	return demoscenario.Create(ctx, hub.Client, "on the hub", p, ro)
 }
 
 // follow prints `magosctl rollout status` against the hub whenever it changes, until the

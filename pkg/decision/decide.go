@@ -151,6 +151,9 @@ func Decide(in Input) Decision {
 		if i == 0 || ms[i-1].ws.Key.Cluster != ms[i].ws.Key.Cluster {
 			d.Clusters = append(d.Clusters, ms[i].ws.Key.Cluster)
 		}
+		if ms[i].ws.ObservedRevision != "" {
+			d.AppliedBefore = true
+		}
 	}
 
 	if in.Rollout == nil {
@@ -955,7 +958,8 @@ func failedNames(s *step, ms []member) string {
 }
 
 // writes turns the members marked granted into grants (unless they already hold one for their
-// run) and, when revoke is set, revokes every other grant except those of members in flight.
+// run) and, when revoke is set, revokes every other grant except those of members in flight,
+// saying of each revocation whether the grant it removes is spent.
 func writes(d *Decision, ms []member, revoke bool) {
 	for i := range ms {
 		m := &ms[i]
@@ -965,7 +969,7 @@ func writes(d *Decision, ms []member, revoke bool) {
 				d.Grants = append(d.Grants, c)
 			}
 		case revoke && m.ws.HasGrant() && !m.ws.InFlight():
-			d.Revokes = append(d.Revokes, Change{Key: m.ws.Key})
+			d.Revokes = append(d.Revokes, Change{Key: m.ws.Key, Spent: m.ws.GrantSpent()})
 		}
 	}
 }

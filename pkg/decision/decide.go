@@ -67,8 +67,10 @@ type step struct {
 	running  int32
 	failed   int32
 	phase    string
-	selector labels.Selector
+	selector labels.Selector // nil: the step's selectors do not parse (invalid says why)
 	clusters labels.Selector // nil: every cluster
+	// invalid says why the step's selector or clusterSelector does not parse ("" when they do).
+	invalid string
 	// unknown are the clusters the step may select Workspaces in whose Workspaces the hub does
 	// not know (not Synced), sorted; blind are those that are Synced but unavailable, or whose
 	// view predates the Rollout (their last-known Workspaces are in the decision, but they may
@@ -260,91 +262,147 @@ func decideParallel(d *Decision, ms []member) {
 	writes(d, ms, false)
 }
 
-// decideRollout fills the status of a Rollout with steps and marks the members to grant.
+// decideRollout decides a Rollout with steps, in stages that run one way: evaluate the steps
+// against the members, count the Workspaces they select, halt on a spec that cannot be decided,
+// find the current step and what holds it (gate), grant what it may (progressStep, or keepHeld
+// while it waits for clusters to sync), then render the steps' status.
 func decideRollout(d *Decision, in Input, ms []member) {
+	steps := evaluateSteps(in, ms, d.Revisions)
+	countSelected(d, ms)
+	if win, ok := validate(d, steps, in); ok {
+		current := currentStep(steps, in.Now)
+		switch gate(d, steps, current, ms, in, win) {
+		case holding:
+			keepHeld(&steps[current], ms, in.Rollout)
+		case progressing:
+			progressStep(d, steps, current, ms, in.Rollout, in.Clusters)
+		}
+	}
+	renderSteps(d, steps, ms, in.Rollout)
+}
+
+// evaluateSteps parses the Rollout's steps and evaluates them against the members: the members
+// each step selects (with spec.targets Frozen, those recorded for it), where they stand, the
+// step's limits and its soak.
+func evaluateSteps(in Input, ms []member, revisions []magosv1.RolloutRevision) []step {
 	ro := in.Rollout
+	steps := parseSteps(ro)
+	match(steps, ms, in.Clusters, ro.CreationTimestamp.Time)
+	removedClusters(steps, ro, in.Clusters)
+	if ro.Spec.Targets == magosv1.TargetsFrozen {
+		freeze(steps, ms, ro, revisions, in.Now)
+	}
+	for i := range steps {
+		steps[i].limits()
+	}
+	soaks(steps, ms, ro, revisions, in.Now)
+	return steps
+}
+
+// parseSteps returns the Rollout's steps with their selectors parsed. A step whose selector or
+// clusterSelector does not parse has no selector (it matches nothing) and says why in invalid.
+func parseSteps(ro *magosv1.Rollout) []step {
 	steps := make([]step, len(ro.Spec.Strategy.Steps))
-	invalid, invalidMsg := -1, ""
 	for i := range steps {
 		s := &steps[i]
 		s.spec = &ro.Spec.Strategy.Steps[i]
 		sel, err := s.spec.Selector.AsSelector()
 		if err != nil {
-			if invalid < 0 {
-				invalid, invalidMsg = i, fmt.Sprintf("Invalid selector in step %s: %v", s.spec.Name, err)
-			}
+			s.invalid = fmt.Sprintf("Invalid selector in step %s: %v", s.spec.Name, err)
 			continue
 		}
-		s.selector = sel
 		if s.spec.ClusterSelector != nil {
 			cs, err := s.spec.ClusterSelector.AsSelector()
 			if err != nil {
-				s.selector = nil
-				if invalid < 0 {
-					invalid, invalidMsg = i, fmt.Sprintf("Invalid clusterSelector in step %s: %v", s.spec.Name, err)
-				}
+				s.invalid = fmt.Sprintf("Invalid clusterSelector in step %s: %v", s.spec.Name, err)
 				continue
 			}
 			s.clusters = cs
 		}
+		s.selector = sel
 	}
-	match(steps, ms, in.Clusters, in.Rollout.CreationTimestamp.Time)
-	removedClusters(steps, ro, in.Clusters)
-	if ro.Spec.Targets == magosv1.TargetsFrozen {
-		freeze(steps, ms, ro, d.Revisions, in.Now)
-	}
-	for i := range steps {
-		steps[i].limits()
-	}
-	soaks(steps, ms, ro, d.Revisions, in.Now)
-	if ro.Spec.PlanFirst {
-		previews(steps, ms, ro)
-	}
-	for _, m := range ms {
-		if m.selected {
+	return steps
+}
+
+// countSelected counts the distinct members the steps select, and those of them that are Done.
+func countSelected(d *Decision, ms []member) {
+	for i := range ms {
+		if ms[i].selected {
 			d.Total++
-			if m.done {
+			if ms[i].done {
 				d.Applied++
 			}
 		}
 	}
-	defer func() {
-		d.Steps = stepStatuses(steps, ms)
-		d.Tolerated = tolerated(steps, ms, d.CurrentStep)
-	}()
+}
 
-	if invalid >= 0 {
-		halt(d, steps, invalid, magosv1.PhaseFailed, magosv1.ReasonInvalidSelector, invalidMsg)
-		steps[invalid].phase = magosv1.StepFailed
-		return
+// window is the state of a Rollout's change windows at the time of the decision: whether one is
+// open, when it closes (zero: never) and, when none is, when the next one opens.
+type window struct {
+	open          bool
+	closes, opens time.Time
+}
+
+// validate halts the Rollout Failed when it cannot be decided: a step's selector or the change
+// windows do not parse, or a step is empty while the hub knows every cluster it may select in
+// and all answer. Otherwise it returns the change windows' state at in.Now and ok.
+func validate(d *Decision, steps []step, in Input) (win window, ok bool) {
+	for i := range steps {
+		if steps[i].invalid != "" {
+			halt(d, steps, i, magosv1.PhaseFailed, magosv1.ReasonInvalidSelector, steps[i].invalid)
+			steps[i].phase = magosv1.StepFailed
+			return window{}, false
+		}
 	}
-	var open bool
-	var closes, opens time.Time
-	windows, err := changewindow.Parse(ro.Spec.ChangeWindows)
+	windows, err := changewindow.Parse(in.Rollout.Spec.ChangeWindows)
 	if err == nil {
-		open, closes, opens, err = windows.At(in.Now)
+		win.open, win.closes, win.opens, err = windows.At(in.Now)
 	}
 	if err != nil {
 		halt(d, steps, 0, magosv1.PhaseFailed, magosv1.ReasonInvalidChangeWindow, "Invalid change windows: "+err.Error())
-		return
+		return window{}, false
 	}
 	for i := range steps {
-		// Empty only when the hub knows every cluster the step may select in, and all answer.
 		if len(steps[i].matched) == 0 && len(steps[i].unknown) == 0 && len(steps[i].blind) == 0 {
 			halt(d, steps, i, magosv1.PhaseFailed, magosv1.ReasonNoWorkspacesFound,
 				fmt.Sprintf(msgNoWorkspacesFound, steps[i].spec.Name))
 			steps[i].phase = magosv1.StepFailed
-			return
+			return window{}, false
 		}
 	}
+	return win, true
+}
 
-	current := len(steps)
+// currentStep returns the first step that is not done, or still soaking at now (len(steps)
+// when every step is done).
+func currentStep(steps []step, now time.Time) int {
 	for i := range steps {
-		if !steps[i].done() || steps[i].soaking(in.Now) {
-			current = i
-			break
+		if !steps[i].done() || steps[i].soaking(now) {
+			return i
 		}
 	}
+	return len(steps)
+}
+
+// verdict is what gate decides for the current step.
+type verdict int
+
+const (
+	// halted: nothing is granted (grants whose runs are not in flight are revoked).
+	halted verdict = iota
+	// holding: nothing new is granted; the current step keeps the grants its members hold for
+	// their runs (keepHeld).
+	holding
+	// progressing: the current step progresses (progressStep).
+	progressing
+)
+
+// gate sets the Rollout's status for its current step: paused, completed, soaking, failed (the
+// step's failures, or with planFirst a later step's preview), waiting for clusters to sync
+// before anything new runs, waiting outside the change windows, or progressing. It returns
+// whether the step is halted, holds its grants or progresses.
+func gate(d *Decision, steps []step, current int, ms []member, in Input, win window) verdict {
+	ro := in.Rollout
 	if ro.Spec.Paused {
 		msg := "Rollout is paused; all steps completed"
 		if current < len(steps) {
@@ -358,11 +416,11 @@ func decideRollout(d *Decision, in Input, ms []member) {
 				steps[current].phase = magosv1.StepFailed
 			}
 		}
-		return
+		return halted
 	}
 	if current == len(steps) {
 		halt(d, steps, current, magosv1.PhaseApplied, magosv1.ReasonRolloutCompleted, completedMessage(steps))
-		return
+		return halted
 	}
 
 	s := &steps[current]
@@ -373,12 +431,12 @@ func decideRollout(d *Decision, in Input, ms []member) {
 				s.soakEnds.UTC().Format(time.RFC3339), s.soakEnds.Sub(in.Now).Round(time.Second), s.applied, len(s.matched)))
 		s.phase = magosv1.StepSoaking
 		d.RecheckAfter = s.soakEnds.Sub(in.Now)
-		return
+		return halted
 	}
 	if s.tooManyFailures() {
 		halt(d, steps, current, magosv1.PhaseFailed, magosv1.ReasonStepFailed, failedMessage(s, ms))
 		s.phase = magosv1.StepFailed
-		return
+		return halted
 	}
 	if ro.Spec.PlanFirst {
 		if f := previewFailed(steps, current); f >= 0 {
@@ -387,10 +445,9 @@ func decideRollout(d *Decision, in Input, ms []member) {
 			halt(d, steps, current, magosv1.PhaseFailed, magosv1.ReasonPreviewFailed, previewFailedMessage(&steps[f], ms))
 			s.phase = magosv1.StepWaiting
 			steps[f].phase = magosv1.StepFailed
-			return
+			return halted
 		}
 	}
-
 	if later := emptyUntilSynced(steps, current, in.Clusters); later >= 0 {
 		// A later step matches no Workspace, and only the clusters' first sync since the Rollout
 		// was created (seconds away) can tell whether it is empty. Upstream fails a Rollout with
@@ -402,29 +459,42 @@ func decideRollout(d *Decision, in Input, ms []member) {
 			fmt.Sprintf("Waiting for %s (step %s matches no Workspace yet: nothing new runs until the clusters it may select in have synced)",
 				strings.Join(waitingFor(l.blind, in.Clusters), "; "), l.spec.Name))
 		s.phase = magosv1.StepWaiting
-		approvals(s, ms, ro)
-		for _, i := range s.matched {
-			m := &ms[i]
-			m.granted = m.available && m.grantable() && m.ws.Holds(m.change())
-		}
-		return
+		return holding
 	}
-
-	if !open {
+	if !win.open {
 		// Outside every change window: nothing new runs (grants not used yet are withdrawn).
 		halt(d, steps, current, magosv1.PhaseReconciling, magosv1.ReasonOutsideChangeWindow,
 			fmt.Sprintf("Outside the change windows: step %s waits for the next window, at %s (%d/%d applied)",
-				s.spec.Name, opens.Format(time.RFC3339), s.applied, len(s.matched)))
+				s.spec.Name, win.opens.Format(time.RFC3339), s.applied, len(s.matched)))
 		s.phase = magosv1.StepWaiting
-		d.NextWindowAt, d.RecheckAfter = opens, opens.Sub(in.Now)
-		return
+		d.NextWindowAt, d.RecheckAfter = win.opens, win.opens.Sub(in.Now)
+		return halted
 	}
-	if !closes.IsZero() {
-		d.RecheckAfter = closes.Sub(in.Now) // the window closes: withdraw unused grants then
+	if !win.closes.IsZero() {
+		d.RecheckAfter = win.closes.Sub(in.Now) // the window closes: withdraw unused grants then
 	}
 	halt(d, steps, current, magosv1.PhaseReconciling, magosv1.ReasonLevelProgressing,
 		fmt.Sprintf("Executing step %s (%d/%d applied)", s.spec.Name, s.applied, len(s.matched)))
 	s.phase = magosv1.StepProgressing
+	return progressing
+}
+
+// keepHeld prepares the grants of the current step s for its approval and keeps those its
+// grantable members in available clusters hold for their runs; it grants nothing new.
+func keepHeld(s *step, ms []member, ro *magosv1.Rollout) {
+	approvals(s, ms, ro)
+	for _, i := range s.matched {
+		m := &ms[i]
+		m.granted = m.available && m.grantable() && m.ws.Holds(m.change())
+	}
+}
+
+// progressStep grants what the progressing current step may run: the applies its approval
+// allows (with planFirst, only once the preview is complete), its members within its
+// maxConcurrency and, with planFirst, the previews of the later steps. It then says what the
+// step waits for, if anything: clusters, the preview, or an approval.
+func progressStep(d *Decision, steps []step, current int, ms []member, ro *magosv1.Rollout, clusters map[string]Cluster) {
+	s := &steps[current]
 	d.ApprovalVoided = approvals(s, ms, ro)
 	var gap previewGap // complete without planFirst
 	if ro.Spec.PlanFirst {
@@ -449,7 +519,7 @@ func decideRollout(d *Decision, in Input, ms []member) {
 	if ro.Spec.PlanFirst {
 		grantPreviews(steps, current, ms)
 	}
-	if waiting := waitingFor(wait, in.Clusters); len(waiting) > 0 {
+	if waiting := waitingFor(wait, clusters); len(waiting) > 0 {
 		d.Reason = magosv1.ReasonWaitingForClusters
 		d.Message = fmt.Sprintf("Waiting for %s (step %s: %d/%d applied)",
 			strings.Join(waiting, "; "), s.spec.Name, s.applied, len(s.matched))
@@ -466,6 +536,16 @@ func decideRollout(d *Decision, in Input, ms []member) {
 	if d.ApprovalVoided != "" {
 		d.Message += "; " + d.ApprovalVoided
 	}
+}
+
+// renderSteps renders the evaluated steps into the decision: their status (with planFirst,
+// their previews) and the failures they tolerate up to the current step.
+func renderSteps(d *Decision, steps []step, ms []member, ro *magosv1.Rollout) {
+	if ro.Spec.PlanFirst {
+		previews(steps, ms, ro)
+	}
+	d.Steps = stepStatuses(steps, ms)
+	d.Tolerated = tolerated(steps, ms, d.CurrentStep)
 }
 
 // approvals prepares the grants of the current step s for its approval. Without

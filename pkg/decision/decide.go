@@ -50,7 +50,9 @@ func (m *member) change() Change {
 func (m *member) grantable() bool { return m.ws.Grantable() || m.approved }
 
 // Decide decides, for one Project, the status of its Rollout (or of the Project in parallel
-// mode) and the grants and revocations to write. See the package documentation for the rules.
+// mode) and the grants and revocations to write. It reads the members, decides (decideParallel
+// or decideRollout, then the progress deadline) and turns what it decided into writes, one way:
+// what the writer needs to know is in the Decision. See the package documentation for the rules.
 func Decide(in Input) Decision {
 	ms := members(in)
 	d := Decision{Members: make([]Key, len(ms))}
@@ -69,6 +71,7 @@ func Decide(in Input) Decision {
 			ms[i].done = ms[i].available && ms[i].ws.AppliedForCurrent()
 		}
 		decideParallel(&d, ms)
+		writes(&d, ms, false)
 		return d
 	}
 	steps := in.Rollout.Spec.Strategy.Steps
@@ -153,7 +156,8 @@ func compareKeys(a, b Key) int {
 	return cmp.Compare(a.Name, b.Name)
 }
 
-// decideParallel grants every grantable member in an available cluster and revokes nothing.
+// decideParallel marks every grantable member in an available cluster to be granted (Decide
+// revokes nothing in parallel mode).
 func decideParallel(d *Decision, ms []member) {
 	d.Phase, d.Reason, d.Message = magosv1.PhaseReady, magosv1.ReasonDefaultParallel, msgParallel
 	d.Total = int32(len(ms))
@@ -165,7 +169,6 @@ func decideParallel(d *Decision, ms []member) {
 		m.approved = m.ws.AwaitingApproval() // no Rollout: nothing to approve
 		m.granted = m.available && m.grantable()
 	}
-	writes(d, ms, false)
 }
 
 // decideRollout decides a Rollout with steps, in stages that run one way: evaluate the steps

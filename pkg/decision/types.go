@@ -143,11 +143,11 @@ type Change struct {
 	Revision string
 	// PlanOnly makes the grant allow a plan only: the step requires approval.
 	PlanOnly bool
-	// Plan binds the grant to the plan of this digest: the step's approval names it.
-	Plan string
 	// Spent is set on a revocation whose grant can start nothing more (Workspace.GrantSpent):
 	// removing it is housekeeping after a run, not a halt (the writer records no Event for it).
 	Spent bool
+	// Plan binds the grant to the plan of this digest: the step's approval names it.
+	Plan string
 }
 
 // Decision is the result of Decide.

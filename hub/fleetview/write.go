@@ -41,7 +41,7 @@ type WriteOptions struct {
 	By string
 	// Recorder, when set, records an Event on Regarding for every grant written, and for every
 	// revocation of a grant that could still start a run (not for removing a spent grant:
-	// decision.Workspace.GrantSpent).
+	// decision.Change.Spent).
 	Recorder events.EventRecorder
 	// Regarding is the Rollout or Project that decided.
 	Regarding runtime.Object
@@ -175,7 +175,7 @@ func (s *Snapshot) Write(ctx context.Context, d decision.Decision, opts WriteOpt
 	}
 	for _, r := range out.Revoked {
 		revokesTotal.WithLabelValues(opts.By).Inc()
-		if t, ok := s.Targets[r.Key]; ok && decision.FromWorkspace(t.Cluster, t.Workspace).GrantSpent() {
+		if r.Spent {
 			continue // housekeeping: an Event per finished run would double the Events of a rollout
 		}
 		recordEvent(opts, written[r.Key], corev1.EventTypeNormal, EventRevoked, "Revoke", "Revoked the grant of %s", r.Key.String())

@@ -3,6 +3,7 @@ package fleetview_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -122,7 +123,9 @@ func TestRevokedEventsOnlyForGrantsThatCouldRun(t *testing.T) {
 	for _, name := range []string{"web-done", "web-waiting"} {
 		key := decision.Key{Cluster: region, Namespace: ns, Name: name}
 		d.Members = append(d.Members, key)
-		d.Revokes = append(d.Revokes, decision.Change{Key: key})
+		// As Decide revokes them: each revocation says whether its grant is spent.
+		i := slices.IndexFunc(snap.Workspaces, func(w decision.Workspace) bool { return w.Key == key })
+		d.Revokes = append(d.Revokes, decision.Change{Key: key, Spent: i >= 0 && snap.Workspaces[i].GrantSpent()})
 	}
 	recorder := events.NewFakeRecorder(10)
 	ro := &magosv1.Rollout{}

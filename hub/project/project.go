@@ -188,7 +188,7 @@ func (r *Reconciler) reconcile(ctx context.Context, p *magosv1.Project) (ctrl.Re
 		managedByRollout.WithLabelValues(p.Namespace, p.Name).Set(1)
 		st.phase, st.reason = magosv1.PhaseReady, magosv1.ReasonManagedByRollout
 		st.message = fmt.Sprintf("Project orchestration is deferred to Rollout %s", p.Name)
-	} else if hold, wait := r.holdParallel(p, func() bool { return appliedBefore(snap.Workspaces, d.Members) }); hold != "" {
+	} else if hold, wait := r.holdParallel(p, d.AppliedBefore); hold != "" {
 		// Parallel mode would release every Workspace at once: not before the Project had a
 		// chance to get its Rollout, and never by itself after its Rollout was deleted.
 		managedByRollout.WithLabelValues(p.Namespace, p.Name).Set(0)
@@ -225,10 +225,10 @@ func (r *Reconciler) reconcile(ctx context.Context, p *magosv1.Project) (ctrl.Re
 // holdParallel says whether a Project without a Rollout must not run its Workspaces in
 // parallel yet, and why: its Rollout was deleted (the Project said ManagedByRollout or
 // RolloutRemoved before), it has no record of its mode while its Workspaces applied before
-// (applied, asked only then: it was created again; wait is 0), or it is younger than the grace
+// (applied: it was created again; wait is 0), or it is younger than the grace
 // period (then wait is what is left of it). The annotation magosproject.io/orchestration:
 // parallel lifts all three.
-func (r *Reconciler) holdParallel(p *magosv1.Project, applied func() bool) (reason string, wait time.Duration) {
+func (r *Reconciler) holdParallel(p *magosv1.Project, applied bool) (reason string, wait time.Duration) {
 	if p.Annotations[keys.Orchestration] == keys.OrchestrationParallel {
 		return "", 0
 	}
@@ -238,7 +238,7 @@ func (r *Reconciler) holdParallel(p *magosv1.Project, applied func() bool) (reas
 	case magosv1.ReasonDefaultParallel:
 		return "", 0 // already running in parallel
 	}
-	if applied() {
+	if applied {
 		// A Project with no record of its mode whose Workspaces applied before: created again
 		// (perhaps by a tool replacing it, its Rollout yet to come). Never parallel by itself.
 		return magosv1.ReasonAwaitingRollout, 0
@@ -247,20 +247,6 @@ func (r *Reconciler) holdParallel(p *magosv1.Project, applied func() bool) (reas
 		return magosv1.ReasonAwaitingRollout, left
 	}
 	return "", 0
-}
-
-// appliedBefore reports whether any of the Project's members (keys) has applied a commit before.
-func appliedBefore(ws []decide.Workspace, members []decide.Key) bool {
-	member := make(map[decide.Key]bool, len(members))
-	for _, k := range members {
-		member[k] = true
-	}
-	for _, w := range ws {
-		if w.ObservedRevision != "" && member[w.Key] {
-			return true
-		}
-	}
-	return false
 }
 
 // hasRollout reports whether the Project has a Rollout (same namespace, same name).

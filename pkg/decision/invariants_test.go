@@ -549,6 +549,9 @@ func checkInvariants(t *testing.T, in Input, d Decision) (tags []string) {
 	}
 	slices.SortFunc(members, compareKeys)
 	assertKeys(t, "members", d.Members, members)
+	if want := slices.ContainsFunc(members, func(k Key) bool { return byKey[k].ObservedRevision != "" }); d.AppliedBefore != want {
+		t.Fatalf("applied before %v, want %v", d.AppliedBefore, want)
+	}
 	// relevant are the clusters a step may select Workspaces in.
 	relevant := func(s magosv1.RolloutStep) []Cluster {
 		var out []Cluster
@@ -666,6 +669,9 @@ func checkInvariants(t *testing.T, in Input, d Decision) (tags []string) {
 		w := byKey[r.Key]
 		if !isMember(r.Key) || !w.HasGrant() || w.InFlight() || granted[r.Key] || r.Run != "" {
 			t.Fatalf("revocation %v of %+v", r, w)
+		}
+		if r.Spent != w.GrantSpent() {
+			t.Fatalf("revocation %v of %+v: spent %v, want %v", r, w, r.Spent, w.GrantSpent())
 		}
 	}
 	if d.Applied > d.Total {

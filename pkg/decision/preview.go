@@ -1,9 +1,7 @@
 package decision
 
 import (
-	"fmt"
 	"slices"
-	"strings"
 
 	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
 )
@@ -77,64 +75,6 @@ func previewFailed(steps []step, current int) int {
 		}
 	}
 	return -1
-}
-
-// grantPreviews marks the members of the steps after current that wait to plan to be granted
-// their plan only, each by the first of those steps that matches it, within that step's
-// maxConcurrency. Members of the current step or an earlier one are the current step's to grant,
-// and a destroy waits for its step. A member in an unavailable cluster is not granted: the
-// preview waits for it (unpreviewed).
-func grantPreviews(steps []step, current int, ms []member) {
-	owner := make([]int, len(ms)) // the step that grants the member's preview; -1: none
-	for i := range owner {
-		owner[i] = -1
-	}
-	for i := 0; i <= current && i < len(steps); i++ {
-		for _, mi := range steps[i].matched {
-			owner[mi] = len(steps)
-		}
-	}
-	for i := current + 1; i < len(steps); i++ {
-		for _, mi := range steps[i].matched {
-			if owner[mi] < 0 {
-				owner[mi] = i
-			}
-		}
-	}
-	for i := current + 1; i < len(steps); i++ {
-		candidate := func(mi int) bool {
-			return owner[mi] == i && ms[mi].ws.Grantable() && !ms[mi].ws.DestroyPending()
-		}
-		for _, mi := range steps[i].matched {
-			if candidate(mi) {
-				ms[mi].planOnly = true
-			}
-		}
-		grantMatched(&steps[i], ms, candidate, func(string) {})
-	}
-}
-
-// previewing describes a preview that is not complete: how many of the Workspaces of the steps
-// from current on planned the change, and what it waits for.
-func previewing(steps []step, current int, ms []member, g previewGap) string {
-	var waits []string
-	for _, mi := range g.pending[:min(len(g.pending), maxListed)] {
-		waits = append(waits, ms[mi].ws.Key.String())
-	}
-	if len(g.pending) > maxListed {
-		waits = append(waits, fmt.Sprintf("%d more", len(g.pending)-maxListed))
-	}
-	for _, c := range g.unknown {
-		waits = append(waits, "the Workspaces of cluster "+c)
-	}
-	return fmt.Sprintf("Previewing the change before step %s applies: %d/%d Workspace(s) planned; waiting for %s",
-		steps[current].spec.Name, g.total-len(g.pending), g.total, strings.Join(waits, ", "))
-}
-
-// previewFailedMessage says why a later step's preview stops the Rollout.
-func previewFailedMessage(s *step, ms []member) string {
-	return fmt.Sprintf("Preview of step %s: %d Workspace(s) failed, more than its maxFailures (%d), so nothing applies: %s",
-		s.spec.Name, s.failed, s.maxFailures, failedNames(s, ms))
 }
 
 // previews fills, for a Rollout with spec.planFirst, each step's preview: every member it

@@ -143,6 +143,9 @@ type Change struct {
 	Revision string
 	// PlanOnly makes the grant allow a plan only: the step requires approval.
 	PlanOnly bool
+	// Spent is set on a revocation whose grant can start nothing more (Workspace.GrantSpent):
+	// removing it is housekeeping after a run, not a halt (the writer records no Event for it).
+	Spent bool
 	// Plan binds the grant to the plan of this digest: the step's approval names it.
 	Plan string
 }
@@ -167,9 +170,12 @@ type Decision struct {
 	Members []Key
 	// Clusters are the clusters the Project's Workspaces live in, sorted.
 	Clusters []string
+	// AppliedBefore is true when some member has applied a commit before (its
+	// status.observedRevision is set), under whatever decided it then.
+	AppliedBefore bool
 	// Grants are the grants to write (each names its run), sorted by key.
 	Grants []Change
-	// Revokes are the grants to remove, sorted by key.
+	// Revokes are the grants to remove, sorted by key; each says whether its grant is Spent.
 	Revokes []Change
 	// Revisions are the commits the Rollout rolls out, one per Source its members track,
 	// sorted by repository and ref (nil in parallel mode and without steps).

@@ -1,7 +1,6 @@
 package tests
 
 import (
-	"context"
 	"strings"
 	"testing"
 	"time"
@@ -14,8 +13,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
-	"github.com/magosfleet/magos/pkg/localcluster"
-	"github.com/magosfleet/magos/pkg/testenv"
 )
 
 // TestOnlyGrantHoldersGrantOnASpoke: on a spoke cluster where only the magos-agent chart is
@@ -25,16 +22,7 @@ import (
 // policy refuses it, naming the verb grant. Other annotations stay theirs to change. The agent's
 // ServiceAccount, which copies the hub's grants down, may. Fails without the policy.
 func TestOnlyGrantHoldersGrantOnASpoke(t *testing.T) {
-	fleet := testenv.Start(t, localcluster.Options{NoHub: true, Spokes: []string{"spoke"}, Bare: true})
-	c := fleet.Spokes["spoke"]
-	kube := newClient(t, c.Config)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	for _, ns := range []string{namespace, "payments"} {
-		if err := kube.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	c, kube, ctx := bareCluster(t, 5*time.Minute, namespace, "payments")
 	if _, err := newHelmClient(t, c.Kubeconfig).install(ctx, "magos-agent", loadChart(t, "magos-agent"),
 		map[string]any{"clusterName": "eu-west-1", "workspaceNamespaces": []any{"payments"}}); err != nil {
 		t.Fatalf("helm install magos-agent: %v", err)

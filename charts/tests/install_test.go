@@ -199,6 +199,23 @@ func TestInstallIntoAPIServer(t *testing.T) {
 	})
 }
 
+// bareCluster starts one bare API server (no controllers) for a chart test and creates the
+// given namespaces in it. It returns the cluster, an admin client, and a context that ends
+// after timeout (or with the test).
+func bareCluster(t *testing.T, timeout time.Duration, namespaces ...string) (*localcluster.Cluster, client.Client, context.Context) {
+	t.Helper()
+	c := testenv.Start(t, localcluster.Options{NoHub: true, Spokes: []string{"cluster"}, Bare: true}).Spokes["cluster"]
+	kube := newClient(t, c.Config)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	t.Cleanup(cancel)
+	for _, ns := range namespaces {
+		if err := kube.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return c, kube, ctx
+}
+
 // newClient is a client for cfg that knows the built-in kinds, the Magos kinds and CRDs.
 func newClient(t *testing.T, cfg *rest.Config) client.Client {
 	t.Helper()

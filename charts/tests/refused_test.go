@@ -1,7 +1,6 @@
 package tests
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -17,7 +16,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
-	"github.com/magosfleet/magos/pkg/localcluster"
 	"github.com/magosfleet/magos/pkg/testenv"
 )
 
@@ -29,16 +27,7 @@ import (
 // Degraded condition (reason GrantRefused) naming the Workspace and the missing verb. Once the
 // identity holds grant, the Workspace is granted and the condition goes.
 func TestRefusedGrantsShowOnTheRollout(t *testing.T) {
-	fleet := testenv.Start(t, localcluster.Options{NoHub: true, Spokes: []string{"cluster"}, Bare: true})
-	c := fleet.Spokes["cluster"]
-	kube := newClient(t, c.Config)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	for _, ns := range []string{namespace, "payments"} {
-		if err := kube.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	c, kube, ctx := bareCluster(t, 5*time.Minute, namespace, "payments")
 	values := map[string]any{
 		"config": map[string]any{"clusters": []any{map[string]any{
 			"name": "local",

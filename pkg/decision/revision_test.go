@@ -374,25 +374,8 @@ func TestDecideIncompleteViews(t *testing.T) {
 // did), no Workspace applies a commit twice, and every Workspace ends on the last commit.
 func TestDecideRandomPollsKeepStepOrder(t *testing.T) {
 	rng := rand.New(rand.NewSource(20261203))
-	regions := []string{"us-east-1", "eu-west-1", "ap-south-1", "sa-east-1"}
 	for trial := 0; trial < 300; trial++ {
-		f := &fleet{t: t, rollout: rolloutOf(), clusters: map[string]Cluster{}}
-		nSteps := 2 + rng.Intn(3)
-		for s := 0; s < nSteps; s++ {
-			f.rollout.Spec.Strategy.Steps = append(f.rollout.Spec.Strategy.Steps, stepSpec(regions[s], "region", regions[s]))
-		}
-		stepOf := map[Key]int{}
-		for c := 0; c < 2+rng.Intn(3); c++ {
-			cluster := fmt.Sprintf("c%d", c)
-			f.clusters[cluster] = Cluster{Name: cluster, Available: true, Synced: true}
-		}
-		for i := 0; i < nSteps+rng.Intn(6); i++ {
-			s := i % nSteps
-			key := k(fmt.Sprintf("c%d", rng.Intn(len(f.clusters))), fmt.Sprintf("w%d", i))
-			f.ws = append(f.ws, newWS(key.Cluster, key.Name, "region", regions[s]).with(appliedOK))
-			stepOf[key] = s
-		}
-		f.walk()
+		f, stepOf := randomRegionFleet(t, rng, 1)
 		now := t0
 		commits := 1 + rng.Intn(3)
 		for c := 2; c < 2+commits; c++ {
@@ -423,37 +406,87 @@ func TestDecideRandomPollsKeepStepOrder(t *testing.T) {
 	}
 }
 
+// randomRegionFleet is a random fleet settled at rev-1: two to four region steps, two to four
+// clusters (c0, c1...), and at least perStep Workspaces per step (a few more at random), each in
+// a random cluster. It returns the fleet and each Workspace's step.
+func randomRegionFleet(t *testing.T, rng *rand.Rand, perStep int) (*fleet, map[Key]int) {
+	regions := []string{"us-east-1", "eu-west-1", "ap-south-1", "sa-east-1"}
+	f := &fleet{t: t, rollout: rolloutOf(), clusters: map[string]Cluster{}, stale: map[Key]Workspace{}}
+	nSteps := 2 + rng.Intn(3)
+	for s := 0; s < nSteps; s++ {
+		f.rollout.Spec.Strategy.Steps = append(f.rollout.Spec.Strategy.Steps, stepSpec(regions[s], "region", regions[s]))
+	}
+	for c := 0; c < 2+rng.Intn(3); c++ {
+		cluster := fmt.Sprintf("c%d", c)
+		f.clusters[cluster] = Cluster{Name: cluster, Available: true, Synced: true}
+	}
+	stepOf := map[Key]int{}
+	for i := 0; i < perStep*nSteps+rng.Intn(6); i++ {
+		s := i % nSteps
+		key := k(fmt.Sprintf("c%d", rng.Intn(len(f.clusters))), fmt.Sprintf("w%d", i))
+		f.ws = append(f.ws, newWS(key.Cluster, key.Name, "region", regions[s]).with(appliedOK))
+		stepOf[key] = s
+	}
+	f.walk()
+	return f, stepOf
+}
+
 func checkApplies(t *testing.T, trial int, f *fleet, stepOf map[Key]int, last string) {
 	t.Helper()
 	seen := map[applied]bool{}
-	doneBy := map[string]map[int]int{} // commit -> step -> applies so far
-	size := map[int]int{}
-	for _, s := range stepOf {
-		size[s]++
-	}
+	order := newStepOrder(stepOf)
 	for _, a := range f.applies {
 		if seen[a] {
 			t.Fatalf("trial %d: %s applied %s twice: %v", trial, a.key, a.commit, f.applies)
 		}
 		seen[a] = true
-		s := stepOf[a.key]
-		if doneBy[a.commit] == nil {
-			doneBy[a.commit] = map[int]int{}
-		}
-		for earlier := 0; earlier < s; earlier++ {
-			if doneBy[a.commit][earlier] < size[earlier] && a.commit != "rev-1" {
-				t.Fatalf("trial %d: %s (step %d) applied %s before step %d was done: %v", trial, a.key, s, a.commit, earlier, f.applies)
-			}
-		}
-		doneBy[a.commit][s]++
+		order.check(t, trial, a, f.applies)
 	}
+	checkEndedAt(t, trial, f, last)
+	if !slices.ContainsFunc(f.applies, func(a applied) bool { return a.commit == last }) {
+		t.Fatalf("trial %d: nobody applied %s", trial, last)
+	}
+}
+
+// stepOrder checks that the applies of each commit keep step order: none in a step before every
+// Workspace of the steps before it applied that commit (rev-1, the fleet's start, excepted).
+type stepOrder struct {
+	stepOf map[Key]int
+	size   map[int]int
+	doneBy map[string]map[int]int // commit -> step -> applies so far
+}
+
+func newStepOrder(stepOf map[Key]int) *stepOrder {
+	o := &stepOrder{stepOf: stepOf, size: map[int]int{}, doneBy: map[string]map[int]int{}}
+	for _, s := range stepOf {
+		o.size[s]++
+	}
+	return o
+}
+
+// check records the apply a, failing when its step comes too early (all: every apply, for the
+// message).
+func (o *stepOrder) check(t *testing.T, trial int, a applied, all []applied) {
+	t.Helper()
+	s := o.stepOf[a.key]
+	if o.doneBy[a.commit] == nil {
+		o.doneBy[a.commit] = map[int]int{}
+	}
+	for earlier := 0; earlier < s; earlier++ {
+		if o.doneBy[a.commit][earlier] < o.size[earlier] && a.commit != "rev-1" {
+			t.Fatalf("trial %d: %s (step %d) applied %s before step %d was done: %v", trial, a.key, s, a.commit, earlier, all)
+		}
+	}
+	o.doneBy[a.commit][s]++
+}
+
+// checkEndedAt checks that every Workspace of the fleet ended Applied at last.
+func checkEndedAt(t *testing.T, trial int, f *fleet, last string) {
+	t.Helper()
 	for _, w := range f.ws {
 		if w.Phase != magosv1.PhaseApplied || w.ObservedRevision != last {
 			t.Fatalf("trial %d: %s ended %s at %q, want Applied at %s: %+v\n%+v", trial, w.Key, w.Phase, w.ObservedRevision, last, w, Decide(f.input()))
 		}
-	}
-	if !slices.ContainsFunc(f.applies, func(a applied) bool { return a.commit == last }) {
-		t.Fatalf("trial %d: nobody applied %s", trial, last)
 	}
 }
 
@@ -466,28 +499,13 @@ func checkApplies(t *testing.T, trial int, f *fleet, stepOf map[Key]int, last st
 // keep step order, and the fleet ends Applied at the last commit.
 func TestDecideRandomFleetLife(t *testing.T) {
 	rng := rand.New(rand.NewSource(20261206))
-	regions := []string{"us-east-1", "eu-west-1", "ap-south-1", "sa-east-1"}
 	tally := map[string]int{}
 	for trial := 0; trial < 300; trial++ {
-		f := &fleet{t: t, rollout: rolloutOf(), clusters: map[string]Cluster{}, stale: map[Key]Workspace{}}
-		nSteps := 2 + rng.Intn(3)
-		for s := 0; s < nSteps; s++ {
-			f.rollout.Spec.Strategy.Steps = append(f.rollout.Spec.Strategy.Steps, stepSpec(regions[s], "region", regions[s]))
-		}
+		f, stepOf := randomRegionFleet(t, rng, 2)
 		skew := map[string]time.Duration{}
-		for c := 0; c < 2+rng.Intn(3); c++ {
-			cluster := fmt.Sprintf("c%d", c)
-			f.clusters[cluster] = Cluster{Name: cluster, Available: true, Synced: true}
-			skew[cluster] = time.Duration(rng.Intn(1201)-600) * time.Second
+		for c := range len(f.clusters) {
+			skew[fmt.Sprintf("c%d", c)] = time.Duration(rng.Intn(1201)-600) * time.Second
 		}
-		stepOf := map[Key]int{}
-		for i := 0; i < 2*nSteps+rng.Intn(6); i++ {
-			s := i % nSteps
-			key := k(fmt.Sprintf("c%d", rng.Intn(len(f.clusters))), fmt.Sprintf("w%d", i))
-			f.ws = append(f.ws, newWS(key.Cluster, key.Name, "region", regions[s]).with(appliedOK))
-			stepOf[key] = s
-		}
-		f.walk()
 		var backup *magosv1.RolloutStatus
 		now := t0
 		commits := 2 + rng.Intn(3)
@@ -568,35 +586,17 @@ func checkNeverBack(t *testing.T, trial int, f *fleet, stepOf map[Key]int, last 
 	}
 	newest := map[Key]int{}
 	first := map[applied]bool{}
-	doneBy := map[string]map[int]int{}
-	size := map[int]int{}
-	for _, s := range stepOf {
-		size[s]++
-	}
+	order := newStepOrder(stepOf)
 	for _, a := range f.applies {
 		n := num(a.commit)
 		if n < newest[a.key] {
 			t.Fatalf("trial %d: %s applied %s after rev-%d: an applied commit went back: %v", trial, a.key, a.commit, newest[a.key], f.applies)
 		}
 		newest[a.key] = n
-		if first[a] {
-			continue
-		}
-		first[a] = true
-		s := stepOf[a.key]
-		if doneBy[a.commit] == nil {
-			doneBy[a.commit] = map[int]int{}
-		}
-		for earlier := 0; earlier < s; earlier++ {
-			if doneBy[a.commit][earlier] < size[earlier] && a.commit != "rev-1" {
-				t.Fatalf("trial %d: %s (step %d) applied %s before step %d was done: %v", trial, a.key, s, a.commit, earlier, f.applies)
-			}
-		}
-		doneBy[a.commit][s]++
-	}
-	for _, w := range f.ws {
-		if w.Phase != magosv1.PhaseApplied || w.ObservedRevision != last {
-			t.Fatalf("trial %d: %s ended %s at %q, want Applied at %s: %+v\n%+v", trial, w.Key, w.Phase, w.ObservedRevision, last, w, Decide(f.input()))
+		if !first[a] {
+			first[a] = true
+			order.check(t, trial, a, f.applies)
 		}
 	}
+	checkEndedAt(t, trial, f, last)
 }

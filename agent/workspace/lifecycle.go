@@ -298,7 +298,8 @@ func (r *Reconciler) applyGranted(ctx context.Context, ws *magosv1.Workspace) bo
 	if g.PlanOnly {
 		return false
 	}
-	if plan, bound := g.BoundPlan(); bound && plan != ws.Status.PlanDigest {
+	if g.OtherPlan(ws.Status.PlanDigest) {
+		plan, _ := g.BoundPlan()
 		r.reportOtherPlan(ctx, ws, plan)
 		return false
 	}

@@ -176,9 +176,13 @@ func (g Grant) RevisionFor(run string) (revision string, present bool) {
 // binds the grant to no plan digest the agent computes).
 func (g Grant) BoundPlan() (plan string, bound bool) { return g.Plan, g.Plan != "" || g.emptyPlan }
 
-// OtherPlan reports whether the grant names a plan (granted-plan not empty) other than the
-// plan of this digest.
-func (g Grant) OtherPlan(digest string) bool { return g.Plan != "" && g.Plan != digest }
+// OtherPlan reports whether the grant is bound to a plan (BoundPlan: granted-plan present,
+// even empty) other than the plan of this digest. The hub (AllowsApply) and the agent (before
+// it applies) both read it, so they agree on which plan a grant allows to apply.
+func (g Grant) OtherPlan(digest string) bool {
+	plan, bound := g.BoundPlan()
+	return bound && plan != digest
+}
 
 // ApprovesPlan reports whether the grant names the plan of this digest (granted-plan not empty
 // and equal to it).
@@ -189,9 +193,9 @@ func (g Grant) ApprovesPlan(digest string) bool { return g.Plan != "" && g.Plan 
 func (g Grant) AllowsPlan(run string) bool { return g.AllowsRun(run) }
 
 // AllowsApply reports whether the grant allows run to apply the plan of this digest: it
-// allows the run, more than a plan, and names no other plan (an empty granted-plan binds the
-// grant to no plan). This is the hub's reading; the agent also refuses an apply under a grant
-// whose granted-plan is present and empty (BoundPlan).
+// allows the run, more than a plan, and is bound to no other plan (OtherPlan; a granted-plan
+// present and empty binds it to no plan a run can have). The agent applies under exactly the
+// same reading (its OtherPlan check before an apply).
 func (g Grant) AllowsApply(run, digest string) bool {
 	return g.AllowsRun(run) && !g.PlanOnly && !g.OtherPlan(digest)
 }

@@ -102,11 +102,12 @@ func TestApplyDefinition(t *testing.T) {
 		want                 string
 	}{
 		{"r1", absent, absent, "AllowsApply AllowsPlan"},
-		{"r1", absent, "", "AllowsApply AllowsPlan BoundPlan"},
+		// An empty granted-plan binds the grant to no plan a run can have: hub and agent alike.
+		{"r1", absent, "", "AllowsPlan BoundPlan OtherPlan"},
 		{"r1", absent, "d1", "AllowsApply AllowsPlan ApprovesPlan BoundPlan"},
 		{"r1", absent, "d2", "AllowsPlan BoundPlan OtherPlan"},
 		{"r1", "plan", absent, "AllowsPlan PlanOnly"},
-		{"r1", "plan", "", "AllowsPlan BoundPlan PlanOnly"},
+		{"r1", "plan", "", "AllowsPlan BoundPlan OtherPlan PlanOnly"},
 		{"r1", "plan", "d1", "AllowsPlan ApprovesPlan BoundPlan PlanOnly"},
 		{"r1", "plan", "d2", "AllowsPlan BoundPlan OtherPlan PlanOnly"},
 		{"r1", "apply", absent, "AllowsApply AllowsPlan"},

@@ -156,7 +156,7 @@ func (f *Fleet) Probe(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
-	if _, ok := cl.(*View); ok {
+	if _, ok := cl.(*AgentCluster); ok {
 		return nil
 	}
 	dc, err := discovery.NewDiscoveryClientForConfigAndClient(cl.GetConfig(), cl.GetHTTPClient())

@@ -13,13 +13,13 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
-// fanouts holds one fanout per kind of the hub's cache, shared by every View of a Fleet.
+// fanouts holds one fanout per kind of the hub's cache, shared by every AgentCluster of a Fleet.
 //
-// Without it, each View would add its own handler to the hub's shared informer: with N agent
+// Without it, each AgentCluster would add its own handler to the hub's shared informer: with N agent
 // clusters and two multi-cluster controllers, every event would be queued to 2N listeners (each
 // with two goroutines and a buffer), and each new listener would be sent every object the
 // informer holds, N times over at engagement. With it, the informer has one handler per kind,
-// an event costs a map lookup by namespace, and a View added later is sent the objects of its
+// an event costs a map lookup by namespace, and an AgentCluster added later is sent the objects of its
 // own namespace only.
 type fanouts struct {
 	hub cache.Cache
@@ -61,7 +61,7 @@ type fanout struct {
 	registration toolscache.ResourceEventHandlerRegistration
 }
 
-// fanoutHandler is the registration of one View's handler.
+// fanoutHandler is the registration of one AgentCluster's handler.
 type fanoutHandler struct {
 	fanout    *fanout
 	namespace string

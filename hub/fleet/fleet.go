@@ -319,7 +319,7 @@ func (f *Fleet) IndexField(ctx context.Context, obj client.Object, field string,
 		return err
 	}
 	for _, e := range engaged {
-		if _, ok := e.cl.(*View); ok {
+		if _, ok := e.cl.(*AgentCluster); ok {
 			continue
 		}
 		if err := e.cl.GetFieldIndexer().IndexField(ctx, obj, field, fn); err != nil {
@@ -526,7 +526,7 @@ func (f *Fleet) engage(ctx context.Context, name, fp string,
 	idx := slices.Clone(f.indexers)
 	aware := f.aware
 	f.mu.RUnlock()
-	if _, view := cl.(*View); !view {
+	if _, view := cl.(*AgentCluster); !view {
 		for _, ix := range idx {
 			if err := cl.GetFieldIndexer().IndexField(cctx, ix.obj, ix.field, ix.fn); err != nil {
 				return fail(fmt.Errorf("indexing %s on cluster %s: %w", ix.field, name, err))

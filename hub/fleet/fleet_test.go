@@ -276,8 +276,8 @@ func TestFleetEngagesAgentAndDirectClusters(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := cl.(*fleet.View); !ok {
-		t.Fatalf("agent cluster is a %T, want *fleet.View", cl)
+	if _, ok := cl.(*fleet.AgentCluster); !ok {
+		t.Fatalf("agent cluster is a %T, want *fleet.AgentCluster", cl)
 	}
 	direct, err := getCluster(h, "t1-us")
 	if err != nil {

@@ -357,7 +357,7 @@ func readShared(ctx context.Context, hub client.Reader, namespace, project strin
 // readAgent reads the mirrors of the Project namespace/project in agent cluster c: what lives
 // in the cluster's hub namespace, the only one its agent may write. Those that pass
 // mirror.Check are seen, the rest rejected. A cluster the fleet serves is a view of the hub's
-// shared cache (fleet.View): the first of them in a Snapshot reads the Project's mirrors of
+// shared cache (fleet.AgentCluster): the first of them in a Snapshot reads the Project's mirrors of
 // all of them at once into *shared, and the others take theirs from it. Any other cluster (a
 // test's stand-in with a cache of its own) is listed on its own.
 func (v *View) readAgent(ctx context.Context, c *magosv1.Cluster, namespace, project string, shared **sharedMirrors) clusterRead {
@@ -368,7 +368,7 @@ func (v *View) readAgent(ctx context.Context, c *magosv1.Cluster, namespace, pro
 	cl := r.cl
 	in := mirror.Namespace(c.Name)
 	var mirrors []*magosv1.Workspace
-	if fv, ok := cl.(*fleet.View); ok {
+	if fv, ok := cl.(*fleet.AgentCluster); ok {
 		if *shared == nil {
 			sctx, cancel := context.WithTimeout(ctx, v.opts.ClusterTimeout)
 			*shared = readShared(sctx, fv.SharedCache(), namespace, project)

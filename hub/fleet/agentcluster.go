@@ -24,14 +24,16 @@ import (
 	"github.com/magosfleet/magos/pkg/mirror"
 )
 
-// View is the engaged cluster of an agent cluster: its hub namespace magos-cluster-<name>,
-// seen through the hub's cache. Every View shares the hub's informers (one for Workspaces,
-// whatever the number of clusters). Reads see only the namespace; writes go to the hub's API
-// server and are refused outside the namespace. Objects keep their real namespace.
+// AgentCluster is the engaged cluster of an agent cluster: its hub namespace
+// magos-cluster-<name>, seen through the hub's cache (not to be confused with fleetview.View,
+// which reads the Workspaces of every cluster for a decision). Every AgentCluster shares the
+// hub's informers (one for Workspaces, whatever the number of clusters). Reads see only the
+// namespace; writes go to the hub's API server and are refused outside the namespace. Objects
+// keep their real namespace.
 //
 // GetConfig and GetHTTPClient return the hub's own connection, which is not confined to the
 // namespace: use the client.
-type View struct {
+type AgentCluster struct {
 	name      string
 	namespace string
 	hub       cluster.Cluster
@@ -40,7 +42,7 @@ type View struct {
 	reader    *viewReader
 }
 
-var _ cluster.Cluster = &View{}
+var _ cluster.Cluster = &AgentCluster{}
 
 // newView returns the view of an agent cluster once the hub's Workspace informer has synced.
 // A view never stops on its own, so its stopped channel is nil.
@@ -48,16 +50,16 @@ func (f *Fleet) newView(ctx context.Context, name string) (cluster.Cluster, <-ch
 	if _, err := f.opts.Hub.GetCache().GetInformer(ctx, &magosv1.Workspace{}); err != nil {
 		return nil, nil, fmt.Errorf("waiting for the hub's Workspace informer: %w", err)
 	}
-	return makeView(f.opts.Hub, name, f.indexHub, f.fanouts), nil, nil
+	return makeAgentCluster(f.opts.Hub, name, f.indexHub, f.fanouts), nil, nil
 }
 
-// makeView returns the view of agent cluster name over the hub cluster. index receives the
+// makeAgentCluster returns the view of agent cluster name over the hub cluster. index receives the
 // IndexField calls made through the view and fanouts the event handlers added to its informers
 // (all views share one cache, so the fleet indexes each field once and adds one handler per
 // informer).
-func makeView(hub cluster.Cluster, name string, index func(context.Context, client.Object, string, client.IndexerFunc) error, fanouts *fanouts) *View {
+func makeAgentCluster(hub cluster.Cluster, name string, index func(context.Context, client.Object, string, client.IndexerFunc) error, fanouts *fanouts) *AgentCluster {
 	s := scope{cluster: name, namespace: mirror.Namespace(name), types: hub.GetClient()}
-	return &View{
+	return &AgentCluster{
 		name:      name,
 		namespace: s.namespace,
 		hub:       hub,
@@ -68,52 +70,52 @@ func makeView(hub cluster.Cluster, name string, index func(context.Context, clie
 }
 
 // Name is the registered name of the agent cluster.
-func (v *View) Name() string { return v.name }
+func (v *AgentCluster) Name() string { return v.name }
 
 // Namespace is the hub namespace the view shows.
-func (v *View) Namespace() string { return v.namespace }
+func (v *AgentCluster) Namespace() string { return v.namespace }
 
 // GetHTTPClient returns the hub's HTTP client.
-func (v *View) GetHTTPClient() *http.Client { return v.hub.GetHTTPClient() }
+func (v *AgentCluster) GetHTTPClient() *http.Client { return v.hub.GetHTTPClient() }
 
 // GetConfig returns the hub's REST config.
-func (v *View) GetConfig() *rest.Config { return v.hub.GetConfig() }
+func (v *AgentCluster) GetConfig() *rest.Config { return v.hub.GetConfig() }
 
 // GetCache returns the hub's cache, confined to the namespace.
-func (v *View) GetCache() cache.Cache { return v.cache }
+func (v *AgentCluster) GetCache() cache.Cache { return v.cache }
 
 // SharedCache returns the hub's whole cache, which every agent cluster's view confines to its
 // namespace: one read of it across namespaces reads every agent cluster at once. Read only.
-func (v *View) SharedCache() client.Reader { return v.hub.GetCache() }
+func (v *AgentCluster) SharedCache() client.Reader { return v.hub.GetCache() }
 
 // GetScheme returns the hub's scheme.
-func (v *View) GetScheme() *runtime.Scheme { return v.hub.GetScheme() }
+func (v *AgentCluster) GetScheme() *runtime.Scheme { return v.hub.GetScheme() }
 
 // GetClient returns a client confined to the namespace: reads from the hub's cache, writes to
 // the hub's API server.
-func (v *View) GetClient() client.Client { return v.client }
+func (v *AgentCluster) GetClient() client.Client { return v.client }
 
 // GetFieldIndexer indexes the hub's shared cache.
-func (v *View) GetFieldIndexer() client.FieldIndexer { return v.cache }
+func (v *AgentCluster) GetFieldIndexer() client.FieldIndexer { return v.cache }
 
 // GetRESTMapper returns the hub's REST mapper.
-func (v *View) GetRESTMapper() meta.RESTMapper { return v.hub.GetRESTMapper() }
+func (v *AgentCluster) GetRESTMapper() meta.RESTMapper { return v.hub.GetRESTMapper() }
 
 // GetAPIReader returns a reader of the hub's API server confined to the namespace.
-func (v *View) GetAPIReader() client.Reader { return v.reader }
+func (v *AgentCluster) GetAPIReader() client.Reader { return v.reader }
 
 // GetEventRecorderFor returns the hub's event recorder (events land in the mirror's namespace).
-func (v *View) GetEventRecorderFor(name string) record.EventRecorder {
+func (v *AgentCluster) GetEventRecorderFor(name string) record.EventRecorder {
 	return v.hub.GetEventRecorderFor(name)
 }
 
 // GetEventRecorder returns the hub's event recorder.
-func (v *View) GetEventRecorder(name string) events.EventRecorder {
+func (v *AgentCluster) GetEventRecorder(name string) events.EventRecorder {
 	return v.hub.GetEventRecorder(name)
 }
 
 // Start does nothing until ctx ends: the hub's cache is started by the hub's manager.
-func (v *View) Start(ctx context.Context) error {
+func (v *AgentCluster) Start(ctx context.Context) error {
 	<-ctx.Done()
 	return nil
 }
@@ -216,7 +218,7 @@ func (v *viewReader) List(ctx context.Context, list client.ObjectList, opts ...c
 	return v.r.List(ctx, list, opts...)
 }
 
-// viewClient is the client of a View.
+// viewClient is the client of a AgentCluster.
 type viewClient struct {
 	scope
 	c client.Client

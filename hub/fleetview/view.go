@@ -1,8 +1,9 @@
-// Package fleetview is what the hub's Rollout and Project controllers share around the pure
-// decision.Decide: a View that gathers, for one namespace, the Workspaces the hub sees in every
-// registered cluster and the health of those clusters, a writer that puts Decide's grants
-// and revocations on the Workspaces with JSON merge patches, and the controllers' skeleton
-// (Controller: their registration, reading and counting a reconcile; ObjectMetrics).
+// Package fleetview reads the fleet for a decision and writes the decision back: a View gathers,
+// for one namespace, the Workspaces the hub sees in every registered cluster and the health of
+// those clusters into a Snapshot, and Snapshot.Write puts decision.Decide's grants and
+// revocations on exactly the Workspaces that Snapshot read (JSON merge patches), so that a
+// decision is only ever written against what it was made on. The events that wake a decision
+// (watch.go) are here too. The controllers' shared frame is package decider.
 package fleetview
 
 import (

@@ -1,10 +1,10 @@
 package project
 
-import "github.com/magosfleet/magos/hub/fleetview"
+import "github.com/magosfleet/magos/hub/decider"
 
-// The Project metrics: magos_project_reconciles_total (fleetview.ObjectMetrics) and these.
+// The Project metrics: magos_project_reconciles_total (decider.ObjectMetrics) and these.
 var (
-	metrics = fleetview.NewObjectMetrics("Project")
+	metrics = decider.NewObjectMetrics("Project")
 
 	workspaceCount = metrics.Gauge("magos_project_workspaces",
 		"Workspaces of the Project across the fleet.")

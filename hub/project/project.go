@@ -31,6 +31,7 @@ import (
 	mcreconcile "sigs.k8s.io/multicluster-runtime/pkg/reconcile"
 
 	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
+	"github.com/magosfleet/magos/hub/decider"
 	"github.com/magosfleet/magos/hub/fleetview"
 	decide "github.com/magosfleet/magos/pkg/decision"
 	"github.com/magosfleet/magos/pkg/keys"
@@ -40,17 +41,17 @@ import (
 const ControllerName = "project"
 
 // Options configures the Project controller.
-type Options = fleetview.ControllerOptions
+type Options = decider.ControllerOptions
 
 // Reconciler reconciles hub Projects.
 type Reconciler struct {
-	fleetview.Controller[*magosv1.Project]
+	decider.Controller[*magosv1.Project]
 }
 
 // NewReconciler returns a Project reconciler for the hub manager mgr, without registering a
 // controller (SetupWithManager does both).
 func NewReconciler(mgr mcmanager.Manager, opts Options) *Reconciler {
-	return &Reconciler{Controller: fleetview.NewController[*magosv1.Project](mgr, ControllerName, metrics, opts)}
+	return &Reconciler{Controller: decider.NewController[*magosv1.Project](mgr, ControllerName, metrics, opts)}
 }
 
 // SetupWithManager registers the Project controller with the hub manager: it reconciles hub
@@ -64,7 +65,7 @@ func SetupWithManager(mgr mcmanager.Manager, opts Options) error {
 
 // SetupWithManager registers r with mgr; see the package-level SetupWithManager.
 func (r *Reconciler) SetupWithManager(mgr mcmanager.Manager) error {
-	return r.Builder(mgr, fleetview.Watching{
+	return r.Builder(mgr, decider.Watching{
 		For: &magosv1.Project{},
 		ForPredicate: predicate.Or[client.Object](
 			predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{},
@@ -77,7 +78,7 @@ func (r *Reconciler) SetupWithManager(mgr mcmanager.Manager) error {
 	}).
 		// A Rollout maps to the Project of the same name (fleetview.EnqueueProject's rule for
 		// hub objects is the identity). Only whether it exists matters to the Project.
-		Watches(&magosv1.Rollout{}, fleetview.EnqueueSame(), fleetview.HubOnly(deletionChanged())...).
+		Watches(&magosv1.Rollout{}, fleetview.EnqueueSame(), decider.HubOnly(deletionChanged())...).
 		Complete(r)
 }
 
@@ -128,7 +129,7 @@ func deletionChanged() predicate.Predicate {
 
 // Reconcile reconciles one hub Project.
 func (r *Reconciler) Reconcile(ctx context.Context, req mcreconcile.Request) (ctrl.Result, error) {
-	return r.Controller.Reconcile(ctx, req, &magosv1.Project{}, fleetview.Steps[*magosv1.Project]{
+	return r.Controller.Reconcile(ctx, req, &magosv1.Project{}, decider.Steps[*magosv1.Project]{
 		Decide: r.reconcile, Deleting: r.deleting,
 	})
 }

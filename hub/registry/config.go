@@ -18,8 +18,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
+	"github.com/magosfleet/magos/hub/decider"
 	"github.com/magosfleet/magos/hub/fleet"
-	"github.com/magosfleet/magos/hub/fleetview"
 	"github.com/magosfleet/magos/pkg/config"
 )
 
@@ -144,7 +144,7 @@ const (
 func DefaultConfig() Config {
 	return Config{MetricsBindAddress: ":8080", HealthProbeBindAddress: ":8081", Log: LogConfig{Level: "info"},
 		KubeAPIQPS: DefaultKubeAPIQPS, KubeAPIBurst: DefaultKubeAPIBurst,
-		ProjectParallelGracePeriod: fleetview.DefaultParallelGracePeriod}
+		ProjectParallelGracePeriod: decider.DefaultParallelGracePeriod}
 }
 
 // LoadConfig reads the configuration file (and MAGOS_* variables and set flags) over the

@@ -4,12 +4,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
-	"github.com/magosfleet/magos/hub/fleetview"
+	"github.com/magosfleet/magos/hub/decider"
 )
 
-// The Rollout metrics: magos_rollout_reconciles_total (fleetview.ObjectMetrics) and these.
+// The Rollout metrics: magos_rollout_reconciles_total (decider.ObjectMetrics) and these.
 var (
-	metrics = fleetview.NewObjectMetrics("Rollout")
+	metrics = decider.NewObjectMetrics("Rollout")
 
 	currentLevel = metrics.Gauge("magos_rollout_current_step",
 		"Index of the Rollout's current step (the number of steps when completed).")

@@ -28,6 +28,7 @@ import (
 	mcreconcile "sigs.k8s.io/multicluster-runtime/pkg/reconcile"
 
 	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
+	"github.com/magosfleet/magos/hub/decider"
 	"github.com/magosfleet/magos/hub/fleetview"
 	decide "github.com/magosfleet/magos/pkg/decision"
 	"github.com/magosfleet/magos/pkg/keys"
@@ -49,11 +50,11 @@ const (
 const waitingRecheck = 2 * time.Second
 
 // Options configures the Rollout controller.
-type Options = fleetview.ControllerOptions
+type Options = decider.ControllerOptions
 
 // Reconciler decides hub Rollouts.
 type Reconciler struct {
-	fleetview.Controller[*magosv1.Rollout]
+	decider.Controller[*magosv1.Rollout]
 
 	mu     sync.Mutex
 	active map[types.NamespacedName]bool
@@ -63,7 +64,7 @@ type Reconciler struct {
 // controller (SetupWithManager does both).
 func NewReconciler(mgr mcmanager.Manager, opts Options) *Reconciler {
 	return &Reconciler{
-		Controller: fleetview.NewController[*magosv1.Rollout](mgr, ControllerName, metrics, opts),
+		Controller: decider.NewController[*magosv1.Rollout](mgr, ControllerName, metrics, opts),
 		active:     map[types.NamespacedName]bool{},
 	}
 }
@@ -79,7 +80,7 @@ func SetupWithManager(mgr mcmanager.Manager, opts Options) error {
 
 // SetupWithManager registers r with mgr; see the package-level SetupWithManager.
 func (r *Reconciler) SetupWithManager(mgr mcmanager.Manager) error {
-	return r.Builder(mgr, fleetview.Watching{
+	return r.Builder(mgr, decider.Watching{
 		For: &magosv1.Rollout{},
 		ForPredicate: predicate.Or[client.Object](
 			predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}, predicate.LabelChangedPredicate{}),
@@ -101,7 +102,7 @@ func waitsOnCluster(o client.Object, hasWorkspaces bool) bool {
 // revocations, then the status. A Rollout being deleted is left as it is: it has no finalizer,
 // and its decisions stay as they are, as upstream.
 func (r *Reconciler) Reconcile(ctx context.Context, req mcreconcile.Request) (ctrl.Result, error) {
-	return r.Controller.Reconcile(ctx, req, &magosv1.Rollout{}, fleetview.Steps[*magosv1.Rollout]{
+	return r.Controller.Reconcile(ctx, req, &magosv1.Rollout{}, decider.Steps[*magosv1.Rollout]{
 		Decide: r.reconcile, Gone: r.forget,
 	})
 }

@@ -1,4 +1,4 @@
-package fleetview
+package decider
 
 import (
 	"context"
@@ -18,6 +18,7 @@ import (
 	mcreconcile "sigs.k8s.io/multicluster-runtime/pkg/reconcile"
 
 	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
+	"github.com/magosfleet/magos/hub/fleetview"
 )
 
 // Controller is the skeleton the hub's fleet controllers (Rollout, Project) share: what they
@@ -29,7 +30,7 @@ type Controller[T client.Object] struct {
 	// Live reads the hub's API server directly, past the cache.
 	Live client.Reader
 	// View reads the fleet's Workspaces and writes the decisions on them.
-	View *View
+	View *fleetview.View
 	// Recorder records the controller's Events, as magos-hub-<name>.
 	Recorder events.EventRecorder
 	// Opts are the controller's options, with every unset field at its default.
@@ -46,7 +47,7 @@ func NewController[T client.Object](mgr mcmanager.Manager, name string, metrics 
 	return Controller[T]{
 		Hub:      mgr.GetLocalManager().GetClient(),
 		Live:     mgr.GetLocalManager().GetAPIReader(),
-		View:     NewView(mgr, ViewOptions{ClusterTimeout: opts.ClusterTimeout}),
+		View:     fleetview.NewView(mgr, fleetview.ViewOptions{ClusterTimeout: opts.ClusterTimeout}),
 		Recorder: mgr.GetLocalManager().GetEventRecorder("magos-hub-" + name),
 		Opts:     opts,
 		name:     name,
@@ -77,7 +78,7 @@ func HubOnly(predicates ...predicate.Predicate) []mcbuilder.WatchesOption {
 
 // Builder starts the registration of the controller with mgr: named, reconciling w.For on the
 // hub, triggered by the Workspaces of every engaged cluster (mapped to the object named after
-// their Project: EnqueueProject) and by the registered clusters (ClusterChanged), with the
+// their Project: fleetview.EnqueueProject) and by the registered clusters (ClusterChanged), with the
 // options' concurrency. The caller may add watches, then Completes it with its reconciler.
 func (c *Controller[T]) Builder(mgr mcmanager.Manager, w Watching) *mcbuilder.Builder {
 	workspaces := []predicate.Predicate{predicate.ResourceVersionChangedPredicate{}}
@@ -90,11 +91,11 @@ func (c *Controller[T]) Builder(mgr mcmanager.Manager, w Watching) *mcbuilder.Bu
 			mcbuilder.WithEngageWithLocalCluster(true),
 			mcbuilder.WithEngageWithProviderClusters(false),
 			mcbuilder.WithPredicates(w.ForPredicate)).
-		Watches(&magosv1.Workspace{}, EnqueueProject(),
+		Watches(&magosv1.Workspace{}, fleetview.EnqueueProject(),
 			mcbuilder.WithEngageWithLocalCluster(false),
 			mcbuilder.WithEngageWithProviderClusters(true),
 			mcbuilder.WithPredicates(workspaces...)).
-		Watches(&magosv1.Cluster{}, c.View.EnqueueForCluster(w.List, w.OnCluster), HubOnly(ClusterChanged())...).
+		Watches(&magosv1.Cluster{}, c.View.EnqueueForCluster(w.List, w.OnCluster), HubOnly(fleetview.ClusterChanged())...).
 		WithOptions(controller.TypedOptions[mcreconcile.Request]{
 			MaxConcurrentReconciles: c.Opts.MaxConcurrentReconciles,
 			SkipNameValidation:      ptr.To(c.Opts.SkipNameValidation),

@@ -1,4 +1,4 @@
-package fleetview
+package decider
 
 import "time"
 

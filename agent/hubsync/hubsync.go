@@ -95,10 +95,10 @@ type Options struct {
 	// when the hub refuses the token in use. Used with TokenExpiry.
 	BootstrapFile string
 
-	// statusFault, when set, is asked before each mirror status write for the spoke Workspace
-	// it is about; an error fails the write as a hub refusing it would. A test fault
-	// (export_test.go): nothing else sets it.
-	statusFault func(types.NamespacedName) error
+	// StatusFault, when set, is asked before each mirror status write for the spoke Workspace
+	// it is about; an error fails the write as a hub refusing it would. A fault for tests
+	// (tools/e2e/hubsync); magos-agent never sets it.
+	StatusFault func(origin types.NamespacedName) error
 }
 
 func (o *Options) defaults() error {
@@ -186,7 +186,7 @@ func SetupWithManager(mgr ctrl.Manager, opts Options) error {
 		return fmt.Errorf("hubsync: %w", err)
 	}
 	r := &syncer{cluster: opts.ClusterName, namespace: ns, spoke: mgr.GetClient(), spokeLive: mgr.GetAPIReader(),
-		hub: hub.GetClient(), hubLive: hub.GetAPIReader(), statusFault: opts.statusFault}
+		hub: hub.GetClient(), hubLive: hub.GetAPIReader(), statusFault: opts.StatusFault}
 	notMirror := mirror.NotMirror()
 	err = ctrl.NewControllerManagedBy(mgr).
 		Named(opts.ControllerName).
@@ -271,7 +271,7 @@ type syncer struct {
 	// hubLive reads the hub's API server, not the cache: a decision is carried down only as the
 	// hub holds it now.
 	hubLive client.Reader
-	// statusFault is Options.statusFault (a test fault).
+	// statusFault is Options.StatusFault (a test fault).
 	statusFault func(types.NamespacedName) error
 }
 

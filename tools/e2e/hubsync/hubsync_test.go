@@ -104,7 +104,7 @@ func setup(e *testenv.MainEnv) error {
 
 type agentOptions struct {
 	heartbeat, lease time.Duration
-	// statusFault, when set, can refuse mirror status writes (hubsync.WithStatusFault).
+	// statusFault, when set, can refuse mirror status writes (hubsync.Options.StatusFault).
 	statusFault func(types.NamespacedName) error
 	// bootstrap replaces the spoke's bootstrap kubeconfig.
 	bootstrap *rest.Config
@@ -139,7 +139,7 @@ func startAgent(t testing.TB, cluster string, o agentOptions) (stop func()) {
 		TokenExpiry: o.tokenExpiry, TokenSecret: o.tokenSecret,
 	}
 	if o.statusFault != nil {
-		hubsync.WithStatusFault(&opts, o.statusFault)
+		opts.StatusFault = o.statusFault
 	}
 	if err := hubsync.SetupWithManager(mgr, opts); err != nil {
 		t.Fatal(err)

@@ -261,7 +261,8 @@ func (r *Reconciler) grantAllowsRun(ctx context.Context, ws *magosv1.Workspace, 
 		r.reportUnfencedGrant(ctx, ws)
 		return false
 	}
-	// Left: g.FencedTo(currentRunID), or an unfenced grant on a standalone agent.
+	// Left: a grant that AllowsRun(currentRunID), as the hub reads it, or an unfenced grant on a
+	// standalone agent.
 	return true
 }
 

@@ -148,25 +148,20 @@ func (g Grant) Unfenced() bool { return g.Allowed && !g.Fenced() }
 // AllowsRun reports whether the grant allows run: allowed, fenced to run, and run is not empty.
 func (g Grant) AllowsRun(run string) bool { return g.Allowed && run != "" && g.Run == run }
 
-// FencedTo reports whether the grant is allowed and fenced to run, as AllowsRun, except that an
-// empty run is allowed by a granted-run present with an empty value. It is the agent's reading
-// when a run starts (its grant check and RevisionFor), where the run always has an ID: the
-// agent mints one before it waits for a grant.
-func (g Grant) FencedTo(run string) bool { return g.Allowed && g.Fenced() && g.Run == run }
-
-// StaleFor reports whether the grant is fenced to a run other than run (granted-run present,
-// even empty, and not run): the agent ignores such a grant.
-func (g Grant) StaleFor(run string) bool { return g.Fenced() && g.Run != run }
+// StaleFor reports whether the grant is fenced (granted-run present, even empty) but not to run:
+// it names another run, or run is empty (no run is allowed without an ID). The agent ignores
+// such a grant; a fenced grant that is not stale is one AllowsRun allows, if allowed.
+func (g Grant) StaleFor(run string) bool { return g.Fenced() && (g.Run != run || run == "") }
 
 // NamesOtherRun reports whether granted-run names a run (not empty) other than run: such a
 // grant can start nothing more.
 func (g Grant) NamesOtherRun(run string) bool { return g.Run != "" && g.Run != run }
 
-// RevisionFor returns the granted-revision of a grant fenced to run (FencedTo), and whether the
-// key is present on it (whatever its value: an empty one is present and names no commit).
+// RevisionFor returns the granted-revision of a grant that allows run (AllowsRun), and whether
+// the key is present on it (whatever its value: an empty one is present and names no commit).
 // Other grants name no commit.
 func (g Grant) RevisionFor(run string) (revision string, present bool) {
-	if !g.FencedTo(run) {
+	if !g.AllowsRun(run) {
 		return "", false
 	}
 	return g.Revision, g.Revision != "" || g.emptyRevision

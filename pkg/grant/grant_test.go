@@ -44,7 +44,7 @@ func TestRunDefinition(t *testing.T) {
 	}{
 		{absent, absent, "", ""},
 		{absent, absent, "r1", ""},
-		{absent, "", "", "Fenced"},
+		{absent, "", "", "Fenced StaleFor"},
 		{absent, "", "r1", "Fenced StaleFor"},
 		{absent, "r1", "", "Exists Fenced NamesOtherRun StaleFor"},
 		{absent, "r1", "r1", "Exists Fenced"},
@@ -53,22 +53,22 @@ func TestRunDefinition(t *testing.T) {
 
 		{"false", absent, "", ""},
 		{"false", absent, "r1", ""},
-		{"false", "", "", "Fenced"},
+		{"false", "", "", "Fenced StaleFor"},
 		{"false", "", "r1", "Fenced StaleFor"},
 		{"false", "r1", "", "Exists Fenced NamesOtherRun StaleFor"},
 		{"false", "r1", "r1", "Exists Fenced"},
 		{"false", "r2", "", "Exists Fenced NamesOtherRun StaleFor"},
 		{"false", "r2", "r1", "Exists Fenced NamesOtherRun StaleFor"},
 
-		// Upstream's unfenced grant allows no run by AllowsRun or FencedTo.
+		// Upstream's unfenced grant allows no run by AllowsRun.
 		{"true", absent, "", "Exists Unfenced"},
 		{"true", absent, "r1", "Exists Unfenced"},
-		// An empty granted-run fences the grant to the empty run: FencedTo allows it, AllowsRun
-		// never allows an empty run.
-		{"true", "", "", "Exists Fenced FencedTo"},
+		// An empty granted-run fences the grant, to no run: no run is allowed without an ID, by
+		// the hub and the agent alike.
+		{"true", "", "", "Exists Fenced StaleFor"},
 		{"true", "", "r1", "Exists Fenced StaleFor"},
 		{"true", "r1", "", "Exists Fenced NamesOtherRun StaleFor"},
-		{"true", "r1", "r1", "AllowsPlan AllowsRun Exists Fenced FencedTo"},
+		{"true", "r1", "r1", "AllowsPlan AllowsRun Exists Fenced"},
 		{"true", "r2", "", "Exists Fenced NamesOtherRun StaleFor"},
 		{"true", "r2", "r1", "Exists Fenced NamesOtherRun StaleFor"},
 	}
@@ -81,7 +81,6 @@ func TestRunDefinition(t *testing.T) {
 				"Exists":        g.Exists(),
 				"AllowsRun":     g.AllowsRun(tt.current),
 				"AllowsPlan":    g.AllowsPlan(tt.current),
-				"FencedTo":      g.FencedTo(tt.current),
 				"StaleFor":      g.StaleFor(tt.current),
 				"NamesOtherRun": g.NamesOtherRun(tt.current),
 			})
@@ -149,7 +148,7 @@ func TestApplyDefinition(t *testing.T) {
 	})
 }
 
-// TestRevisionFor: a grant names a commit only when it is fenced to the run.
+// TestRevisionFor: a grant names a commit only when it allows the run (AllowsRun).
 func TestRevisionFor(t *testing.T) {
 	const sha = "0123456789abcdef0123456789abcdef01234567"
 	tests := []struct {
@@ -164,7 +163,7 @@ func TestRevisionFor(t *testing.T) {
 		{"true", absent, sha, "r1", "", false},
 		{"false", "r1", sha, "r1", "", false},
 		{absent, "r1", sha, "r1", "", false},
-		{"true", "", sha, "", sha, true},
+		{"true", "", sha, "", "", false}, // no run is allowed without an ID
 	}
 	for _, tt := range tests {
 		g := Parse(annotations(keys.ExecutionAllowed, tt.allowed, keys.GrantedRun, tt.run, keys.GrantedRevision, tt.revision))

@@ -289,8 +289,8 @@ func approved(ws *magosv1.Workspace) bool {
 // fenced to the run names a plan (granted-plan), it must be this run's plan
 // (status.planDigest): a grant naming another plan is ignored, with an Event.
 //
-// Unlike the hub's reading (grant.Grant.AllowsApply), a granted-plan present with an empty value
-// binds the grant to the empty digest (grant.Grant.BoundPlan): it allows no plan that has one.
+// It reads the grant as the hub does (grant.Grant.AllowsApply): a granted-plan present with an
+// empty value binds the grant to no plan the agent computes (grant.Grant.OtherPlan).
 func (r *Reconciler) applyGranted(ctx context.Context, ws *magosv1.Workspace) bool {
 	g := grant.Of(ws)
 	if !g.AllowsRun(ws.Status.CurrentRunID) {

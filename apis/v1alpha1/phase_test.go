@@ -212,3 +212,18 @@ func TestReadyCondition(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkInfoOf measures the phase table's lookup, which the hub's decision makes several
+// times per Workspace: a phase with the reason a Workspace carries, and a refined Deleting one.
+func BenchmarkInfoOf(b *testing.B) {
+	for _, tc := range []struct {
+		phase  Phase
+		reason string
+	}{{PhaseApplied, ReasonApplySucceeded}, {PhaseDeleting, ReasonDestroyPending}} {
+		b.Run(string(tc.phase), func(b *testing.B) {
+			for b.Loop() {
+				_ = InfoOf(tc.phase, tc.reason)
+			}
+		})
+	}
+}

@@ -203,8 +203,10 @@ func (r *Registry) reconcileStatus(ctx context.Context, req reconcile.Request) (
 			return ctrl.Result{}, fmt.Errorf("reading the agent's Lease: %w", err)
 		default:
 			renewed, expires := r.leases.times(lease, now)
+			// graceEnds: a live agent renews within one lease duration of this hub's first sight.
+			graceEnds := r.leases.firstSeen(ns).Add(leaseDuration(lease))
 			switch {
-			case renewed.IsZero() && wasAvailable && now.Before(r.leases.firstSeen(ns).Add(leaseDuration(lease))):
+			case renewed.IsZero() && wasAvailable && now.Before(graceEnds):
 				// This hub has not seen a renewal yet (it started, or took over from another
 				// replica), and the Cluster is live as the hub before it judged: it stays so for
 				// one lease duration from this hub's first sight of the Lease, the time a live
@@ -212,7 +214,7 @@ func (r *Registry) reconcileStatus(ctx context.Context, req reconcile.Request) (
 				// fleet on each hub restart and grant them again a moment later.
 				available = *meta.FindStatusCondition(st.Conditions, magosv1.ConditionAvailable)
 				available.ObservedGeneration = cl.Generation
-				requeue = r.leases.firstSeen(ns).Add(leaseDuration(lease)).Sub(now) + 250*time.Millisecond
+				requeue = graceEnds.Sub(now) + 250*time.Millisecond
 			case renewed.IsZero():
 				// Seen, never yet seen renewed (the hub started, or the agent just wrote its
 				// first heartbeat): not live on a time the agent wrote. Look again soon.

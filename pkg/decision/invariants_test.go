@@ -478,7 +478,6 @@ func checkInvariants(t *testing.T, in Input, d Decision) (tags []string) {
 	}
 	// waitsForApproval: under a step that requires approval, a destroy waits for the approval
 	// as a parked plan does (and keeps its grant only while the approval names it).
-	var held func(w Workspace) bool
 	// wantChange is the grant the decision would give w.
 	wantChange := func(w Workspace) Change {
 		c := Change{Key: w.Key, Run: w.RunID, Revision: grantRevision(w)}
@@ -493,7 +492,7 @@ func checkInvariants(t *testing.T, in Input, d Decision) (tags []string) {
 		}
 		return c
 	}
-	held = func(w Workspace) bool {
+	held := func(w Workspace) bool {
 		c := wantChange(w)
 		return w.Grant.Allowed && w.Grant.Run == w.RunID && w.RunID != "" && w.Grant.Revision == c.Revision &&
 			w.Grant.PlanOnly == c.PlanOnly && w.Grant.Plan == c.Plan

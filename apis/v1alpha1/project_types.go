@@ -58,6 +58,10 @@ type ProjectStatus struct {
 	// +listType=map
 	// +listMapKey=type
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// DecidedBy is the hub replica that wrote this status (see RolloutStatus.DecidedBy).
+	// +optional
+	DecidedBy string `json:"decidedBy,omitempty"`
 }
 
 // Project groups Workspaces. Without a Rollout of the same name its Workspaces run in parallel.

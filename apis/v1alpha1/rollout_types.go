@@ -477,6 +477,12 @@ type RolloutStatus struct {
 	// +listType=map
 	// +listMapKey=type
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// DecidedBy is the hub replica that wrote this status: its identity in the hub's leader
+	// Lease. With the hub chart's admission policy magos-hub-leader, the API server accepts a
+	// status only from the replica the Lease names, so a deposed leader cannot write one.
+	// +optional
+	DecidedBy string `json:"decidedBy,omitempty"`
 }
 
 // Rollout orders the Workspaces of a Project in steps: in order, parallel within a step,

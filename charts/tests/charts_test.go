@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -167,6 +168,13 @@ func TestHubDefaults(t *testing.T) {
 		if objs[name] == nil {
 			t.Errorf("no %s: approvals and requests would need no verb of their own", name)
 		}
+	}
+	// The leader fence reads the leader Lease of this release's replicas.
+	if objs["ValidatingAdmissionPolicy/magos-hub-leader"] == nil || objs["ValidatingAdmissionPolicyBinding/magos-hub-leader"] == nil {
+		t.Error("no magos-hub-leader policy and binding: a deposed hub replica's decisions would land")
+	} else if ref := as[admissionregistrationv1.ValidatingAdmissionPolicyBinding](t, objs["ValidatingAdmissionPolicyBinding/magos-hub-leader"]).Spec.ParamRef; ref == nil ||
+		ref.Name != "magos-hub.magosproject.io" || ref.Namespace != namespace {
+		t.Errorf("magos-hub-leader binds %+v, want the Lease magos-hub.magosproject.io in %s", ref, namespace)
 	}
 	if !slices.ContainsFunc(as[rbacv1.ClusterRole](t, objs["ClusterRole/magos-hub"]).Rules, func(r rbacv1.PolicyRule) bool {
 		return slices.Contains(r.Resources, "workspaces") && slices.Contains(r.Verbs, "grant")

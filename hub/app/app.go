@@ -10,10 +10,12 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"os"
 	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/spf13/pflag"
+	"k8s.io/apimachinery/pkg/util/uuid"
 	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
@@ -32,11 +34,12 @@ import (
 	"github.com/magosfleet/magos/hub/project"
 	"github.com/magosfleet/magos/hub/registry"
 	"github.com/magosfleet/magos/hub/rollout"
+	"github.com/magosfleet/magos/pkg/keys"
 	"github.com/magosfleet/magos/pkg/scheme"
 )
 
 // LeaderElectionID is the Lease the hub replicas elect their leader with.
-const LeaderElectionID = "magos-hub.magosproject.io"
+const LeaderElectionID = keys.HubLeaderLease
 
 // Options configures a hub.
 type Options struct {
@@ -52,8 +55,8 @@ type Options struct {
 	// LeaderElectionNamespace is where the leader Lease lives; empty: the in-cluster namespace.
 	LeaderElectionNamespace string
 	// LeaderElectionIdentity is this replica's identity in the leader Lease (its holderIdentity
-	// while it leads); empty: controller-runtime's default, the host name and a random UUID.
-	// Distinct replicas must have distinct identities.
+	// while it leads), written with each of its decisions; empty: the host name and a random
+	// UUID, as controller-runtime's default. Distinct replicas must have distinct identities.
 	LeaderElectionIdentity string
 	// Logger is the hub's logger.
 	Logger logr.Logger
@@ -125,8 +128,19 @@ func New(opts Options) (*Hub, error) {
 		LeaderElectionConfig: restCfg,
 		Controller:           config.Controller{SkipNameValidation: &skip},
 	}
-	if cfg.LeaderElect && opts.LeaderElectionIdentity != "" {
-		lock, err := leaderLock(restCfg, opts.LeaderElectionNamespace, opts.LeaderElectionIdentity)
+	// The replica's identity in the leader Lease is also written with every decision it makes
+	// (the magos-hub-leader policy fences them), so the hub chooses it itself.
+	leader := ""
+	if cfg.LeaderElect {
+		leader = opts.LeaderElectionIdentity
+		if leader == "" {
+			host, err := os.Hostname()
+			if err != nil {
+				return nil, fmt.Errorf("hub: a leader election identity: %w", err)
+			}
+			leader = host + "_" + string(uuid.NewUUID())
+		}
+		lock, err := leaderLock(restCfg, opts.LeaderElectionNamespace, leader)
 		if err != nil {
 			return nil, err
 		}
@@ -194,7 +208,7 @@ func New(opts Options) (*Hub, error) {
 		}
 	}
 	if !opts.WithoutDecisionControllers {
-		if err := setupDecisionControllers(mgr, cfg, opts.SkipNameValidation); err != nil {
+		if err := setupDecisionControllers(mgr, cfg, leader, opts.SkipNameValidation); err != nil {
 			return nil, err
 		}
 	}
@@ -209,11 +223,11 @@ func New(opts Options) (*Hub, error) {
 
 // setupDecisionControllers registers the decision makers: Rollouts order a Project's Workspaces
 // across the fleet; a Project without a Rollout runs its Workspaces in parallel.
-func setupDecisionControllers(mgr mcmanager.Manager, cfg registry.Config, skipNameValidation bool) error {
-	if err := rollout.SetupWithManager(mgr, rollout.Options{SkipNameValidation: skipNameValidation}); err != nil {
+func setupDecisionControllers(mgr mcmanager.Manager, cfg registry.Config, leader string, skipNameValidation bool) error {
+	if err := rollout.SetupWithManager(mgr, rollout.Options{Leader: leader, SkipNameValidation: skipNameValidation}); err != nil {
 		return fmt.Errorf("hub: setting up the Rollout controller: %w", err)
 	}
-	popts := project.Options{ParallelGracePeriod: cfg.ProjectParallelGracePeriod, SkipNameValidation: skipNameValidation}
+	popts := project.Options{Leader: leader, ParallelGracePeriod: cfg.ProjectParallelGracePeriod, SkipNameValidation: skipNameValidation}
 	if err := project.SetupWithManager(mgr, popts); err != nil {
 		return fmt.Errorf("hub: setting up the Project controller: %w", err)
 	}
@@ -231,7 +245,7 @@ func orDefault(v, def string) string {
 // controller-runtime builds itself, with a chosen identity instead of a random one.
 func leaderLock(restCfg *rest.Config, namespace, identity string) (resourcelock.Interface, error) {
 	if namespace == "" {
-		return nil, errors.New("hub: a leader election identity needs the leader election namespace")
+		return nil, errors.New("hub: leader election needs the namespace of its Lease (--leader-election-namespace or $POD_NAMESPACE)")
 	}
 	cfg := rest.AddUserAgent(rest.CopyConfig(restCfg), "leader-election")
 	// As controller-runtime does: a hung request must not outlive the renew deadline (10s).

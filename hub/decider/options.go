@@ -23,6 +23,11 @@ type ControllerOptions struct {
 	// runs its Workspaces in parallel (default 30s), so that a Project applied just before its
 	// Rollout never lets its Workspaces run out of order.
 	ParallelGracePeriod time.Duration
+	// Leader is this hub replica's identity in the leader Lease, written with every decision
+	// (keys.DecidedBy on Workspaces, status.decidedBy) so that the API server's
+	// magos-hub-leader policy refuses the decisions of a replica that no longer leads. Empty
+	// without leader election: nothing is written, nothing is fenced.
+	Leader string
 	// SkipNameValidation lets several hub managers run in one process (tests, tools).
 	SkipNameValidation bool
 }

@@ -47,6 +47,9 @@ type WriteOptions struct {
 	Regarding runtime.Object
 	// Concurrency bounds parallel writes (default DefaultWriteConcurrency).
 	Concurrency int
+	// Leader is the deciding hub replica's identity in the leader Lease (decider.ControllerOptions.Leader),
+	// written as keys.DecidedBy with every grant and revocation; empty writes none.
+	Leader string
 }
 
 // Outcome is what a write pass did.
@@ -139,7 +142,7 @@ func (s *Snapshot) Write(ctx context.Context, d decision.Decision, opts WriteOpt
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			ws, err := s.writeOne(ctx, j.change, j.grant, opts.By)
+			ws, err := s.writeOne(ctx, j.change, j.grant, opts)
 			mu.Lock()
 			defer mu.Unlock()
 			switch {
@@ -196,7 +199,7 @@ func (s *Snapshot) writeNotices(ctx context.Context, opts WriteOptions) error {
 		if r.Reason != ReasonClusterNotBound || refusalShown(r.Target.Workspace, r.Message) {
 			continue
 		}
-		annotations := grant.Grant{}.Patch() // the grant it held is revoked
+		annotations := decided(grant.Grant{}, opts.Leader) // the grant it held is revoked
 		annotations[keys.HubRefusal] = r.Message
 		errs = append(errs, s.patchAnnotations(ctx, r.Target, annotations))
 	}
@@ -246,7 +249,8 @@ func recordEvent(opts WriteOptions, ws *magosv1.Workspace, kind, reason, action,
 
 // writeOne writes one grant (run != "") or revocation and returns the Workspace as patched,
 // or nil when nothing was written.
-func (s *Snapshot) writeOne(ctx context.Context, c decision.Change, isGrant bool, by string) (*magosv1.Workspace, error) {
+func (s *Snapshot) writeOne(ctx context.Context, c decision.Change, isGrant bool, opts WriteOptions) (*magosv1.Workspace, error) {
+	by := opts.By
 	t, ok := s.Targets[c.Key]
 	if !ok {
 		return nil, fmt.Errorf("writing decision for %s: the Workspace is not in the snapshot", c.Key)
@@ -269,7 +273,7 @@ func (s *Snapshot) writeOne(ctx context.Context, c decision.Change, isGrant bool
 	if isGrant {
 		g = want.decided
 	}
-	metadata := map[string]any{"annotations": g.Patch()}
+	metadata := map[string]any{"annotations": decided(g, opts.Leader)}
 	if isGrant {
 		// A grant is fenced to the version of the Workspace it was decided on: if the Workspace
 		// changed since (another run, another spec), the API server refuses the write and the
@@ -302,6 +306,18 @@ func apiMessage(err error) string {
 		}
 	}
 	return err.Error()
+}
+
+// decided is the annotations patch that writes g (grant.Grant{}: a revocation) as decided by the
+// hub replica leader: keys.DecidedBy, which the magos-hub-leader admission policy checks against
+// the leader Lease, is set with every change of a grant, so that a replica that no longer leads
+// can change none.
+func decided(g grant.Grant, leader string) map[string]any {
+	annotations := g.Patch()
+	if leader != "" {
+		annotations[keys.DecidedBy] = leader
+	}
+	return annotations
 }
 
 // granted is the grant the change c decided by by (keys.GrantedByRollout or

@@ -210,7 +210,7 @@ func (r *Reconciler) reconcile(ctx context.Context, p *magosv1.Project) (ctrl.Re
 		st.phase, st.reason, st.message = d.Phase, d.Reason, d.Message
 		var out fleetview.Outcome
 		out, writeErr = snap.Write(ctx, d, fleetview.WriteOptions{
-			By: keys.GrantedByProject, Recorder: r.Recorder, Regarding: p,
+			By: keys.GrantedByProject, Recorder: r.Recorder, Regarding: p, Leader: r.Opts.Leader,
 		})
 		if len(out.Granted)+len(out.Revoked) > 0 {
 			ctrl.LoggerFrom(ctx).Info("wrote decisions", "granted", len(out.Granted), "revoked", len(out.Revoked))
@@ -287,6 +287,7 @@ func (r *Reconciler) writeStatus(ctx context.Context, p *magosv1.Project, s stat
 	want.Workspaces, want.Clusters = s.workspaces, s.clusters
 	meta.SetStatusCondition(&want.Conditions, magosv1.ReadyCondition(s.phase, s.reason, s.message, p.Generation))
 	fleetview.SetRefusedCondition(&want.Conditions, s.refused, p.Generation)
+	want.DecidedBy = r.Opts.Leader
 	if equality.Semantic.DeepEqual(*want, p.Status) {
 		return nil
 	}
@@ -296,7 +297,7 @@ func (r *Reconciler) writeStatus(ctx context.Context, p *magosv1.Project, s stat
 	want.LastReconcileTime = ptr.To(metav1.Now())
 	patched := p.DeepCopy()
 	patched.Status = *want
-	if err := r.Hub.Status().Patch(ctx, patched, client.MergeFrom(p)); err != nil {
+	if err := r.Hub.Status().Patch(ctx, patched, client.MergeFromWithOptions(p, client.MergeFromWithOptimisticLock{})); err != nil {
 		return fmt.Errorf("patching the status of Project %s/%s: %w", p.Namespace, p.Name, err)
 	}
 	patched.DeepCopyInto(p) // later patches of this pass lock on the new resourceVersion

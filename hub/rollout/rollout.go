@@ -17,6 +17,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -48,6 +49,10 @@ const (
 
 // waitingRecheck is how soon a Rollout waiting for clusters is decided again.
 const waitingRecheck = 2 * time.Second
+
+// conflictRecheck is how soon a Rollout whose status could not be written, because it changed
+// since it was read, is decided again (its cache has usually caught up by then).
+const conflictRecheck = 200 * time.Millisecond
 
 // Options configures the Rollout controller.
 type Options = decider.ControllerOptions
@@ -122,7 +127,7 @@ func (r *Reconciler) reconcile(ctx context.Context, ro *magosv1.Rollout) (ctrl.R
 		Now:        time.Now(),
 	})
 	out, writeErr := snap.Write(ctx, d, fleetview.WriteOptions{
-		By: keys.GrantedByRollout, Recorder: r.Recorder, Regarding: ro,
+		By: keys.GrantedByRollout, Recorder: r.Recorder, Regarding: ro, Leader: r.Opts.Leader,
 	})
 	if len(out.Granted)+len(out.Revoked) > 0 {
 		ctrl.LoggerFrom(ctx).Info("wrote decisions", "step", d.CurrentStepName, "granted", len(out.Granted), "revoked", len(out.Revoked))
@@ -131,10 +136,14 @@ func (r *Reconciler) reconcile(ctx context.Context, ro *magosv1.Rollout) (ctrl.R
 	statusErr := r.writeStatus(ctx, ro, d, out)
 
 	r.observe(ro, d)
+	after := r.Opts.ResyncPeriod
+	if apierrors.IsConflict(statusErr) {
+		// The Rollout changed since it was read: decide again on what it is now.
+		statusErr, after = nil, conflictRecheck
+	}
 	if err := errors.Join(writeErr, statusErr); err != nil {
 		return ctrl.Result{}, err
 	}
-	after := r.Opts.ResyncPeriod
 	if d.Reason == magosv1.ReasonWaitingForClusters {
 		// Some of what it waits for (an agent's sync watermark) comes without an event.
 		after = min(after, waitingRecheck)
@@ -260,6 +269,7 @@ func (r *Reconciler) writeStatus(ctx context.Context, ro *magosv1.Rollout, d dec
 	want.Revisions = d.Revisions
 	meta.SetStatusCondition(&want.Conditions, magosv1.ReadyCondition(d.Phase, d.Reason, d.Message, ro.Generation))
 	fleetview.SetRefusedCondition(&want.Conditions, out, ro.Generation)
+	want.DecidedBy = r.Opts.Leader
 	want.NextWindowAt = nil
 	if !d.NextWindowAt.IsZero() {
 		want.NextWindowAt = &metav1.Time{Time: d.NextWindowAt}
@@ -293,6 +303,9 @@ func (r *Reconciler) writeStatus(ctx context.Context, ro *magosv1.Rollout, d dec
 		body["status"] = status
 	}
 	status["currentStep"] = want.CurrentStep
+	// The status describes the Rollout as read: if it changed since (a spec edit, or another hub
+	// replica's status), the API server refuses the patch and the next pass decides again.
+	body["metadata"] = map[string]any{"resourceVersion": ro.ResourceVersion}
 	if data, err = json.Marshal(body); err != nil {
 		return fmt.Errorf("encoding the status patch of Rollout %s/%s: %w", ro.Namespace, ro.Name, err)
 	}

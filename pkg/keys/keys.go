@@ -31,6 +31,15 @@ const (
 	GrantedRun = Prefix + "granted-run"
 	// GrantedBy says which controller gave the grant: "rollout" or "project".
 	GrantedBy = Prefix + "granted-by"
+	// DecidedBy is the hub replica that wrote a Workspace's grant or revocation: its identity in
+	// the hub's leader Lease. The hub writes it with every decision; the hub chart's admission
+	// policy magos-hub-leader refuses a decision carrying another identity than the Lease's
+	// holder, so a deposed or paused leader cannot land one. Absent when the hub runs without
+	// leader election.
+	DecidedBy = Prefix + "decided-by"
+	// HubLeaderLease is the name of the Lease the hub replicas elect their leader with (in the
+	// hub's namespace); the magos-hub-leader admission policy reads its holder.
+	HubLeaderLease = "magos-hub.magosproject.io"
 	// GrantedRevision is the commit a Rollout's grant allows: the commit the Rollout is rolling
 	// out for the Workspace's repository and ref. The run plans and applies exactly that commit,
 	// whatever the ref points at meanwhile. Absent when the hub does not know the commit yet (the

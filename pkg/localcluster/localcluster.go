@@ -22,18 +22,45 @@ import (
 	"sync"
 	"time"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
+	"github.com/magosfleet/magos/pkg/keys"
 	"github.com/magosfleet/magos/pkg/scheme"
 )
 
 // HubName is the name of the hub cluster in a Fleet.
 const HubName = "hub"
+
+// HubLeaseNamespace is where hubs run with leader election on a local hub keep their leader
+// Lease (magos-hub --leader-election-namespace): the namespace the hub cluster's
+// magos-hub-leader policy binding reads the Lease from.
+const HubLeaseNamespace = corev1.NamespaceDefault
+
+// LeaderPolicyBinding binds the hub chart's magos-hub-leader admission policy
+// (charts/magos-hub/files/leader-policy.yaml) to the hub's leader Lease in namespace, as the
+// chart's own binding does in the release namespace.
+func LeaderPolicyBinding(namespace string) *admissionregistrationv1.ValidatingAdmissionPolicyBinding {
+	return &admissionregistrationv1.ValidatingAdmissionPolicyBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "magos-hub-leader"},
+		Spec: admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{
+			PolicyName:        "magos-hub-leader",
+			ValidationActions: []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny},
+			ParamRef: &admissionregistrationv1.ParamRef{
+				Name: keys.HubLeaderLease, Namespace: namespace,
+				ParameterNotFoundAction: ptr.To(admissionregistrationv1.AllowAction),
+			},
+		},
+	}
+}
 
 // Options configures a Fleet.
 type Options struct {
@@ -227,11 +254,17 @@ func startCluster(name, assets, dir string, opts Options) (*Cluster, error) {
 	if !opts.Bare {
 		policies := []string{filepath.Join(root, "charts", "magos-agent", "files", "admission-policy.yaml")}
 		if name == HubName {
-			policies = append(policies, filepath.Join(root, "charts", "magos-hub", "files", "approval-policy.yaml"))
+			policies = append(policies, filepath.Join(root, "charts", "magos-hub", "files", "approval-policy.yaml"),
+				filepath.Join(root, "charts", "magos-hub", "files", "leader-policy.yaml"))
 		}
 		for _, p := range policies {
 			if err := ApplyFile(context.Background(), c.Client, p); err != nil {
 				return nil, errors.Join(fmt.Errorf("cluster %s: admission policy %s: %w", name, filepath.Base(p), err), c.Stop())
+			}
+		}
+		if name == HubName {
+			if err := c.Client.Create(context.Background(), LeaderPolicyBinding(HubLeaseNamespace)); err != nil {
+				return nil, errors.Join(fmt.Errorf("cluster %s: binding the leader policy: %w", name, err), c.Stop())
 			}
 		}
 	}

@@ -7,16 +7,17 @@ import (
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
-	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/magosfleet/magos/hub/app"
+	"github.com/magosfleet/magos/pkg/localcluster"
 )
 
 // The hub replicas' leader Lease, with Options.HubReplicas above one.
 const (
-	// HubLeaseNamespace is the namespace of the leader Lease on the hub's API server.
-	HubLeaseNamespace = corev1.NamespaceDefault
+	// HubLeaseNamespace is the namespace of the leader Lease on the hub's API server, the one
+	// the hub cluster's magos-hub-leader policy binding reads.
+	HubLeaseNamespace = localcluster.HubLeaseNamespace
 	// HubLeaseName is the name of the leader Lease (the hub's LeaderElectionID).
 	HubLeaseName = app.LeaderElectionID
 )
@@ -87,4 +88,53 @@ func (f *Fleet) KillHubLeader(ctx context.Context, timeout time.Duration) (kille
 		return killed, "", fmt.Errorf("after killing the leader %s: %w", killed, err)
 	}
 	return killed, successor, nil
+}
+
+// StopHubLeader suspends the leading hub replica (SIGSTOP, as StopProcess: it keeps its
+// connections and its view, and believes it still leads) and waits up to timeout for another
+// replica to take the Lease over, which takes up to the lease duration. It returns the stopped
+// replica (for ContinueProcess) and the one that took over; on a timeout, the stopped replica
+// (still stopped) and an error.
+func (f *Fleet) StopHubLeader(ctx context.Context, timeout time.Duration) (stopped, successor string, err error) {
+	stopped, err = f.HubLeader(ctx, timeout)
+	if err != nil {
+		return "", "", err
+	}
+	if err := f.StopProcess(stopped); err != nil {
+		return "", "", err
+	}
+	deadline := time.Now().Add(timeout)
+	for {
+		leader, why := f.leaseHolder(ctx)
+		if leader != "" && leader != stopped {
+			return stopped, leader, nil
+		}
+		if why == "" {
+			why = "the Lease is still held by " + stopped
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return stopped, "", fmt.Errorf("after stopping the leader %s, no other replica leads after %s: %s", stopped, timeout, why)
+		}
+		select {
+		case <-time.After(200 * time.Millisecond):
+		case <-ctx.Done():
+		}
+	}
+}
+
+// WaitExited waits up to timeout for the process of "hub", a hub replica or an agent to exit
+// (a hub replica that lost the leader Lease exits by itself).
+func (f *Fleet) WaitExited(ctx context.Context, name string, timeout time.Duration) error {
+	p, err := f.process(name)
+	if err != nil {
+		return err
+	}
+	select {
+	case <-p.done:
+		return nil
+	case <-time.After(timeout):
+		return fmt.Errorf("%s still runs after %s", name, timeout)
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }

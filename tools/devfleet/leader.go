@@ -88,3 +88,57 @@ func (f *Fleet) KillHubLeader(ctx context.Context, timeout time.Duration) (kille
 	}
 	return killed, successor, nil
 }
+
+// StopHubLeader suspends the leading hub replica (SIGSTOP, as StopProcess): it keeps its
+// connections but renews nothing, as a replica starved of CPU or paused by a debugger would. It
+// waits up to timeout for another replica to take the Lease over (once the suspended one's
+// renewal has expired). It returns the suspended replica (for ContinueHubReplica) and the one
+// that took over; on a timeout, the suspended replica and an error.
+func (f *Fleet) StopHubLeader(ctx context.Context, timeout time.Duration) (stopped, successor string, err error) {
+	stopped, err = f.HubLeader(ctx, timeout)
+	if err != nil {
+		return "", "", err
+	}
+	if err := f.StopProcess(stopped); err != nil {
+		return "", "", err
+	}
+	deadline := time.Now().Add(timeout)
+	for {
+		leader, why := f.leaseHolder(ctx)
+		if leader != "" && leader != stopped {
+			return stopped, leader, nil
+		}
+		if leader == stopped {
+			why = "the suspended " + stopped + " still holds the Lease"
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return stopped, "", fmt.Errorf("no other hub replica leads %s after suspending the leader %s: %s", timeout, stopped, why)
+		}
+		select {
+		case <-time.After(200 * time.Millisecond):
+		case <-ctx.Done():
+		}
+	}
+}
+
+// ContinueHubReplica resumes a hub replica suspended by StopHubLeader (SIGCONT). A replica that
+// finds on waking that it lost the Lease stops (its manager ends on losing leadership):
+// ContinueHubReplica waits up to timeout for it to exit and starts it again, as the new
+// standby. It reports whether it started it again; a replica still running after timeout is
+// left running.
+func (f *Fleet) ContinueHubReplica(name string, timeout time.Duration) (restarted bool, err error) {
+	p, err := f.process(name)
+	if err != nil {
+		return false, err
+	}
+	done := p.done
+	if err := f.ContinueProcess(name); err != nil && !p.exited() {
+		return false, err
+	}
+	select {
+	case <-done:
+	case <-time.After(timeout):
+		return false, nil
+	}
+	return true, f.launch(p)
+}

@@ -910,18 +910,21 @@ func percentiles(ds []time.Duration) (p50, p90, top time.Duration) {
 }
 
 // TestChaos: on one fleet (hub and three regional spokes, real binaries, real tofu), after the
-// demo Rollout completed, each trial pushes new commits of the ledger module one at a time
-// while a seeded random schedule injects faults: the hub (both replicas) or an agent killed and
-// restarted, the leading hub replica killed so that the standby takes over, an agent suspended,
-// an agent partitioned from the hub at the transport level, a cluster removed from the hub's
-// config and added back, a delayed mirror, an old grant replayed onto a mirror. Every fault is healed before the wait
-// for the commit, which is bounded. Every second trial sets the Rollout's planFirst. Observers
-// outside Magos judge each trial: the ledger the module writes on every apply (step order,
-// exactly once per region and release), the test's own polls of the Rollout and Clusters on the
-// hub (never RolloutCompleted or Failed while a cluster is unsynced or not Ready), and, in a
-// planFirst trial, its reads of the Workspaces from the spokes (no region without a plan of the
-// commit once another applied it). Settings: MAGOS_CHAOS_TRIALS, MAGOS_CHAOS_SEED,
-// MAGOS_CHAOS_COMMITS; see docs (make chaos).
+// demo Rollout completed and a second Workspace was added to each spoke (in the same step,
+// tracking the same repository spelled otherwise), each trial pushes new commits of the ledger
+// module one at a time while a seeded random schedule injects faults: the hub (both replicas) or
+// an agent killed and restarted, the leading hub replica killed, or suspended, so that the
+// standby takes over, an agent suspended, an agent partitioned from the hub at the transport
+// level, a cluster removed from the hub's config and added back, a delayed mirror, an old grant
+// replayed onto a mirror, the Rollout paused, or deleted and created again. Every fault is
+// healed before the wait for the commit, which is bounded. Every second trial sets the
+// Rollout's planFirst. Observers outside Magos judge each trial: the ledger the module writes on
+// every apply (exactly once per Workspace and release, every Workspace of a step before the
+// first of the next), the test's own polls of the Rollout, Clusters and mirrors on the hub
+// (never RolloutCompleted or Failed while a cluster is unsynced or not Ready, no grant while the
+// hub has the Rollout paused), and, in a planFirst trial, its reads of the Workspaces from the
+// spokes (none without a plan of the commit once another applied it). Settings:
+// MAGOS_CHAOS_TRIALS, MAGOS_CHAOS_SEED, MAGOS_CHAOS_COMMITS; see docs (make chaos).
 func TestChaos(t *testing.T) {
 	trials, commits, seed := chaosSettings(t)
 	t.Logf("chaos: %d trials of %d commits, seed %d (rerun with %s=%d)", trials, commits, seed, envChaosSeed, seed)
@@ -1169,7 +1172,12 @@ func rolloutLine(t *testing.T, ctx context.Context, f *devfleet.Fleet) string {
 
 // TestChaosObserversCatchViolations: the observers of TestChaos can fail. The ledger check
 // catches an apply out of step order and a duplicate apply injected into a trial's ledger (and
-// ignores the other trials' lines); the preview check catches a region seen on its spoke without
+// ignores the other trials' lines), and, with two Workspaces a step, a step started before the
+// last Workspace of the step before applied, a Workspace that never applies, one that applies
+// again after its Rollout was recreated and a step applied before the step before it; the pause
+// check catches a grant written while the hub had the Rollout paused, and lets through one
+// written before the hub observed the pause, around the resume, or by a recreated Rollout; the
+// preview check catches a region seen on its spoke without
 // a plan of the commit after the first region applied it; the status check catches a RolloutCompleted reported while
 // a cluster was unsynced or not Ready, and a Failed in a trial where nothing fails, and lets
 // through NoWorkspacesFound while a cluster is deregistered, a report without a change, and a

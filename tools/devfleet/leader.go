@@ -90,11 +90,11 @@ func (f *Fleet) KillHubLeader(ctx context.Context, timeout time.Duration) (kille
 	return killed, successor, nil
 }
 
-// StopHubLeader suspends the leading hub replica (SIGSTOP, as StopProcess: it keeps its
-// connections and its view, and believes it still leads) and waits up to timeout for another
-// replica to take the Lease over, which takes up to the lease duration. It returns the stopped
-// replica (for ContinueProcess) and the one that took over; on a timeout, the stopped replica
-// (still stopped) and an error.
+// StopHubLeader suspends the leading hub replica (SIGSTOP, as StopProcess): it keeps its
+// connections but renews nothing, as a replica starved of CPU or paused by a debugger would. It
+// waits up to timeout for another replica to take the Lease over (once the suspended one's
+// renewal has expired). It returns the suspended replica (for ContinueHubReplica) and the one
+// that took over; on a timeout, the suspended replica and an error.
 func (f *Fleet) StopHubLeader(ctx context.Context, timeout time.Duration) (stopped, successor string, err error) {
 	stopped, err = f.HubLeader(ctx, timeout)
 	if err != nil {
@@ -109,11 +109,11 @@ func (f *Fleet) StopHubLeader(ctx context.Context, timeout time.Duration) (stopp
 		if leader != "" && leader != stopped {
 			return stopped, leader, nil
 		}
-		if why == "" {
-			why = "the Lease is still held by " + stopped
+		if leader == stopped {
+			why = "the suspended " + stopped + " still holds the Lease"
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
-			return stopped, "", fmt.Errorf("after stopping the leader %s, no other replica leads after %s: %s", stopped, timeout, why)
+			return stopped, "", fmt.Errorf("no other hub replica leads %s after suspending the leader %s: %s", timeout, stopped, why)
 		}
 		select {
 		case <-time.After(200 * time.Millisecond):
@@ -122,19 +122,24 @@ func (f *Fleet) StopHubLeader(ctx context.Context, timeout time.Duration) (stopp
 	}
 }
 
-// WaitExited waits up to timeout for the process of "hub", a hub replica or an agent to exit
-// (a hub replica that lost the leader Lease exits by itself).
-func (f *Fleet) WaitExited(ctx context.Context, name string, timeout time.Duration) error {
+// ContinueHubReplica resumes a hub replica suspended by StopHubLeader (SIGCONT). A replica that
+// finds on waking that it lost the Lease stops (its manager ends on losing leadership):
+// ContinueHubReplica waits up to timeout for it to exit and starts it again, as the new
+// standby. It reports whether it started it again; a replica still running after timeout is
+// left running.
+func (f *Fleet) ContinueHubReplica(name string, timeout time.Duration) (restarted bool, err error) {
 	p, err := f.process(name)
 	if err != nil {
-		return err
+		return false, err
+	}
+	done := p.done
+	if err := f.ContinueProcess(name); err != nil && !p.exited() {
+		return false, err
 	}
 	select {
-	case <-p.done:
-		return nil
+	case <-done:
 	case <-time.After(timeout):
-		return fmt.Errorf("%s still runs after %s", name, timeout)
-	case <-ctx.Done():
-		return ctx.Err()
+		return false, nil
 	}
+	return true, f.launch(p)
 }

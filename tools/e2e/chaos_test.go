@@ -17,13 +17,18 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
+	"github.com/magosfleet/magos/pkg/demoscenario"
+	"github.com/magosfleet/magos/pkg/gitrepo"
 	"github.com/magosfleet/magos/pkg/keys"
+	"github.com/magosfleet/magos/pkg/localcluster"
+	"github.com/magosfleet/magos/pkg/mirror"
 	"github.com/magosfleet/magos/tools/demo"
 	"github.com/magosfleet/magos/tools/devfleet"
 )
@@ -66,6 +71,16 @@ const (
 	// "true", granted-by rollout and the granted-run of an earlier run of that Workspace, as a
 	// stale controller or a replayed event would. Magos must not run on it.
 	faultReplayedGrant = "replayed-grant"
+	// faultLeaderStop suspends the leading hub replica (SIGSTOP), waits for the standby to take
+	// the leader Lease over, pauses and resumes the Rollout through the hub's API server while
+	// the old leader sleeps, then resumes it (SIGCONT): it wakes up believing it leads, and must
+	// find out it does not. It is started again if it exited on losing the Lease.
+	faultLeaderStop = "leader-stop"
+	// faultRolloutRecreate deletes the Rollout and creates it again with the same spec, right
+	// after a first Workspace applied the commit (or at once, if none did within a minute).
+	faultRolloutRecreate = "rollout-recreate"
+	// faultRolloutPause pauses the Rollout (spec.paused) and resumes it after a while.
+	faultRolloutPause = "rollout-pause"
 )
 
 // chaosHubReplicas is the number of hub replicas of the chaos fleet (leader election on).
@@ -76,7 +91,7 @@ const failoverTimeout = 45 * time.Second
 
 // faultKinds in a fixed order, for the schedule and the report.
 var faultKinds = []string{faultHubKill, faultLeaderFailover, faultAgentKill, faultAgentStop, faultPartition,
-	faultDeregister, faultMirrorDelay, faultReplayedGrant}
+	faultDeregister, faultMirrorDelay, faultReplayedGrant, faultLeaderStop, faultRolloutRecreate, faultRolloutPause}
 
 // chaosPollIntervals: every region polls git fast (the agent's floor is 5s), the later ones
 // faster, so that a later region usually sees a commit first.
@@ -84,6 +99,113 @@ var chaosPollIntervals = map[string]time.Duration{
 	"us-east-1":  7 * time.Second,
 	"eu-west-1":  6 * time.Second,
 	"ap-south-1": 5 * time.Second,
+}
+
+// The second Workspace of every spoke, in the same step as the demo's (the Rollout's steps select
+// env=prod and region=<spoke>), tracking the same repository spelled differently.
+const (
+	secondWorkspace   = "cdn-edge-b"
+	secondVariableSet = "cdn-edge-b-inputs"
+)
+
+// member is one Workspace the chaos Rollout rolls out to: Workspace in the spoke Cluster, which
+// writes Label in the ledger.
+type member struct{ Cluster, Workspace, Label string }
+
+// chaosMembers are the Workspaces of the chaos fleet, in step order: in each spoke the demo's
+// Workspace (its ledger label is the region) and the second one (label "<region>-b").
+func chaosMembers(order []string) []member {
+	var out []member
+	for _, c := range order {
+		out = append(out, member{c, demo.Workspace, c}, member{c, secondWorkspace, c + "-b"})
+	}
+	return out
+}
+
+// ledgerSteps lists, in step order (one step a spoke), the ledger labels of each step's
+// Workspaces.
+func ledgerSteps(order []string, members []member) [][]string {
+	steps := make([][]string, len(order))
+	for _, m := range members {
+		i := slices.Index(order, m.Cluster)
+		steps[i] = append(steps[i], m.Label)
+	}
+	return steps
+}
+
+// labelOf is the ledger label of the Workspace name in cluster ("cluster/name" if it is no
+// member).
+func labelOf(members []member, cluster, name string) string {
+	for _, m := range members {
+		if m.Cluster == cluster && m.Workspace == name {
+			return m.Label
+		}
+	}
+	return cluster + "/" + name
+}
+
+// secondSpelling spells the repository and branch of src as another team would: the
+// repository's .git folder, with a trailing slash, and the full name of the branch.
+// gitrepo.CanonicalSource maps both spellings to one source.
+func secondSpelling(src magosv1.Source) magosv1.Source {
+	return magosv1.Source{RepoURL: strings.TrimSuffix(src.RepoURL, "/") + "/.git/", TargetRevision: "refs/heads/" + src.TargetRevision}
+}
+
+// addSecondWorkspaces creates in every spoke the second Workspace (secondWorkspace, with its
+// own VariableSet: region "<spoke>-b", its ledger label) in the step of the demo's Workspace,
+// tracking the demo's repository in secondSpelling, polling git as often as the first.
+func addSecondWorkspaces(ctx context.Context, f *devfleet.Fleet) error {
+	for _, c := range f.Order {
+		var first magosv1.Workspace
+		if err := f.Client(c).Get(ctx, client.ObjectKey{Namespace: corev1.NamespaceDefault, Name: demo.Workspace}, &first); err != nil {
+			return err
+		}
+		src := secondSpelling(first.Spec.Source)
+		if a, b := gitrepo.CanonicalSource(first.Spec.Source.RepoURL, first.Spec.Source.TargetRevision),
+			gitrepo.CanonicalSource(src.RepoURL, src.TargetRevision); a != b {
+			return fmt.Errorf("%s@%s and %s@%s are not one source (%s, %s)", first.Spec.Source.RepoURL,
+				first.Spec.Source.TargetRevision, src.RepoURL, src.TargetRevision, a, b)
+		}
+		vs, ws := demoscenario.SpokeObjects(c+"-b", src, false)
+		vs.Name, ws.Name = secondVariableSet, secondWorkspace
+		ws.Labels["region"] = c // the step of the spoke
+		ws.Spec.VariableSetRefs = []magosv1.LocalObjectReference{{Name: secondVariableSet}}
+		ws.Annotations = map[string]string{keys.GitPollInterval: chaosPollIntervals[c].String()}
+		if err := demoscenario.Create(ctx, f.Client(c), "in "+c, vs, ws); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// waitMembersRelease waits (up to two minutes) until every member wrote release in the ledger
+// and its Workspace is Applied at sha.
+func waitMembersRelease(ctx context.Context, f *devfleet.Fleet, members []member, ledger, release, sha string) error {
+	return localcluster.Poll(2*time.Minute, func() error {
+		lines, err := readLedger(ledger)
+		if err != nil {
+			return err
+		}
+		var missing []string
+		for _, m := range members {
+			if !slices.ContainsFunc(lines, func(l ledgerLine) bool { return l.Region == m.Label && l.Release == release }) {
+				missing = append(missing, m.Label)
+			}
+		}
+		if len(missing) > 0 {
+			return fmt.Errorf("no ledger line for %s from %s", release, strings.Join(missing, ", "))
+		}
+		for _, m := range members {
+			var ws magosv1.Workspace
+			if err := f.Client(m.Cluster).Get(ctx, client.ObjectKey{Namespace: corev1.NamespaceDefault, Name: m.Workspace}, &ws); err != nil {
+				return err
+			}
+			if ws.Status.Phase != magosv1.PhaseApplied || ws.Status.ObservedRevision != sha {
+				return fmt.Errorf("%s/%s is %s at %s, want Applied at %s", m.Cluster, m.Workspace, ws.Status.Phase, ws.Status.ObservedRevision, sha)
+			}
+		}
+		return nil
+	})
 }
 
 // fault is one scheduled fault: Kind on Target, injected After the previous fault of the commit
@@ -98,7 +220,8 @@ func (f fault) String() string {
 }
 
 // schedule draws the faults of one commit from rng: sometimes a delayed mirror right after the
-// commit, then one to three other faults, each bounded in time.
+// commit, then one to three other faults, each bounded in time. A recreated Rollout comes first
+// among them (it waits for the commit's first apply, so it falls mid-rollout).
 func schedule(rng *rand.Rand, order []string) []fault {
 	var out []fault
 	agent := func() string { return order[rng.IntN(len(order))] }
@@ -107,7 +230,7 @@ func schedule(rng *rand.Rand, order []string) []fault {
 		out = append(out, fault{Kind: faultMirrorDelay, Target: agent(), For: ms(1000, 3000)})
 	}
 	others := []string{faultHubKill, faultLeaderFailover, faultAgentKill, faultAgentStop, faultPartition,
-		faultDeregister, faultReplayedGrant}
+		faultDeregister, faultReplayedGrant, faultLeaderStop, faultRolloutRecreate, faultRolloutPause}
 	for range 1 + rng.IntN(3) {
 		f := fault{Kind: others[rng.IntN(len(others))], After: ms(0, 6000)}
 		switch f.Kind {
@@ -126,16 +249,36 @@ func schedule(rng *rand.Rand, order []string) []fault {
 			f.Target, f.For = agent(), ms(2000, 12000)
 		case faultDeregister:
 			f.Target, f.For = agent(), ms(1000, 6000)
+		case faultLeaderStop:
+			// Soon, as a failover; For is how long the Rollout stays paused under the new leader.
+			f.Target, f.After, f.For = "leader", ms(0, 2000), ms(2000, 5000)
+		case faultRolloutRecreate:
+			f.Target, f.After, f.For = "rollout", 0, ms(0, 3000) // For: how long there is no Rollout
+		case faultRolloutPause:
+			f.Target, f.For = "rollout", ms(2000, 8000)
 		}
 		out = append(out, f)
 	}
+	rank := map[string]int{faultMirrorDelay: 0, faultRolloutRecreate: 1}
+	slices.SortStableFunc(out, func(a, b fault) int {
+		ra, ok := rank[a.Kind]
+		if !ok {
+			ra = 2
+		}
+		rb, ok := rank[b.Kind]
+		if !ok {
+			rb = 2
+		}
+		return ra - rb
+	})
 	return out
 }
 
 // inject applies a fault, holds it for its duration and heals it, returning when it was healed.
 // It heals whatever it broke even when it fails half-way. w gives the runs seen so far (for a
-// replayed grant); what is logged with the fault's window.
-func inject(ctx context.Context, f *devfleet.Fleet, w *watcher, ft fault) (healed time.Time, what string, err error) {
+// replayed grant); ledger and release are the commit's (a recreated Rollout waits for its first
+// apply); what is logged with the fault's window.
+func inject(ctx context.Context, f *devfleet.Fleet, w *watcher, ft fault, ledger, release string) (healed time.Time, what string, err error) {
 	hold := func() {
 		select {
 		case <-time.After(ft.For):
@@ -167,6 +310,50 @@ func inject(ctx context.Context, f *devfleet.Fleet, w *watcher, ft fault) (heale
 	case faultReplayedGrant:
 		what, err = replayGrant(ctx, f, w, ft.Target)
 		return time.Now(), what, err
+	case faultLeaderStop:
+		began := time.Now()
+		stopped, successor, ferr := f.StopHubLeader(ctx, failoverTimeout)
+		if stopped == "" {
+			return time.Time{}, "", fmt.Errorf("suspending the hub leader: %w", ferr)
+		}
+		what = fmt.Sprintf("suspended leader %s", stopped)
+		if ferr == nil {
+			what += fmt.Sprintf(", %s took over after %s", successor, time.Since(began).Round(time.Millisecond))
+			// The new leader runs the Rollout while the old one sleeps: pause it and resume it.
+			if perr := setPaused(ctx, f, true); perr != nil {
+				ferr = perr
+			} else {
+				hold()
+				ferr = setPaused(context.Background(), f, false)
+				what += fmt.Sprintf(", Rollout paused for %s", ft.For)
+			}
+		}
+		restarted, cerr := f.ContinueHubReplica(stopped, failoverTimeout)
+		if restarted {
+			what += ", " + stopped + " exited on waking and was started again"
+		} else if cerr == nil {
+			what += ", " + stopped + " resumed and kept running"
+		}
+		err = errors.Join(ferr, cerr)
+	case faultRolloutRecreate:
+		first, ferr := firstApply(ctx, ledger, release, time.Minute)
+		if ferr != nil {
+			return time.Time{}, "", ferr
+		}
+		if first.Region != "" {
+			what = fmt.Sprintf("after %s applied %s at %s, ", first.Region, release, first.At.Format("15:04:05.000"))
+		} else {
+			what = "no apply of " + release + " within a minute, "
+		}
+		var gone time.Duration
+		gone, err = recreateRollout(ctx, f, ft.For)
+		what += fmt.Sprintf("no Rollout for %s", gone.Round(time.Millisecond))
+	case faultRolloutPause:
+		if err := setPaused(ctx, f, true); err != nil {
+			return time.Time{}, "", err
+		}
+		hold()
+		err = setPaused(context.Background(), f, false)
 	case faultAgentKill:
 		if err := f.Kill(ft.Target); err != nil {
 			return time.Time{}, "", err
@@ -202,6 +389,78 @@ func inject(ctx context.Context, f *devfleet.Fleet, w *watcher, ft fault) (heale
 	return time.Now(), what, err
 }
 
+// setPaused sets the Rollout's spec.paused through the hub's API server, as magosctl rollout
+// pause and resume do.
+func setPaused(ctx context.Context, f *devfleet.Fleet, paused bool) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	err := f.Client("hub").Patch(ctx, &magosv1.Rollout{ObjectMeta: metav1.ObjectMeta{Namespace: corev1.NamespaceDefault, Name: demo.Project}},
+		client.RawPatch(types.MergePatchType, fmt.Appendf(nil, `{"spec":{"paused":%t}}`, paused)))
+	if err != nil {
+		return fmt.Errorf("setting the Rollout's spec.paused to %t: %w", paused, err)
+	}
+	return nil
+}
+
+// firstApply waits up to timeout for the ledger's first apply of release and returns it (none
+// within timeout: a zero line and no error).
+func firstApply(ctx context.Context, ledger, release string, timeout time.Duration) (ledgerLine, error) {
+	deadline := time.Now().Add(timeout)
+	for {
+		lines, err := readLedger(ledger)
+		if err != nil {
+			return ledgerLine{}, err
+		}
+		if i := slices.IndexFunc(lines, func(l ledgerLine) bool { return l.Release == release }); i >= 0 {
+			return lines[i], nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return ledgerLine{}, nil
+		}
+		select {
+		case <-time.After(100 * time.Millisecond):
+		case <-ctx.Done():
+		}
+	}
+}
+
+// recreateRollout deletes the Rollout, waits (up to a minute) until the hub's API server no
+// longer has it, waits for absent, and creates it again with the same labels, annotations and
+// spec. It creates it again whatever happened, with a context of its own, and returns how long
+// there was no Rollout.
+func recreateRollout(ctx context.Context, f *devfleet.Fleet, absent time.Duration) (time.Duration, error) {
+	hub := f.Client("hub")
+	key := client.ObjectKey{Namespace: corev1.NamespaceDefault, Name: demo.Project}
+	var old magosv1.Rollout
+	if err := hub.Get(ctx, key, &old); err != nil {
+		return 0, fmt.Errorf("reading the Rollout: %w", err)
+	}
+	fresh := &magosv1.Rollout{ObjectMeta: metav1.ObjectMeta{Namespace: old.Namespace, Name: old.Name,
+		Labels: old.Labels, Annotations: old.Annotations}, Spec: *old.Spec.DeepCopy()}
+	var err error
+	if err = hub.Delete(ctx, &old, client.Preconditions{UID: &old.UID}); err == nil {
+		err = localcluster.Poll(time.Minute, func() error {
+			if err := hub.Get(ctx, key, &magosv1.Rollout{}); !apierrors.IsNotFound(err) {
+				return fmt.Errorf("the deleted Rollout is still on the hub (%v)", err)
+			}
+			return nil
+		})
+	}
+	deleted := time.Now()
+	if err == nil {
+		select {
+		case <-time.After(absent):
+		case <-ctx.Done():
+		}
+	}
+	cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if cerr := hub.Create(cctx, fresh); cerr != nil && !apierrors.IsAlreadyExists(cerr) {
+		err = errors.Join(err, fmt.Errorf("creating the Rollout again: %w", cerr))
+	}
+	return time.Since(deleted), err
+}
+
 // keepChaosRun copies what a failing chaos run leaves to understand it, out of the test's
 // temporary folder and into a new folder under the system's temporary directory, which it
 // returns: the fleet's logs (every hub replica, agent and API server), the ledger, and
@@ -224,7 +483,7 @@ func keepChaosRun(fleetDir string, seed uint64, violations []string) (string, er
 	return kept, os.WriteFile(filepath.Join(kept, "violations.txt"), []byte(text), 0o644)
 }
 
-// replayGrant writes on the hub's mirror of cluster's Workspace, with the hub's admin client, a
+// replayGrant writes on the hub's mirror of cluster's demo Workspace, with the hub's admin client, a
 // grant of an earlier run of that Workspace (the latest run the watcher saw granted or running
 // that is not the mirror's current run, preferably not its granted one either):
 // execution-allowed "true", granted-by rollout, granted-run the old run. Until the Workspace has
@@ -239,10 +498,13 @@ func replayGrant(ctx context.Context, f *devfleet.Fleet, w *watcher, cluster str
 			client.MatchingLabels{keys.Mirror: "true", keys.Cluster: cluster}); err != nil {
 			return "", fmt.Errorf("listing the mirrors of %s: %w", cluster, err)
 		}
+		mirrors.Items = slices.DeleteFunc(mirrors.Items, func(m magosv1.Workspace) bool {
+			return mirror.OriginOf(cluster, &m).Name != demo.Workspace
+		})
 		if len(mirrors.Items) == 1 {
 			m := mirrors.Items[0]
 			var old string
-			for _, run := range slices.Backward(w.runsOf(cluster)) {
+			for _, run := range slices.Backward(w.runsOf(labelOf(w.members, cluster, demo.Workspace))) {
 				if run == m.Status.CurrentRunID {
 					continue
 				}
@@ -266,7 +528,7 @@ func replayGrant(ctx context.Context, f *devfleet.Fleet, w *watcher, cluster str
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
 			return "", fmt.Errorf("no earlier run of %s to replay within a minute (seen %v, %d mirrors)",
-				cluster, w.runsOf(cluster), len(mirrors.Items))
+				cluster, w.runsOf(labelOf(w.members, cluster, demo.Workspace)), len(mirrors.Items))
 		}
 		select {
 		case <-time.After(200 * time.Millisecond):
@@ -300,9 +562,12 @@ type observation struct {
 	Phase          magosv1.Phase
 	Reason, Step   string
 	Message        string
+	Paused         bool // spec.paused
+	Generation     int64
+	UID            types.UID
 	Clusters       map[string]clusterState
-	GrantedRuns    map[string]string   // by cluster: the granted-run annotation of its mirror
-	Runs           map[string][]string // by cluster: its mirror's granted-run and currentRunID
+	GrantedRuns    map[string]string   // by member's label: the granted-run annotation of its mirror
+	Runs           map[string][]string // by member's label: its mirror's granted-run and currentRunID
 	ReadErr        error
 	hasRolloutRead bool
 }
@@ -312,6 +577,26 @@ type observation struct {
 func (o observation) settled() bool {
 	return o.Current && (o.Phase == magosv1.PhaseApplied && o.Reason == magosv1.ReasonRolloutCompleted ||
 		o.Phase == magosv1.PhaseFailed)
+}
+
+// pausedGrants checks three successive polls of the hub for a grant written while the hub knew
+// the Rollout was paused (spec.paused stops new grants): when prev shows the Rollout paused with
+// that spec observed (status.observedGeneration = generation) and next, read after cur's
+// mirrors, still shows the same Rollout at the same generation, a granted-run first seen in cur
+// was written between prev's read of the mirrors and cur's, while the Rollout was paused and
+// the hub had said so.
+func pausedGrants(prev, cur, next observation) []string {
+	if !prev.Paused || !prev.Current || !next.Paused || next.UID != prev.UID || next.Generation != prev.Generation {
+		return nil
+	}
+	var out []string
+	for _, label := range slices.Sorted(maps.Keys(cur.GrantedRuns)) {
+		if run := cur.GrantedRuns[label]; run != "" && run != prev.GrantedRuns[label] {
+			out = append(out, fmt.Sprintf("%s granted run %s while the Rollout was paused (generation %d, paused and observed by the hub at %s, still paused at %s)",
+				label, run, prev.Generation, prev.At.Format("15:04:05.000"), next.At.Format("15:04:05.000")))
+		}
+	}
+	return out
 }
 
 // judgeReport checks one new report of the Rollout (cur, whose resourceVersion differs from
@@ -371,16 +656,18 @@ func describe(order []string, o observation) string {
 // watcher polls the hub from outside the system under test: the Rollout, the Clusters and the
 // grants on the mirrors, and judges every new report of the Rollout.
 type watcher struct {
-	f     *devfleet.Fleet
-	order []string
+	f       *devfleet.Fleet
+	order   []string
+	members []member
 
 	mu         sync.Mutex
 	last       observation
+	before     observation // the successful poll before last
 	violations []string
 	ambiguous  []string
 	grants     []grantSeen // new grants, when first seen
 	polls      int
-	runs       map[string][]string // by cluster: every run granted or current seen, oldest first, for good
+	runs       map[string][]string // by member's label: every run granted or current seen, oldest first, for good
 	previewing int                 // polls that saw the Rollout Previewing
 	spokes     []spokeRead         // every read of the regions' Workspaces, from their spokes
 }
@@ -388,7 +675,7 @@ type watcher struct {
 // spokeRead is one read of a region's Workspace from its spoke's API server, the way its agent
 // left it: the read started At, so the Workspace was in this state at some time after At.
 type spokeRead struct {
-	Region                                        string
+	Region                                        string // the member's ledger label
 	At                                            time.Time
 	Phase                                         magosv1.Phase
 	CurrentRevision, ObservedRevision, PlanDigest string
@@ -434,11 +721,11 @@ func previewViolations(reads []spokeRead, release, sha string, lines []ledgerLin
 	return out
 }
 
-// runsOf returns the runs of cluster's Workspace seen so far, oldest first.
-func (w *watcher) runsOf(cluster string) []string {
+// runsOf returns the runs seen so far of the Workspace with that ledger label, oldest first.
+func (w *watcher) runsOf(label string) []string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return slices.Clone(w.runs[cluster])
+	return slices.Clone(w.runs[label])
 }
 
 // remember records the runs of o for runsOf. Called with mu held.
@@ -469,6 +756,11 @@ func (w *watcher) run(ctx context.Context) {
 		w.polls++
 		if o.ReadErr == nil {
 			w.remember(o)
+			if w.before.hasRolloutRead && w.last.hasRolloutRead {
+				for _, v := range pausedGrants(w.before, w.last, o) {
+					w.violations = append(w.violations, w.last.At.Format("15:04:05.000")+" "+v)
+				}
+			}
 			if w.last.hasRolloutRead {
 				if v, a := judgeReport(w.order, w.last, o); v != "" {
 					w.violations = append(w.violations, o.At.Format("15:04:05.000")+" "+v)
@@ -481,7 +773,7 @@ func (w *watcher) run(ctx context.Context) {
 					}
 				}
 			}
-			w.last = o
+			w.before, w.last = w.last, o
 		}
 		w.mu.Unlock()
 		select {
@@ -510,6 +802,7 @@ func (w *watcher) observe(ctx context.Context) observation {
 	}
 	o.hasRolloutRead = true
 	o.ResourceVer, o.Current = r.ResourceVersion, r.Status.ObservedGeneration == r.Generation
+	o.Paused, o.Generation, o.UID = r.Spec.Paused, r.Generation, r.UID
 	o.Phase, o.Reason, o.Step, o.Message = r.Status.Phase, r.Status.Reason, r.Status.CurrentStepName, r.Status.Message
 	for _, c := range clusters.Items {
 		if c.DeletionTimestamp != nil {
@@ -520,23 +813,25 @@ func (w *watcher) observe(ctx context.Context) observation {
 			Synced: c.Status.SyncedSince != nil}
 	}
 	for _, m := range mirrors.Items {
-		o.GrantedRuns[m.Labels[keys.Cluster]] = m.Annotations[keys.GrantedRun]
-		o.Runs[m.Labels[keys.Cluster]] = []string{m.Annotations[keys.GrantedRun], m.Status.CurrentRunID}
+		cluster := m.Labels[keys.Cluster]
+		label := labelOf(w.members, cluster, mirror.OriginOf(cluster, &m).Name)
+		o.GrantedRuns[label] = m.Annotations[keys.GrantedRun]
+		o.Runs[label] = []string{m.Annotations[keys.GrantedRun], m.Status.CurrentRunID}
 	}
 	return o
 }
 
-// readSpokes reads every region's Workspace from its spoke (a region whose read fails is left
-// out of this poll).
+// readSpokes reads every member's Workspace from its spoke (a member whose read fails is left out
+// of this poll).
 func (w *watcher) readSpokes(ctx context.Context) []spokeRead {
 	var out []spokeRead
-	for _, region := range w.order {
+	for _, m := range w.members {
 		at := time.Now()
 		var ws magosv1.Workspace
-		if err := w.f.Client(region).Get(ctx, client.ObjectKey{Namespace: corev1.NamespaceDefault, Name: demo.Workspace}, &ws); err != nil {
+		if err := w.f.Client(m.Cluster).Get(ctx, client.ObjectKey{Namespace: corev1.NamespaceDefault, Name: m.Workspace}, &ws); err != nil {
 			continue
 		}
-		out = append(out, spokeRead{Region: region, At: at, Phase: ws.Status.Phase, CurrentRevision: ws.Status.CurrentRevision,
+		out = append(out, spokeRead{Region: m.Label, At: at, Phase: ws.Status.Phase, CurrentRevision: ws.Status.CurrentRevision,
 			ObservedRevision: ws.Status.ObservedRevision, PlanDigest: ws.Status.PlanDigest})
 	}
 	return out
@@ -551,8 +846,8 @@ func (w *watcher) spokeReads() []spokeRead {
 
 // grantSeen is a new grant (granted-run on a mirror) the watcher saw.
 type grantSeen struct {
-	Cluster, Run string
-	At           time.Time
+	Member, Run string // the member's ledger label
+	At          time.Time
 }
 
 // take returns what the watcher found so far (and how many polls saw the Rollout Previewing)
@@ -591,15 +886,16 @@ func chaosSettings(t *testing.T) (trials, commits int, seed uint64) {
 }
 
 // trialLedgerViolations checks the ledger lines of one trial's releases (the ledger also holds
-// the other trials'): every release applied in step order, exactly once per region.
-func trialLedgerViolations(lines []ledgerLine, order, releases []string) []violation {
+// the other trials'): every release applied in step order (steps: the ledger labels of each
+// step's Workspaces, checkStepLedger), exactly once per Workspace.
+func trialLedgerViolations(lines []ledgerLine, steps [][]string, releases []string) []violation {
 	var mine []ledgerLine
 	for _, l := range lines {
 		if slices.Contains(releases, l.Release) {
 			mine = append(mine, l)
 		}
 	}
-	return checkLedger(mine, order, releases)
+	return checkStepLedger(mine, steps, releases)
 }
 
 // percentiles returns p50, p90 and max of ds (zeros when empty).
@@ -614,18 +910,21 @@ func percentiles(ds []time.Duration) (p50, p90, top time.Duration) {
 }
 
 // TestChaos: on one fleet (hub and three regional spokes, real binaries, real tofu), after the
-// demo Rollout completed, each trial pushes new commits of the ledger module one at a time
-// while a seeded random schedule injects faults: the hub (both replicas) or an agent killed and
-// restarted, the leading hub replica killed so that the standby takes over, an agent suspended,
-// an agent partitioned from the hub at the transport level, a cluster removed from the hub's
-// config and added back, a delayed mirror, an old grant replayed onto a mirror. Every fault is healed before the wait
-// for the commit, which is bounded. Every second trial sets the Rollout's planFirst. Observers
-// outside Magos judge each trial: the ledger the module writes on every apply (step order,
-// exactly once per region and release), the test's own polls of the Rollout and Clusters on the
-// hub (never RolloutCompleted or Failed while a cluster is unsynced or not Ready), and, in a
-// planFirst trial, its reads of the Workspaces from the spokes (no region without a plan of the
-// commit once another applied it). Settings: MAGOS_CHAOS_TRIALS, MAGOS_CHAOS_SEED,
-// MAGOS_CHAOS_COMMITS; see docs (make chaos).
+// demo Rollout completed and a second Workspace was added to each spoke (in the same step,
+// tracking the same repository spelled otherwise), each trial pushes new commits of the ledger
+// module one at a time while a seeded random schedule injects faults: the hub (both replicas) or
+// an agent killed and restarted, the leading hub replica killed, or suspended, so that the
+// standby takes over, an agent suspended, an agent partitioned from the hub at the transport
+// level, a cluster removed from the hub's config and added back, a delayed mirror, an old grant
+// replayed onto a mirror, the Rollout paused, or deleted and created again. Every fault is
+// healed before the wait for the commit, which is bounded. Every second trial sets the
+// Rollout's planFirst. Observers outside Magos judge each trial: the ledger the module writes on
+// every apply (exactly once per Workspace and release, every Workspace of a step before the
+// first of the next), the test's own polls of the Rollout, Clusters and mirrors on the hub
+// (never RolloutCompleted or Failed while a cluster is unsynced or not Ready, no grant while the
+// hub has the Rollout paused), and, in a planFirst trial, its reads of the Workspaces from the
+// spokes (none without a plan of the commit once another applied it). Settings:
+// MAGOS_CHAOS_TRIALS, MAGOS_CHAOS_SEED, MAGOS_CHAOS_COMMITS; see docs (make chaos).
 func TestChaos(t *testing.T) {
 	trials, commits, seed := chaosSettings(t)
 	t.Logf("chaos: %d trials of %d commits, seed %d (rerun with %s=%d)", trials, commits, seed, envChaosSeed, seed)
@@ -703,11 +1002,23 @@ func TestChaos(t *testing.T) {
 	if err != nil || !s.Completed {
 		t.Fatalf("the demo Rollout did not complete (%v):\n%s", err, s.Final)
 	}
-	if err := waitRelease(t, ctx, f, ledger, "v1", workspace(t, ctx, f, f.Order[0]).Status.ObservedRevision); err != nil {
+	v1 := workspace(t, ctx, f, f.Order[0]).Status.ObservedRevision
+	if err := waitRelease(t, ctx, f, ledger, "v1", v1); err != nil {
 		t.Fatalf("the first release: %v", err)
 	}
+	// A second Workspace in every spoke, in the first one's step, the same source spelled
+	// otherwise: the Rollout rolls v1 out to them, step by step, before the trials.
+	if err := addSecondWorkspaces(ctx, f); err != nil {
+		t.Fatalf("adding the second Workspaces: %v", err)
+	}
+	members := chaosMembers(f.Order)
+	steps := ledgerSteps(f.Order, members)
+	if err := waitMembersRelease(ctx, f, members, ledger, "v1", v1); err != nil {
+		t.Fatalf("the first release on the second Workspaces: %v\nRollout: %s", err, rolloutLine(t, ctx, f))
+	}
+	t.Logf("chaos: steps (ledger labels) %v; second Workspaces track %s", steps, secondSpelling(workspace(t, ctx, f, f.Order[0]).Spec.Source))
 
-	w := &watcher{f: f, order: f.Order}
+	w := &watcher{f: f, order: f.Order, members: members}
 	wctx, stopWatching := context.WithCancel(ctx)
 	watched := make(chan struct{})
 	go func() { defer close(watched); w.run(wctx) }()
@@ -754,7 +1065,7 @@ func TestChaos(t *testing.T) {
 				case <-ctx.Done():
 				}
 				began := time.Now()
-				at, what, err := inject(ctx, f, w, ft)
+				at, what, err := inject(ctx, f, w, ft, ledger, release)
 				faults[ft.Kind]++
 				total++
 				if err != nil {
@@ -768,7 +1079,7 @@ func TestChaos(t *testing.T) {
 				healed = append(healed, heal{ft.Kind, at})
 			}
 			// Every fault of the commit is healed: the commit must now roll out everywhere.
-			if err := waitRelease(t, ctx, f, ledger, release, sha); err != nil {
+			if err := waitMembersRelease(ctx, f, members, ledger, release, sha); err != nil {
 				stalled = fmt.Sprintf("trial %d (seed %d): %s (%s) did not roll out everywhere within the bounded wait after every fault was healed: %v\nRollout: %s",
 					trial, seed, release, sha[:8], err, rolloutLine(t, ctx, f))
 			}
@@ -802,7 +1113,7 @@ func TestChaos(t *testing.T) {
 		vs, amb, grants, polls, previewing := w.take()
 		var grantText strings.Builder
 		for _, g := range grants {
-			fmt.Fprintf(&grantText, "  %-10s run %s %s\n", g.Cluster, g.Run, g.At.Format("15:04:05.000"))
+			fmt.Fprintf(&grantText, "  %-12s run %s %s\n", g.Member, g.Run, g.At.Format("15:04:05.000"))
 		}
 		t.Logf("trial %d: grants seen on the hub's mirrors:\n%s", trial, grantText.String())
 		for _, a := range amb {
@@ -815,7 +1126,7 @@ func TestChaos(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for i, v := range trialLedgerViolations(lines, f.Order, releases) {
+		for i, v := range trialLedgerViolations(lines, steps, releases) {
 			text := fmt.Sprintf("trial %d (seed %d): ledger: %s", trial, seed, v)
 			if i == 0 { // the trial's ledger, once
 				text += "\n  the trial's ledger:\n" + ledgerText(lines, releases)
@@ -847,7 +1158,7 @@ func ledgerText(lines []ledgerLine, releases []string) string {
 	var b strings.Builder
 	for _, l := range lines {
 		if slices.Contains(releases, l.Release) {
-			fmt.Fprintf(&b, "  %-10s %s %s\n", l.Region, l.Release, l.At.Format("15:04:05.000"))
+			fmt.Fprintf(&b, "  %-12s %s %s\n", l.Region, l.Release, l.At.Format("15:04:05.000"))
 		}
 	}
 	return b.String()
@@ -861,7 +1172,12 @@ func rolloutLine(t *testing.T, ctx context.Context, f *devfleet.Fleet) string {
 
 // TestChaosObserversCatchViolations: the observers of TestChaos can fail. The ledger check
 // catches an apply out of step order and a duplicate apply injected into a trial's ledger (and
-// ignores the other trials' lines); the preview check catches a region seen on its spoke without
+// ignores the other trials' lines), and, with two Workspaces a step, a step started before the
+// last Workspace of the step before applied, a Workspace that never applies, one that applies
+// again after its Rollout was recreated and a step applied before the step before it; the pause
+// check catches a grant written while the hub had the Rollout paused, and lets through one
+// written before the hub observed the pause, around the resume, or by a recreated Rollout; the
+// preview check catches a region seen on its spoke without
 // a plan of the commit after the first region applied it; the status check catches a RolloutCompleted reported while
 // a cluster was unsynced or not Ready, and a Failed in a trial where nothing fails, and lets
 // through NoWorkspacesFound while a cluster is deregistered, a report without a change, and a
@@ -881,10 +1197,11 @@ ap-south-1 t3c1 8
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := trialLedgerViolations(lines, order, []string{"t1c1"}); len(got) != 0 {
+		steps := ledgerSteps(order, []member{{"us-east-1", "a", "us-east-1"}, {"eu-west-1", "a", "eu-west-1"}, {"ap-south-1", "a", "ap-south-1"}})
+		if got := trialLedgerViolations(lines, steps, []string{"t1c1"}); len(got) != 0 {
 			t.Errorf("a clean trial: %v", got)
 		}
-		got := trialLedgerViolations(lines, order, []string{"t2c1"})
+		got := trialLedgerViolations(lines, steps, []string{"t2c1"})
 		want := []violation{
 			{"t2c1", "ap-south-1", "applied before us-east-1 (an earlier step) had applied it"},
 			{"t2c1", "ap-south-1", "applied before eu-west-1 (an earlier step) had applied it"},
@@ -892,6 +1209,95 @@ ap-south-1 t3c1 8
 		}
 		if !slices.Equal(got, want) {
 			t.Errorf("out of order and duplicate:\n got %v\nwant %v", got, want)
+		}
+	})
+
+	// Two Workspaces a step (chaosMembers): each applies each release once, and the first apply
+	// of a step comes after the last apply of the step before.
+	t.Run("ledger, two Workspaces a step", func(t *testing.T) {
+		steps := ledgerSteps(order, chaosMembers(order))
+		clean := `us-east-1-b t1c1 1
+us-east-1 t1c1 2
+eu-west-1 t1c1 3
+eu-west-1-b t1c1 4
+ap-south-1-b t1c1 5
+ap-south-1 t1c1 6
+`
+		for _, tc := range []struct {
+			name, ledger string
+			want         []violation
+		}{
+			{"in step order, either Workspace of a step first", clean, nil},
+			{"a later step starts before the last Workspace of a step applied", `us-east-1 t1c1 1
+eu-west-1 t1c1 2
+us-east-1-b t1c1 3
+eu-west-1-b t1c1 4
+ap-south-1 t1c1 5
+ap-south-1-b t1c1 6
+`, []violation{{"t1c1", "eu-west-1", "applied before us-east-1-b (an earlier step) had applied it"}}},
+			{"a second Workspace that never applies", `us-east-1 t1c1 1
+us-east-1-b t1c1 2
+eu-west-1 t1c1 3
+ap-south-1 t1c1 5
+ap-south-1-b t1c1 6
+`, []violation{
+				{"t1c1", "ap-south-1", "applied before eu-west-1-b (an earlier step) had applied it"},
+				{"t1c1", "ap-south-1-b", "applied before eu-west-1-b (an earlier step) had applied it"},
+				{"t1c1", "eu-west-1-b", "never applied"},
+			}},
+			// What a rollout-recreate that started the commit over would leave: the first
+			// Workspace applies again after the Rollout came back.
+			{"a Workspace applies again after its Rollout was recreated", clean + "us-east-1 t1c1 7\n",
+				[]violation{{"t1c1", "us-east-1", "applied more than once"}}},
+			// What a suspended leader that woke up and granted the next step would leave.
+			{"a step applied before the step before it", `us-east-1 t1c1 1
+us-east-1-b t1c1 2
+ap-south-1-b t1c1 3
+eu-west-1 t1c1 4
+eu-west-1-b t1c1 5
+ap-south-1 t1c1 6
+`, []violation{
+				{"t1c1", "ap-south-1-b", "applied before eu-west-1 (an earlier step) had applied it"},
+				{"t1c1", "ap-south-1-b", "applied before eu-west-1-b (an earlier step) had applied it"},
+			}},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				lines, err := parseLedger([]byte(tc.ledger))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got := trialLedgerViolations(lines, steps, []string{"t1c1"}); !slices.Equal(got, tc.want) {
+					t.Errorf("trialLedgerViolations:\n got %v\nwant %v", got, tc.want)
+				}
+			})
+		}
+	})
+
+	// A grant while paused, as a rollout-pause or the pause of a leader-stop would show it if
+	// the hub (or a suspended leader waking up) granted through the pause.
+	t.Run("paused", func(t *testing.T) {
+		poll := func(paused, current bool, gen int64, grants map[string]string) observation {
+			return observation{Paused: paused, Current: current, Generation: gen, UID: "u1", GrantedRuns: grants}
+		}
+		none := map[string]string{"us-east-1": "r1"}
+		more := map[string]string{"us-east-1": "r1", "eu-west-1": "r2"}
+		for _, tc := range []struct {
+			name            string
+			prev, cur, next observation
+			want            int
+		}{
+			{"a grant while the hub had the pause and still has it", poll(true, true, 2, none), poll(true, true, 2, more), poll(true, true, 2, more), 1},
+			{"a grant before the hub observed the pause", poll(true, false, 2, none), poll(true, true, 2, more), poll(true, true, 2, more), 0},
+			{"a grant around the resume", poll(true, true, 2, none), poll(true, true, 2, more), poll(false, true, 3, more), 0},
+			{"a grant of a recreated Rollout", poll(true, true, 2, none), poll(true, true, 2, more), observation{Paused: true, Generation: 2, UID: "u2"}, 0},
+			{"no new grant while paused", poll(true, true, 2, more), poll(true, true, 2, more), poll(true, true, 2, more), 0},
+			{"a grant while not paused", poll(false, true, 1, none), poll(false, true, 1, more), poll(false, true, 1, more), 0},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				if got := pausedGrants(tc.prev, tc.cur, tc.next); len(got) != tc.want {
+					t.Errorf("pausedGrants = %q, want %d", got, tc.want)
+				}
+			})
 		}
 	})
 

@@ -150,6 +150,26 @@ func (v violation) String() string { return v.Region + " " + v.Release + ": " + 
 // lists the regions in step order), and each region applies each release exactly once. Lines of
 // regions not in order or of releases not in releases are violations too.
 func checkLedger(lines []ledgerLine, order, releases []string) []violation {
+	steps := make([][]string, len(order))
+	for i, region := range order {
+		steps[i] = []string{region}
+	}
+	return checkStepLedger(lines, steps, releases)
+}
+
+// checkStepLedger is checkLedger for steps of several Workspaces each: steps lists, in step
+// order, the ledger labels of each step's Workspaces. For every release, each Workspace applies
+// it exactly once, and every Workspace of a step applies it before the first apply of any
+// Workspace of a later step (the first apply of step k+1 comes after the last of step k).
+func checkStepLedger(lines []ledgerLine, steps [][]string, releases []string) []violation {
+	stepOf := map[string]int{}
+	var labels []string
+	for i, step := range steps {
+		for _, label := range step {
+			stepOf[label] = i
+			labels = append(labels, label)
+		}
+	}
 	var out []violation
 	for _, release := range releases {
 		applied := map[string]int{}
@@ -157,23 +177,25 @@ func checkLedger(lines []ledgerLine, order, releases []string) []violation {
 			if l.Release != release {
 				continue
 			}
-			step := slices.Index(order, l.Region)
-			if step < 0 {
+			step, ok := stepOf[l.Region]
+			if !ok {
 				out = append(out, violation{release, l.Region, "applied by a region that is no step of the rollout"})
 				continue
 			}
-			for _, earlier := range order[:step] {
-				if applied[earlier] == 0 {
-					out = append(out, violation{release, l.Region, "applied before " + earlier + " (an earlier step) had applied it"})
+			for _, earlier := range steps[:step] {
+				for _, label := range earlier {
+					if applied[label] == 0 {
+						out = append(out, violation{release, l.Region, "applied before " + label + " (an earlier step) had applied it"})
+					}
 				}
 			}
 			if applied[l.Region]++; applied[l.Region] == 2 {
 				out = append(out, violation{release, l.Region, "applied more than once"})
 			}
 		}
-		for _, region := range order {
-			if applied[region] == 0 {
-				out = append(out, violation{release, region, "never applied"})
+		for _, label := range labels {
+			if applied[label] == 0 {
+				out = append(out, violation{release, label, "never applied"})
 			}
 		}
 	}

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -556,20 +557,56 @@ func (c clusterState) problem() string {
 
 // observation is one poll of the hub by the test: the Rollout and every Cluster, read together.
 type observation struct {
-	At             time.Time
-	ResourceVer    string
-	Current        bool // status.observedGeneration == metadata.generation
-	Phase          magosv1.Phase
-	Reason, Step   string
-	Message        string
-	Paused         bool // spec.paused
-	Generation     int64
-	UID            types.UID
-	Clusters       map[string]clusterState
-	GrantedRuns    map[string]string   // by member's label: the granted-run annotation of its mirror
-	Runs           map[string][]string // by member's label: its mirror's granted-run and currentRunID
-	ReadErr        error
-	hasRolloutRead bool
+	At           time.Time
+	ResourceVer  string
+	Current      bool // status.observedGeneration == metadata.generation
+	Phase        magosv1.Phase
+	Reason, Step string
+	Message      string
+	Paused       bool // spec.paused
+	Generation   int64
+	UID          types.UID
+	Clusters     map[string]clusterState
+	GrantedRuns  map[string]string   // by member's label: the granted-run annotation of its mirror
+	Runs         map[string][]string // by member's label: its mirror's granted-run and currentRunID
+	// Holder is the holder of the hub replicas' leader Lease, read before everything else of
+	// the poll; Decisions are, by member's label, its mirror's grant annotations and the
+	// replica that wrote them (magosproject.io/decided-by); StatusBy and StatusAt are the
+	// Rollout's status.decidedBy and status.lastReconcileTime (new with every status written).
+	Holder             string
+	Decisions          map[string]decisionSeen
+	StatusBy, StatusAt string
+	ReadErr            error
+	hasRolloutRead     bool
+}
+
+// decisionSeen is a mirror's decision as a poll saw it.
+type decisionSeen struct {
+	Grant string // every grant annotation, as one string: a change of it is a decision written
+	By    string // magosproject.io/decided-by
+}
+
+// deposedDecisions checks two successive polls for a decision written by a hub replica that did
+// not hold the leader Lease: a mirror's grant that changed between prev and cur, or a Rollout
+// status written between them, carrying a replica's identity other than the Lease's holder that
+// both polls read (the Lease is read first in a poll, so the write came after prev's read of the
+// Lease showed another holder, and before cur's showed it still). A takeover between the two
+// polls is not judged.
+func deposedDecisions(prev, cur observation) []string {
+	if prev.Holder == "" || prev.Holder != cur.Holder {
+		return nil
+	}
+	var out []string
+	for _, label := range slices.Sorted(maps.Keys(cur.Decisions)) {
+		d := cur.Decisions[label]
+		if p, ok := prev.Decisions[label]; ok && p.Grant != d.Grant && d.By != "" && d.By != cur.Holder {
+			out = append(out, fmt.Sprintf("the decision on %s's mirror changed to %q, written by hub replica %s while %s held the leader Lease", label, d.Grant, d.By, cur.Holder))
+		}
+	}
+	if prev.StatusAt != "" && cur.StatusAt != prev.StatusAt && cur.StatusBy != "" && cur.StatusBy != cur.Holder {
+		out = append(out, fmt.Sprintf("the Rollout's status was written by hub replica %s while %s held the leader Lease", cur.StatusBy, cur.Holder))
+	}
+	return out
 }
 
 // settled reports whether the observation is a report of the end of a Rollout: RolloutCompleted,
@@ -762,6 +799,9 @@ func (w *watcher) run(ctx context.Context) {
 				}
 			}
 			if w.last.hasRolloutRead {
+				for _, v := range deposedDecisions(w.last, o) {
+					w.violations = append(w.violations, o.At.Format("15:04:05.000")+" "+v)
+				}
 				if v, a := judgeReport(w.order, w.last, o); v != "" {
 					w.violations = append(w.violations, o.At.Format("15:04:05.000")+" "+v)
 				} else if a != "" {
@@ -787,7 +827,14 @@ func (w *watcher) run(ctx context.Context) {
 func (w *watcher) observe(ctx context.Context) observation {
 	hub := w.f.Client("hub")
 	o := observation{At: time.Now(), Clusters: map[string]clusterState{}, GrantedRuns: map[string]string{},
-		Runs: map[string][]string{}}
+		Runs: map[string][]string{}, Decisions: map[string]decisionSeen{}}
+	var lease coordinationv1.Lease
+	if o.ReadErr = hub.Get(ctx, client.ObjectKey{Namespace: devfleet.HubLeaseNamespace, Name: devfleet.HubLeaseName}, &lease); o.ReadErr != nil {
+		return o
+	}
+	if lease.Spec.HolderIdentity != nil {
+		o.Holder = *lease.Spec.HolderIdentity
+	}
 	var r magosv1.Rollout
 	if o.ReadErr = hub.Get(ctx, client.ObjectKey{Namespace: corev1.NamespaceDefault, Name: demo.Project}, &r); o.ReadErr != nil {
 		return o
@@ -804,6 +851,10 @@ func (w *watcher) observe(ctx context.Context) observation {
 	o.ResourceVer, o.Current = r.ResourceVersion, r.Status.ObservedGeneration == r.Generation
 	o.Paused, o.Generation, o.UID = r.Spec.Paused, r.Generation, r.UID
 	o.Phase, o.Reason, o.Step, o.Message = r.Status.Phase, r.Status.Reason, r.Status.CurrentStepName, r.Status.Message
+	o.StatusBy = r.Status.DecidedBy
+	if r.Status.LastReconcileTime != nil {
+		o.StatusAt = r.Status.LastReconcileTime.UTC().Format(time.RFC3339Nano)
+	}
 	for _, c := range clusters.Items {
 		if c.DeletionTimestamp != nil {
 			continue
@@ -817,6 +868,11 @@ func (w *watcher) observe(ctx context.Context) observation {
 		label := labelOf(w.members, cluster, mirror.OriginOf(cluster, &m).Name)
 		o.GrantedRuns[label] = m.Annotations[keys.GrantedRun]
 		o.Runs[label] = []string{m.Annotations[keys.GrantedRun], m.Status.CurrentRunID}
+		var grant []string
+		for _, k := range []string{keys.ExecutionAllowed, keys.GrantedRun, keys.GrantedBy, keys.GrantedRevision, keys.GrantedOperation, keys.GrantedPlan} {
+			grant = append(grant, m.Annotations[k])
+		}
+		o.Decisions[label] = decisionSeen{Grant: strings.Join(grant, "|"), By: m.Annotations[keys.DecidedBy]}
 	}
 	return o
 }
@@ -1296,6 +1352,32 @@ ap-south-1 t1c1 6
 			t.Run(tc.name, func(t *testing.T) {
 				if got := pausedGrants(tc.prev, tc.cur, tc.next); len(got) != tc.want {
 					t.Errorf("pausedGrants = %q, want %d", got, tc.want)
+				}
+			})
+		}
+	})
+
+	// A decision landed by a replica that no longer leads, as a suspended leader waking up
+	// (leader-stop) would leave it without the API server's fence.
+	t.Run("deposed leader", func(t *testing.T) {
+		poll := func(holder, grant, by, statusAt, statusBy string) observation {
+			return observation{Holder: holder, Decisions: map[string]decisionSeen{"us-east-1": {Grant: grant, By: by}},
+				StatusAt: statusAt, StatusBy: statusBy}
+		}
+		for _, tc := range []struct {
+			name      string
+			prev, cur observation
+			want      int
+		}{
+			{"a grant by a replica that does not hold the Lease", poll("hub-2", "", "hub", "t1", "hub-2"), poll("hub-2", "true|r1", "hub", "t1", "hub-2"), 1},
+			{"a status by a replica that does not hold the Lease", poll("hub-2", "", "", "t1", "hub-2"), poll("hub-2", "", "", "t2", "hub"), 1},
+			{"a grant by the leader", poll("hub-2", "", "hub", "t1", "hub-2"), poll("hub-2", "true|r1", "hub-2", "t2", "hub-2"), 0},
+			{"a grant around a takeover", poll("hub", "", "hub", "t1", "hub"), poll("hub-2", "true|r1", "hub", "t1", "hub"), 0},
+			{"an old grant left by a former leader", poll("hub-2", "true|r1", "hub", "t1", "hub"), poll("hub-2", "true|r1", "hub", "t1", "hub"), 0},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				if got := deposedDecisions(tc.prev, tc.cur); len(got) != tc.want {
+					t.Errorf("deposedDecisions = %q, want %d", got, tc.want)
 				}
 			})
 		}

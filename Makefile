@@ -113,7 +113,7 @@ CHAOS_COMMITS ?= 2
 chaos: ## Roll commits out under injected faults (CHAOS_TRIALS=10 CHAOS_SEED=<n> CHAOS_COMMITS=2).
 	@$(WITH_ASSETS) summary="$$(mktemp)" && rc=0 && \
 	MAGOS_CHAOS_TRIALS=$(CHAOS_TRIALS) MAGOS_CHAOS_SEED=$(CHAOS_SEED) MAGOS_CHAOS_COMMITS=$(CHAOS_COMMITS) \
-	MAGOS_CHAOS_SUMMARY="$$summary" go test -count=1 -timeout 90m -v -run '^TestChaos$$' ./tools/e2e/ >&2 || rc=$$?; \
+	MAGOS_CHAOS_SUMMARY="$$summary" go test -count=1 -timeout 240m -v -run '^TestChaos$$' ./tools/e2e/ >&2 || rc=$$?; \
 	if [[ -s "$$summary" ]]; then cat "$$summary"; else echo "chaos: no summary: the test ended before writing it (see its output above)"; fi; \
 	rm -f "$$summary"; exit $$rc
 

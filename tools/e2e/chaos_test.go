@@ -1035,7 +1035,8 @@ func TestChaos(t *testing.T) {
 	}
 	defer report()
 
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Minute)
+	// Bounded, and long enough for every commit's faults and waits (a few minutes at most each).
+	ctx, cancel := context.WithTimeout(context.Background(), max(60*time.Minute, time.Duration(trials*commits)*3*time.Minute))
 	defer cancel()
 	var progress bytes.Buffer
 	dir := os.Getenv(envChaosDir)

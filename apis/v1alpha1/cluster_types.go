@@ -109,6 +109,16 @@ type ClusterStatus struct {
 	// +optional
 	SyncedSince *metav1.Time `json:"syncedSince,omitempty"`
 
+	// ClockOffset is how far the agent's clock runs ahead of the hub's (negative: behind), as the
+	// hub measures it: the renew time the agent writes in its Lease, less the time on the hub's
+	// own clock when the hub saw that renewal, the largest over the agent's last renewals (the
+	// one seen with the least delay). The hub subtracts it from every time the agent writes
+	// (when its poll saw a commit, its sync watermark) before comparing them with another
+	// cluster's or its own, so an agent's clock decides no order. Unset for a direct cluster and
+	// before the hub saw a renewal.
+	// +optional
+	ClockOffset *metav1.Duration `json:"clockOffset,omitempty"`
+
 	// Mirrored is the number of Workspaces the agent reports it mirrors.
 	// +optional
 	Mirrored int32 `json:"mirrored,omitempty"`

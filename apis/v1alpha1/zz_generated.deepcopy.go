@@ -156,6 +156,11 @@ func (in *ClusterStatus) DeepCopyInto(out *ClusterStatus) {
 		in, out := &in.SyncedSince, &out.SyncedSince
 		*out = (*in).DeepCopy()
 	}
+	if in.ClockOffset != nil {
+		in, out := &in.ClockOffset, &out.ClockOffset
+		*out = new(v1.Duration)
+		**out = **in
+	}
 	if in.Conditions != nil {
 		in, out := &in.Conditions, &out.Conditions
 		*out = make([]v1.Condition, len(*in))

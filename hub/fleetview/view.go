@@ -282,6 +282,9 @@ func (v *View) Snapshot(ctx context.Context, namespace, project string) (*Snapsh
 		}
 		rc := decision.Cluster{Name: c.Name, Labels: c.Labels}
 		rc.Available, rc.Reason = available(c)
+		if c.Spec.Transport != magosv1.TransportDirect && c.Status.ClockOffset != nil {
+			rc.ClockOffset = c.Status.ClockOffset.Duration
+		}
 		// The hub knows an agent cluster's Workspaces once the agent completed a sync (the
 		// mirrors then hold all of them, as of the last sync); a direct cluster's once engaged.
 		agentSynced := c.Spec.Transport == magosv1.TransportDirect || c.Status.SyncedSince != nil

@@ -1,6 +1,7 @@
 package registry
 
 import (
+	"slices"
 	"sync"
 	"time"
 
@@ -32,7 +33,14 @@ type leaseSeen struct {
 	at   time.Time
 	// first is when the hub first saw the Lease, on its own clock.
 	first time.Time
+	// offsets are the latest clock offset samples (offsetSamples at most): each renewal the hub
+	// saw change, the renew time the agent wrote less the hub's time when it saw it.
+	offsets []time.Duration
 }
+
+// offsetSamples is how many renewals the clock offset is measured over: an agent whose clock is
+// corrected (NTP) is measured right again after this many renewals.
+const offsetSamples = 10
 
 func newLeaseClock() *leaseClock { return &leaseClock{seen: map[string]leaseSeen{}} }
 
@@ -61,10 +69,32 @@ func (c *leaseClock) observe(l *coordinationv1.Lease, now time.Time) time.Time {
 	case !ok:
 		s = leaseSeen{mark: mark, first: now}
 	case s.mark != mark:
-		s = leaseSeen{mark: mark, at: now, first: s.first}
+		s = leaseSeen{mark: mark, at: now, first: s.first, offsets: s.offsets}
+		if l.Spec.RenewTime != nil {
+			s.offsets = append(s.offsets, l.Spec.RenewTime.Sub(now))
+			if len(s.offsets) > offsetSamples {
+				s.offsets = slices.Delete(s.offsets, 0, len(s.offsets)-offsetSamples)
+			}
+		}
 	}
 	c.seen[key] = s
 	return s.at
+}
+
+// offset returns how far the clock of the agent whose Lease is in namespace runs ahead of the
+// hub's (negative: behind), and whether the hub saw a renewal to measure it by. A renewal is
+// seen some delay after the agent wrote it, so each sample is the true offset less that delay:
+// the largest of the last samples, the one seen soonest, is the closest, and errs by the
+// least delay the hub observed (a watch event's, usually milliseconds), never by the agent's
+// clock.
+func (c *leaseClock) offset(namespace string) (time.Duration, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := c.seen[namespace].offsets
+	if len(s) == 0 {
+		return 0, false
+	}
+	return slices.Max(s), true
 }
 
 // expires returns when the renewal the hub last saw of the Lease in namespace expires, without

@@ -71,3 +71,39 @@ func TestLeaseClock(t *testing.T) {
 		t.Fatal("a new holder with the same renew time is not a renewal")
 	}
 }
+
+// TestLeaseClockOffset: the offset of an agent's clock is the renew time it wrote less the hub's
+// time when it saw the renewal, the largest over the last renewals: a renewal seen late (a slow
+// watch) makes a sample smaller, never the measure. The first sight of a Lease (a renewal of
+// unknown age) and a Lease read again without a renewal give no sample.
+func TestLeaseClockOffset(t *testing.T) {
+	hub := time.Date(2026, 12, 6, 10, 0, 0, 0, time.UTC)
+	lease := func(renew time.Time) *coordinationv1.Lease {
+		holder, secs := "a-0", int32(40)
+		return &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: "magos-cluster-a"},
+			Spec: coordinationv1.LeaseSpec{HolderIdentity: &holder, LeaseDurationSeconds: &secs, RenewTime: &metav1.MicroTime{Time: renew}}}
+	}
+	const skew = 7 * time.Minute
+	c := newLeaseClock()
+	c.observe(lease(hub.Add(skew-time.Hour)), hub) // an old renewal, seen at the hub's start
+	if _, ok := c.offset("magos-cluster-a"); ok {
+		t.Fatal("an offset from the first sight of a Lease, whose renewal may be of any age")
+	}
+	// Renewals every 10 s, seen after 2 s, 50 ms and 900 ms.
+	for i, delay := range []time.Duration{2 * time.Second, 50 * time.Millisecond, 900 * time.Millisecond} {
+		wrote := hub.Add(time.Duration(i+1) * 10 * time.Second)
+		c.observe(lease(wrote.Add(skew)), wrote.Add(delay))
+		c.observe(lease(wrote.Add(skew)), wrote.Add(delay+5*time.Second)) // read again: no renewal
+	}
+	if off, ok := c.offset("magos-cluster-a"); !ok || off != skew-50*time.Millisecond {
+		t.Fatalf("offset %v (%v), want %v: the skew less the least delay seen", off, ok, skew-50*time.Millisecond)
+	}
+	// Only the last offsetSamples renewals count: the agent's clock corrected to the hub's.
+	for i := range offsetSamples {
+		wrote := hub.Add(time.Hour + time.Duration(i)*10*time.Second)
+		c.observe(lease(wrote), wrote.Add(10*time.Millisecond))
+	}
+	if off, _ := c.offset("magos-cluster-a"); off != -10*time.Millisecond {
+		t.Fatalf("offset %v after %d renewals in sync, want -10ms", off, offsetSamples)
+	}
+}

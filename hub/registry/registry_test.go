@@ -996,7 +996,8 @@ func TestResyncKeepsToItsShare(t *testing.T) {
 // on its own clock. An agent whose clock runs ten minutes behind, renewing every 500 ms, is
 // Available; one whose clock runs ten minutes ahead turns AgentSilent about a lease duration
 // after its last renewal, not ten minutes later. (Judged by the renewTime the agent writes, the
-// first never counted live and the second stayed live for ten minutes.)
+// first never counted live and the second stayed live for ten minutes.) Each Cluster's
+// status.clockOffset shows its agent's skew, as the hub measured it.
 func TestHeartbeatClockSkew(t *testing.T) {
 	ctx := context.Background()
 	cfg := newConfigDir(t, clusterYAML(agentEntry("behind", ""), agentEntry("ahead", "")))
@@ -1055,6 +1056,17 @@ func TestHeartbeatClockSkew(t *testing.T) {
 	}
 	if err := wantCondition("behind", magosv1.ConditionAvailable, metav1.ConditionTrue, magosv1.ReasonAgentHeartbeating)(); err != nil {
 		t.Errorf("the agent behind, renewing: %v", err)
+	}
+	// Each Cluster shows how far its agent's clock runs from the hub's, as the hub measured it
+	// from the renewals it saw (within a second: the delay of a watch event, rounded).
+	for name, want := range map[string]time.Duration{"behind": -10 * time.Minute, "ahead": 10 * time.Minute} {
+		cl := &magosv1.Cluster{}
+		if err := env.Hub.Client.Get(ctx, client.ObjectKey{Name: name}, cl); err != nil {
+			t.Fatal(err)
+		}
+		if cl.Status.ClockOffset == nil || (cl.Status.ClockOffset.Duration-want).Abs() > time.Second {
+			t.Errorf("cluster %s: status.clockOffset %v, want %s within a second", name, cl.Status.ClockOffset, want)
+		}
 	}
 }
 

@@ -54,6 +54,11 @@ const defaultLeaseDuration = 40 * time.Second
 // Available condition turns False within a Lease duration of the last renewal.
 const heartbeatGranularity = 5 * time.Minute
 
+// offsetGranularity is how much the measured clock offset of an agent must move before the
+// Cluster's status.clockOffset is written again: the measure moves by milliseconds with each
+// renewal's delay, and the times it corrects are compared at a coarser grain.
+const offsetGranularity = 250 * time.Millisecond
+
 // HubCacheByObject is what the hub manager's cache must be told for the registry: only the
 // agents' heartbeat Leases are cached. Merge it into the manager's cache.Options.ByObject.
 func HubCacheByObject() map[client.Object]cache.ByObject {
@@ -242,6 +247,9 @@ func (r *Registry) reconcileStatus(ctx context.Context, req reconcile.Request) (
 			}
 			st.AgentVersion = lease.Annotations[keys.AgentVersion]
 			st.SyncedSince, st.Mirrored = syncWatermark(lease)
+			if off, ok := r.leases.offset(ns); ok && (st.ClockOffset == nil || (off-st.ClockOffset.Duration).Abs() >= offsetGranularity) {
+				st.ClockOffset = &metav1.Duration{Duration: off.Round(offsetGranularity / 10)}
+			}
 		}
 	} else {
 		st.Namespace = ""

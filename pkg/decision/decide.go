@@ -23,6 +23,8 @@ const (
 type member struct {
 	ws        *Workspace
 	available bool
+	// clockOffset is the member's cluster's Cluster.ClockOffset.
+	clockOffset time.Duration
 	done      bool
 	// revision is the commit the Rollout rolls out for the member's source ("" if unknown).
 	revision string
@@ -156,7 +158,7 @@ func members(in Input) []member {
 		if !ok || w.Leaving() {
 			continue
 		}
-		ms = append(ms, member{ws: w, available: c.Available})
+		ms = append(ms, member{ws: w, available: c.Available, clockOffset: c.ClockOffset})
 	}
 	slices.SortFunc(ms, func(a, b member) int { return compareKeys(a.ws.Key, b.ws.Key) })
 	return ms

@@ -68,6 +68,8 @@ func randomInput(rng *rand.Rand) Input {
 				Synced:    rng.Intn(100) < 90,
 				SyncedAt:  randomEpoch.Add(time.Duration(rng.Intn(20)) * time.Minute),
 				Reason:    pick(rng, []string{"", "AgentSilent"}),
+				// The agent's clock, up to ten minutes ahead or behind, as the hub measured it.
+				ClockOffset: time.Duration(rng.Intn(21)-10) * time.Minute,
 			}
 		}
 	}
@@ -709,7 +711,7 @@ func checkInvariants(t *testing.T, in Input, d Decision) (tags []string) {
 		checkRevisions(t, in, d, destroyWaits)
 		if d.Reason == magosv1.ReasonNoWorkspacesFound {
 			for _, c := range relevant(steps[d.CurrentStep]) {
-				if !c.Synced || !c.Available || c.SyncedAt.Before(in.Rollout.CreationTimestamp.Time) {
+				if !c.Synced || !c.Available || c.SyncedAt.Add(-c.ClockOffset).Before(in.Rollout.CreationTimestamp.Time) {
 					t.Fatalf("NoWorkspacesFound at step %d while cluster %s is synced=%v (at %v, Rollout created %v) available=%v",
 						d.CurrentStep, c.Name, c.Synced, c.SyncedAt, in.Rollout.CreationTimestamp, c.Available)
 				}
@@ -827,7 +829,7 @@ func checkInvariants(t *testing.T, in Input, d Decision) (tags []string) {
 				rel := relevant(steps[j])
 				holdNew = len(rel) > 0 &&
 					!slices.ContainsFunc(rel, func(c Cluster) bool { return !c.Synced || !c.Available }) &&
-					slices.ContainsFunc(rel, func(c Cluster) bool { return c.SyncedAt.Before(in.Rollout.CreationTimestamp.Time) })
+					slices.ContainsFunc(rel, func(c Cluster) bool { return c.SyncedAt.Add(-c.ClockOffset).Before(in.Rollout.CreationTimestamp.Time) })
 			}
 			eligible := func(w Workspace) bool {
 				hold := (grantable(w) || approvable(w)) && in.Clusters[w.Key.Cluster].Available && inStep(t, in, cur, w)
@@ -1052,7 +1054,8 @@ func checkRevisions(t *testing.T, in Input, d Decision, destroyWaits func(Worksp
 		}
 		reported := false
 		for _, w := range in.Workspaces {
-			if w.Source == src && w.DetectedRevision == r.Commit && w.DetectedAt.Equal(r.DetectedAt.Time) && !destroyWaits(w) {
+			// The detection time the Rollout records is on the hub's clock.
+			if w.Source == src && w.DetectedRevision == r.Commit && w.DetectedAt.Add(-in.Clusters[w.Key.Cluster].ClockOffset).Equal(r.DetectedAt.Time) && !destroyWaits(w) {
 				reported = true
 			}
 		}

@@ -13,7 +13,8 @@ import (
 // report is what the members tracking one Source say about one commit.
 type report struct {
 	commit string
-	// seen is the latest time an agent's poll saw the ref at the commit (zero: no timed report).
+	// seen is the latest time an agent's poll saw the ref at the commit, on the hub's clock (the
+	// agent's detected-at less its cluster's ClockOffset; zero: no timed report).
 	seen time.Time
 	// inFlight is true when a run of some member is planning or applying the commit.
 	inFlight bool
@@ -34,7 +35,9 @@ type report struct {
 //
 // Otherwise a Source without a recorded commit adopts the best report of its members (see
 // better), and a recorded commit is replaced only by a commit that an agent saw at the ref later
-// than the recorded commit was seen there: a detected revision with a detection time. Reports
+// than the recorded commit was seen there: a detected revision with a detection time. Detection
+// times are read on the hub's clock (less the cluster's ClockOffset), so no agent's clock
+// decides which is later. Reports
 // without a time (the commit a run resolved itself, the commit last applied) never replace a
 // recorded commit, so a region whose agent has not polled yet can never turn the Rollout back to
 // an older commit, and whichever region polls first, the new commit rolls out in step order.
@@ -63,6 +66,9 @@ func fleetRevisions(prev []magosv1.RolloutRevision, ms []member, now time.Time) 
 		commit, seen := w.Reported()
 		if commit == "" || w.DestroyPending() {
 			continue
+		}
+		if !seen.IsZero() {
+			seen = seen.Add(-ms[i].clockOffset) // on the hub's clock
 		}
 		byCommit := reports[w.Source]
 		if byCommit == nil {

@@ -492,7 +492,8 @@ func checkEndedAt(t *testing.T, trial int, f *fleet, last string) {
 
 // TestDecideRandomFleetLife runs random fleets through the ordinary life of a real one while
 // new commits roll out: several Workspaces per cluster and per step, agents whose clocks run up
-// to ten minutes ahead or behind (their detected-at), Workspaces that re-plan on their schedule,
+// to ten minutes ahead or behind (their detected-at; the hub's measure of each agent's offset
+// errs by up to 100 ms), Workspaces that re-plan on their schedule,
 // mirrors that lag (the hub decides on what a Workspace was a few rounds ago), and the Rollout deleted and created
 // again (its status gone) or restored from an older backup at random moments. Whatever happens,
 // every Workspace's applied commits never go back to an older one, each commit's first applies
@@ -504,7 +505,12 @@ func TestDecideRandomFleetLife(t *testing.T) {
 		f, stepOf := randomRegionFleet(t, rng, 2)
 		skew := map[string]time.Duration{}
 		for c := range len(f.clusters) {
-			skew[fmt.Sprintf("c%d", c)] = time.Duration(rng.Intn(1201)-600) * time.Second
+			name := fmt.Sprintf("c%d", c)
+			skew[name] = time.Duration(rng.Intn(1201)-600) * time.Second
+			// The hub's measure of it: each renewal seen up to 100 ms after it was written.
+			cl := f.clusters[name]
+			cl.ClockOffset = skew[name] - time.Duration(rng.Intn(100))*time.Millisecond
+			f.clusters[name] = cl
 		}
 		var backup *magosv1.RolloutStatus
 		now := t0
@@ -599,4 +605,83 @@ func checkNeverBack(t *testing.T, trial int, f *fleet, stepOf map[Key]int, last 
 		}
 	}
 	checkEndedAt(t, trial, f, last)
+}
+
+// TestDecideAgentClocksDecideNoOrder: the times an agent writes (when its poll saw a commit, its
+// sync watermark) are read on the hub's clock, less the offset the hub measured for the
+// agent's cluster (Cluster.ClockOffset). An agent whose clock runs ten minutes ahead or behind
+// then changes neither the commit adopted nor when a cluster's view counts as complete: each
+// case is decided with the agent's clock skewed by -10m, 0 and +10m, with the same outcome. With
+// the offset unknown (zero), a skew of either sign decides at least one case wrong: the
+// correction is what the outcome rests on.
+func TestDecideAgentClocksDecideNoOrder(t *testing.T) {
+	// decideAt decides a Rollout over cluster "a", whose agent's clock runs skew ahead, and
+	// cluster "b", on the hub's clock (synced as of syncedB). ws writes their Workspaces given
+	// the agent's clock.
+	decideAt := func(skew time.Duration, measured bool, ro *magosv1.Rollout, syncedA, syncedB time.Time, ws func(agent func(time.Time) time.Time) []Workspace) Decision {
+		agent := func(hub time.Time) time.Time { return hub.Add(skew) }
+		cl := clusters("a", "b")
+		a, b := cl["a"], cl["b"]
+		a.SyncedAt, b.SyncedAt = agent(syncedA), syncedB
+		if measured {
+			a.ClockOffset = skew - 20*time.Millisecond // each renewal seen at least 20 ms after it was written
+		}
+		cl["a"], cl["b"] = a, b
+		return Decide(Input{Namespace: testNamespace, Project: testProject, Rollout: ro, Clusters: cl, Workspaces: ws(agent), Now: t0.Add(time.Hour)})
+	}
+	detected := func(w Workspace, commit string, at time.Time) Workspace {
+		w.DetectedRevision, w.DetectedAt = commit, at
+		return w
+	}
+	// outcomes decides the three cases and says, for each, what went wrong ("" when right).
+	outcomes := func(skew time.Duration, measured bool) []string {
+		var wrong []string
+		// a's agent saw rev-1 at t0, b's saw rev-2 a minute later: rev-2 is the latest.
+		ro := rolloutOf(stepSpec("dev", "env", "dev"))
+		d := decideAt(skew, measured, ro, t0, t0, func(agent func(time.Time) time.Time) []Workspace {
+			return []Workspace{detected(newWS("a", "w", "env", "dev"), "rev-1", agent(t0)),
+				detected(newWS("b", "w", "env", "dev"), "rev-2", t0.Add(time.Minute))}
+		})
+		if got := revisionOf(d.Revisions, testSource); got != "rev-2" {
+			wrong = append(wrong, fmt.Sprintf("first record: adopted %q, want rev-2, seen last on the hub's clock", got))
+		}
+		// rev-2 recorded as seen at t0+1m (the hub's clock); a's agent then sees rev-3 at t0+2m:
+		// it replaces rev-2.
+		ro = rolloutOf(stepSpec("dev", "env", "dev"))
+		ro.Status.Revisions = []magosv1.RolloutRevision{{RepoURL: testSource.RepoURL, TargetRevision: testSource.Ref,
+			Commit: "rev-2", Since: metav1.NewTime(t0), DetectedAt: &metav1.Time{Time: t0.Add(time.Minute)}}}
+		d = decideAt(skew, measured, ro, t0, t0, func(agent func(time.Time) time.Time) []Workspace {
+			return []Workspace{detected(newWS("a", "w", "env", "dev"), "rev-3", agent(t0.Add(2*time.Minute))),
+				newWS("b", "w", "env", "dev").with(appliedOK)}
+		})
+		if got := revisionOf(d.Revisions, testSource); got != "rev-3" {
+			wrong = append(wrong, fmt.Sprintf("a later detection: rolling out %q, want rev-3, seen after rev-2 on the hub's clock", got))
+		}
+		// Step prod selects nothing in b (synced after the Rollout was created) and nothing in
+		// a, whose view is complete only as of a second before (the hub's clock): it may miss a
+		// Workspace, so the step waits instead of failing empty.
+		ro = rolloutOf(stepSpec("dev", "env", "dev"), stepSpec("prod", "env", "prod"))
+		ro.CreationTimestamp = metav1.NewTime(t0)
+		d = decideAt(skew, measured, ro, t0.Add(-time.Second), t0.Add(time.Second), func(func(time.Time) time.Time) []Workspace {
+			return []Workspace{newWS("b", "w", "env", "dev").with(appliedOK)}
+		})
+		if d.Reason != magosv1.ReasonWaitingForClusters {
+			wrong = append(wrong, fmt.Sprintf("a view from before the Rollout: %s (%s), want WaitingForClusters", d.Reason, d.Message))
+		}
+		return wrong
+	}
+	for _, skew := range []time.Duration{-10 * time.Minute, 0, 10 * time.Minute} {
+		t.Run(fmt.Sprintf("skew %s, measured", skew), func(t *testing.T) {
+			for _, w := range outcomes(skew, true) {
+				t.Error(w)
+			}
+		})
+		if skew != 0 {
+			t.Run(fmt.Sprintf("skew %s, not measured", skew), func(t *testing.T) {
+				if len(outcomes(skew, false)) == 0 {
+					t.Error("every case decided right without the offset: the test does not exercise the skew")
+				}
+			})
+		}
+	}
 }

@@ -156,7 +156,7 @@ func match(steps []step, ms []member, clusters map[string]Cluster, since time.Ti
 		}
 		for _, name := range names {
 			c := clusters[name]
-			if c.Synced && c.Available && !c.SyncedAt.Before(since) || s.clusters != nil && !s.clusters.Matches(labels.Set(c.Labels)) {
+			if c.Synced && c.Available && !c.SyncedAt.Add(-c.ClockOffset).Before(since) || s.clusters != nil && !s.clusters.Matches(labels.Set(c.Labels)) {
 				continue
 			}
 			if !c.Synced {

@@ -107,9 +107,17 @@ type Cluster struct {
 	// step that may select them is ever counted done or found empty.
 	Synced bool
 	// SyncedAt is the time as of which the hub's view of the cluster's Workspaces is complete
-	// (every change made before it has reached the hub). A step is found empty
-	// (NoWorkspacesFound) only on clusters synced after the Rollout was created.
+	// (every change made before it has reached the hub), on the clock of whoever wrote it: the
+	// agent's sync watermark for an agent cluster, the hub's own check for a direct one. A step
+	// is found empty (NoWorkspacesFound) only on clusters synced after the Rollout was created,
+	// on the hub's clock (SyncedAt less ClockOffset).
 	SyncedAt time.Time
+	// ClockOffset is how far the clock of the cluster's agent runs ahead of the hub's (negative:
+	// behind), as the hub measured it (Cluster status.clockOffset; zero for a direct cluster).
+	// Decide subtracts it from every time the agent wrote (SyncedAt, a Workspace's DetectedAt)
+	// before comparing it with the hub's clock or another cluster's, so that no agent's clock
+	// decides which commit is rolled out nor when a cluster's view is complete.
+	ClockOffset time.Duration
 	// Reason explains an unavailable or unsynced cluster (for messages).
 	Reason string
 }

@@ -25,7 +25,7 @@ type member struct {
 	available bool
 	// clockOffset is the member's cluster's Cluster.ClockOffset.
 	clockOffset time.Duration
-	done      bool
+	done        bool
 	// revision is the commit the Rollout rolls out for the member's source ("" if unknown).
 	revision string
 	// selected is true when some step matches the member.

@@ -79,6 +79,9 @@ type RunnerOptions struct {
 type Options struct {
 	// Config reaches the spoke cluster. Required.
 	Config *rest.Config
+	// Clock is the clock of the times the agent writes for the hub: when the ref watcher saw a
+	// commit (detected-at). HubSync.Clock is the same for its Lease. time.Now if nil.
+	Clock func() time.Time
 	// Scheme is the scheme of the manager (built-in kinds and Magos kinds if nil).
 	Scheme *runtime.Scheme
 	// MetricsAddress serves /metrics ("0" or empty: off).
@@ -215,7 +218,7 @@ func NewManager(opts Options) (manager.Manager, error) {
 		InputsKeySecret:   opts.InputsKeySecret,
 		MandatoryPolicies: opts.MandatoryPolicies,
 	}
-	ropts := revision.Options{DefaultInterval: opts.GitPollInterval, MinInterval: opts.MinGitPollInterval}
+	ropts := revision.Options{DefaultInterval: opts.GitPollInterval, MinInterval: opts.MinGitPollInterval, Now: opts.Clock}
 	if opts.ResolveRevision != nil {
 		wopts.ResolveRevision = opts.ResolveRevision
 		ropts.Resolve = opts.ResolveRevision

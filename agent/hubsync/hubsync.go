@@ -95,6 +95,10 @@ type Options struct {
 	// when the hub refuses the token in use. Used with TokenExpiry.
 	BootstrapFile string
 
+	// Clock is the clock of the times the agent writes on the hub: its Lease's renew time and
+	// its sync watermark. time.Now if nil.
+	Clock func() time.Time
+
 	// StatusFault, when set, is asked before each mirror status write for the spoke Workspace
 	// it is about; an error fails the write as a hub refusing it would. A fault for tests
 	// (tools/e2e/hubsync); magos-agent never sets it.
@@ -107,6 +111,9 @@ func (o *Options) defaults() error {
 	}
 	if o.HubConfig == nil {
 		return errors.New("hubsync: HubConfig (the agent's bootstrap kubeconfig) is required")
+	}
+	if o.Clock == nil {
+		o.Clock = time.Now
 	}
 	if o.HeartbeatInterval <= 0 {
 		o.HeartbeatInterval = 10 * time.Second
@@ -203,7 +210,7 @@ func SetupWithManager(mgr ctrl.Manager, opts Options) error {
 		spoke: mgr.GetCache(), hub: hub.GetCache(),
 		identity: opts.ClusterName + "/" + opts.Identity, version: opts.AgentVersion,
 		interval: opts.HeartbeatInterval, duration: opts.LeaseDuration, grace: opts.SyncGrace,
-		now: time.Now, behind: map[string]lag{},
+		now: opts.Clock, behind: map[string]lag{},
 	}
 	if err := mgr.Add(hb); err != nil {
 		return fmt.Errorf("hubsync: %w", err)

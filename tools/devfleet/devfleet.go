@@ -73,6 +73,11 @@ type Options struct {
 	// not named is bound to every namespace ("*"), as a local dev fleet needs. Bind changes them
 	// while the fleet runs.
 	Bindings map[string][]string
+	// AgentClockSkew runs the named clusters' agents as if their clocks ran that far ahead
+	// (negative: behind): every time they write for the hub (when their poll saw a commit,
+	// their Lease's renew time, their sync watermark) is shifted by it (magos-agent's hidden
+	// --testing-clock-skew).
+	AgentClockSkew map[string]time.Duration
 }
 
 // Fleet is a running local fleet.
@@ -239,6 +244,9 @@ func (f *Fleet) start(ctx context.Context, opts Options) error {
 			// a plan made before an agent restart (Kill, Restart) is still applied after it.
 			"--inputs-key-secret-namespace", corev1.NamespaceDefault,
 			"--metrics-bind-address", "0", "--health-probe-bind-address", "0", "--log-development"}
+		if skew := opts.AgentClockSkew[name]; skew != 0 {
+			args = append(args, "--testing-clock-skew", skew.String())
+		}
 		if !opts.Single {
 			if opts.HubProxy {
 				p, err := newTransportProxy(f.Hub.Config.Host)

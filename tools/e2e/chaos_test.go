@@ -1043,8 +1043,16 @@ func TestChaos(t *testing.T) {
 	if dir == "" {
 		dir = t.TempDir()
 	}
+	// Every agent but the first runs with its clock skewed, up to five minutes ahead or behind,
+	// drawn from the seed (apart from the faults' draws, so that a seed's schedule is kept).
+	skews := map[string]time.Duration{}
+	clocks := rand.New(rand.NewPCG(seed, 0x636c6f636b))
+	for _, name := range devfleet.DefaultSpokes[1:] {
+		skews[name] = time.Duration(clocks.IntN(601)-300) * time.Second
+	}
+	t.Logf("chaos: agents' clocks skewed by %v", skews)
 	f, err := devfleet.Start(ctx, devfleet.Options{Dir: dir, Progress: &progress, HubProxy: true, ControllerManager: true,
-		HubReplicas: chaosHubReplicas})
+		HubReplicas: chaosHubReplicas, AgentClockSkew: skews})
 	if err != nil {
 		t.Fatalf("starting the fleet: %v\n%s", err, progress.String())
 	}

@@ -62,6 +62,11 @@ type Config struct {
 	// that names no run is ignored and a destroy waits for the hub's grant. Implied by
 	// HubKubeconfig.
 	HubGrants bool `mapstructure:"hubGrants"`
+	// TestingClockSkew shifts every time the agent writes for the hub (when its poll saw a
+	// commit, its Lease's renew time, its sync watermark) by this much, as if its clock ran that
+	// far ahead (negative: behind). For tests of clock skew (tools/devfleet); hidden, zero in
+	// production.
+	TestingClockSkew time.Duration `mapstructure:"testingClockSkew"`
 	// HubHeartbeatInterval is how often the agent renews its Lease on the hub (10s).
 	HubHeartbeatInterval time.Duration `mapstructure:"hubHeartbeatInterval"`
 	// HubLeaseDuration is how long a renewal is valid: the hub marks the cluster unavailable
@@ -423,6 +428,8 @@ func controllerFlags(def *Config) (*pflag.FlagSet, *string) {
 	flags.String("runner-binary-path", "", "tofu/terraform binary of local runs")
 	flags.String("log-level", def.Log.Level, "debug, info, warn or error")
 	flags.Bool("log-development", false, "readable console logs")
+	flags.Duration("testing-clock-skew", 0, "tests only: shift the times the agent writes for the hub, as if its clock ran this far ahead")
+	_ = flags.MarkHidden("testing-clock-skew")
 	return flags, file
 }
 
@@ -438,6 +445,14 @@ func loadConfig(args []string) (*Config, error) {
 		return nil, err
 	}
 	return cfg, nil
+}
+
+// clock is the clock of the times the agent writes for the hub: time.Now, shifted by skew.
+func clock(skew time.Duration) func() time.Time {
+	if skew == 0 {
+		return time.Now
+	}
+	return func() time.Time { return time.Now().Add(skew) }
 }
 
 func controller(ctx context.Context, args []string) error {
@@ -460,11 +475,12 @@ func controller(ctx context.Context, args []string) error {
 		if err != nil {
 			return fmt.Errorf("reading the hub kubeconfig %s: %w", cfg.HubKubeconfig, err)
 		}
-		hub = &hubsync.Options{ClusterName: cfg.ClusterName, HubConfig: hubConfig, AgentVersion: version,
+		hub = &hubsync.Options{ClusterName: cfg.ClusterName, HubConfig: hubConfig, AgentVersion: version, Clock: clock(cfg.TestingClockSkew),
 			HeartbeatInterval: cfg.HubHeartbeatInterval, LeaseDuration: cfg.HubLeaseDuration,
 			TokenExpiry: cfg.HubTokenExpiry, TokenSecret: cfg.hubTokenSecret(), BootstrapFile: cfg.HubKubeconfig}
 	}
 	mgr, err := app.NewManager(app.Options{
+		Clock:                    clock(cfg.TestingClockSkew),
 		HubSync:                  hub,
 		HubGrants:                cfg.HubGrants,
 		Config:                   restConfig,

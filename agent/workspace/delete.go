@@ -3,6 +3,7 @@ package workspace
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -118,6 +119,8 @@ func (r *Reconciler) runDestroy(ctx context.Context, ws *magosv1.Workspace, sche
 		}
 		return step{}, err
 	}
+	ws.Status.Policies = r.evaluatedPolicies(run.Spec.Policies)
+	ws.Status.PolicyViolations = nil
 	setPhase(ws, magosv1.PhaseDeleting, magosv1.ReasonDestroying,
 		fmt.Sprintf("Destroying the resources of commit %s before deletion (run %s)", short(ws.Status.CurrentRevision), ws.Status.CurrentRunID))
 	if err := r.commit(ctx, ws, sched, from); err != nil {
@@ -157,7 +160,19 @@ func (r *Reconciler) observeDestroy(ctx context.Context, ws *magosv1.Workspace, 
 		log.FromContext(ctx).Info("destroyed before deletion", "runID", ref.RunID)
 		return r.letGo(ctx, ws, sched)
 	}
-	setPhase(ws, magosv1.PhaseDeleting, magosv1.ReasonDestroyFailed, destroyFailedMessage(ws, message.Or(st.Result.Message, "the destroy failed")))
+	cause := message.Or(st.Result.Message, "the destroy failed")
+	if st.Result.Outcome == runner.OutcomePolicyViolation {
+		// Nothing was destroyed: the destroy plan broke a policy the Workspace's plans answer to.
+		ws.Status.PolicyViolations = violations(st.Result)
+		ws.Status.ResourceChanges = &magosv1.ResourceChanges{Add: st.Result.Add, Change: st.Result.Change, Destroy: st.Result.Destroy}
+		names := make([]string, 0, len(ws.Status.PolicyViolations))
+		for _, v := range ws.Status.PolicyViolations {
+			names = append(names, v.Policy+": "+v.Message)
+		}
+		cause = fmt.Sprintf("the destroy plan (%d to destroy) violated %d policy rule(s), so nothing was destroyed (%s)",
+			st.Result.Destroy, len(names), strings.Join(names, "; "))
+	}
+	setPhase(ws, magosv1.PhaseDeleting, magosv1.ReasonDestroyFailed, destroyFailedMessage(ws, cause))
 	if err := r.commit(ctx, ws, sched, ws.Status.Phase); err != nil {
 		return step{}, err
 	}

@@ -8,6 +8,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -128,6 +129,53 @@ func TestDestroyFailureKeepsTheFinalizer(t *testing.T) {
 	waitGone(t, c, key, 120*time.Second)
 	if out := stateOutputs(t, c, key); out["#resources"] != 0 {
 		t.Errorf("state %v after destroy, want no resources", out)
+	}
+}
+
+// TestDestroyAnswersToThePolicies: a deleted destroyOnDelete Workspace's destroy is checked
+// against the policies its plans answer to. A policy that forbids deleting refuses the destroy
+// plan: nothing is destroyed, the Workspace stays (Deleting/DestroyFailed) with the violation
+// listed and a message that says so; a reconcile-request after the policy allows it destroys.
+func TestDestroyAnswersToThePolicies(t *testing.T) {
+	t.Parallel()
+	c := spoke.Client
+	ns := newNamespace(t)
+	policy := newPolicy(t, c, "no-deletes-"+ns, ns, "object.resource_changes.all(rc, !('delete' in rc.change.actions))")
+	repo, _ := newRepo(t, map[string]string{"main.tf": moduleOK})
+	key := newWorkspace(t, c, ns, "guarded", repo.URL(), func(ws *magosv1.Workspace) {
+		ws.Spec.DestroyOnDelete = true
+		ws.Spec.Validation = &magosv1.ValidationSpec{PolicySelector: ptr.To(magosv1.MatchLabels(map[string]string{"policy.magosproject.io/category": ns}))}
+	})
+	runToApplied(t, c, key, magosv1.ReasonAwaitingRollout, "")
+	deleteWorkspace(t, c, key)
+	ws := waitFor(t, c, key, 120*time.Second, inPhase(magosv1.PhaseDeleting, magosv1.ReasonDestroyFailed))
+	if err := contains(ws.Status.Message, "nothing was destroyed"); err != nil {
+		t.Error(err)
+	}
+	if len(ws.Status.PolicyViolations) != 1 || ws.Status.PolicyViolations[0].Policy != policy {
+		t.Errorf("policyViolations %+v, want one of %s", ws.Status.PolicyViolations, policy)
+	}
+	if out := stateOutputs(t, c, key); out["#resources"] != 1 {
+		t.Errorf("state %v after a refused destroy, want its resource kept", out)
+	}
+
+	// The policy now allows deleting terraform_data: a retry destroys.
+	obj := &unstructured.Unstructured{}
+	obj.SetAPIVersion("policies.kyverno.io/v1")
+	obj.SetKind("ValidatingPolicy")
+	if err := c.Get(context.Background(), types.NamespacedName{Name: policy}, obj); err != nil {
+		t.Fatal(err)
+	}
+	if err := unstructured.SetNestedSlice(obj.Object, []any{map[string]any{"expression": "true", "message": "anything goes"}}, "spec", "validations"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Update(context.Background(), obj); err != nil {
+		t.Fatal(err)
+	}
+	annotate(t, c, key, map[string]any{keys.ReconcileRequest: "retry-destroy"})
+	waitGone(t, c, key, 120*time.Second)
+	if out := stateOutputs(t, c, key); out["#resources"] != 0 {
+		t.Errorf("state %v after the allowed destroy, want no resources", out)
 	}
 }
 

@@ -80,6 +80,10 @@ func (r *Reconciler) prepare(ctx context.Context, ws *magosv1.Workspace, op runn
 	overrides := ws.Spec.Apply
 	if op == runner.OperationPlan {
 		overrides = ws.Spec.Plan
+	}
+	if op == runner.OperationPlan || op == runner.OperationDestroy {
+		// A destroy is checked against the same policies as a plan: the runner plans it and
+		// destroys only if the destroy plan passes them.
 		if spec.Policies, err = r.policies(ctx, ws, project); err != nil {
 			return nil, err
 		}

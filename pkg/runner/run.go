@@ -172,6 +172,9 @@ func (r *run) execute(ctx context.Context, res Result) Result {
 		res.Outcome, res.Message = OutcomeSucceeded, "Apply complete."
 		return res
 	default: // OperationDestroy
+		if len(spec.Policies) > 0 {
+			return r.checkedDestroy(ctx, t, varFile, res)
+		}
 		args := []string{"destroy", "-input=false", "-no-color", "-auto-approve"}
 		if varFile != "" {
 			args = append(args, "-var-file="+varFile)
@@ -182,6 +185,43 @@ func (r *run) execute(ctx context.Context, res Result) Result {
 		res.Outcome, res.Message = OutcomeSucceeded, "Destroy complete."
 		return res
 	}
+}
+
+// checkedDestroy destroys under policies: it plans the destroy, checks the plan against the
+// policies as a plan is checked, and applies exactly that plan only when none is violated. A
+// violated policy destroys nothing (OutcomePolicyViolation, with the plan's counts).
+func (r *run) checkedDestroy(ctx context.Context, t *tool, varFile string, res Result) Result {
+	planFile := filepath.Join(r.dir, "destroy.tfplan")
+	fail := func(err error) Result {
+		res.Outcome, res.Message = OutcomeFailed, err.Error()
+		return res
+	}
+	args := []string{"plan", "-destroy", "-input=false", "-no-color", "-out=" + planFile}
+	if varFile != "" {
+		args = append(args, "-var-file="+varFile)
+	}
+	if err := t.run(ctx, args...); err != nil {
+		return fail(err)
+	}
+	planJSON, err := t.output(ctx, "show", "-json", planFile)
+	if err != nil {
+		return fail(err)
+	}
+	summary, err := summarizePlan(planJSON)
+	if err != nil {
+		return fail(err)
+	}
+	res.Add, res.Change, res.Destroy, res.HasChanges = summary.add, summary.change, summary.destroy, summary.hasChanges
+	if v := policy.Compile(r.spec.Policies).Evaluate(ctx, planJSON); len(v) > 0 {
+		res.Outcome, res.Violations = OutcomePolicyViolation, v
+		res.Message = fmt.Sprintf("Destroy plan violated %d policy rule(s): nothing was destroyed", len(v))
+		return res
+	}
+	if err := t.run(ctx, "apply", "-input=false", "-no-color", planFile); err != nil {
+		return fail(err)
+	}
+	res.Outcome, res.Message = OutcomeSucceeded, "Destroy complete."
+	return res
 }
 
 func (r *run) plan(ctx context.Context, t *tool, varFile string, res Result) Result {

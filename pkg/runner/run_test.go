@@ -372,6 +372,40 @@ func TestRunPolicies(t *testing.T) {
 	}
 }
 
+// TestRunDestroyUnderPolicies: a destroy under policies is planned and checked like a plan. A
+// policy that forbids deleting refuses it and destroys nothing (the state keeps its resource);
+// a policy it passes lets exactly the checked plan destroy.
+func TestRunDestroyUnderPolicies(t *testing.T) {
+	f := newFixture(t, map[string]string{"main.tf": module})
+	spec := f.spec(runner.OperationPlan)
+	f.run(t, spec, runner.OutcomeSucceeded)
+	spec.Operation = runner.OperationApply
+	f.run(t, spec, runner.OutcomeSucceeded)
+
+	spec.Operation = runner.OperationDestroy
+	spec.Policies = []runner.Policy{{Name: "no-deletes", Validations: []runner.Validation{{
+		Expression: `object.resource_changes.all(rc, !("delete" in rc.change.actions))`,
+		Message:    "deleting resources is not allowed",
+	}}}}
+	res := f.run(t, spec, runner.OutcomePolicyViolation)
+	if len(res.Violations) != 1 || res.Violations[0].Policy != "no-deletes" || res.Destroy != 1 {
+		t.Fatalf("refused destroy = %+v; want one violation of no-deletes and the plan's 1 to destroy", res)
+	}
+	if inputs, _ := stateOf(t, f.state); inputs["terraform_data.this"] != "one" {
+		t.Fatalf("state after a refused destroy = %v; want terraform_data.this kept", inputs)
+	}
+
+	spec.Policies = []runner.Policy{{Name: "only-terraform-data", Validations: []runner.Validation{{
+		Expression: `object.resource_changes.all(rc, rc.type == "terraform_data")`,
+	}}}}
+	if res := f.run(t, spec, runner.OutcomeSucceeded); res.Destroy != 1 {
+		t.Fatalf("checked destroy = %+v; want 1 destroyed", res)
+	}
+	if inputs, _ := stateOf(t, f.state); len(inputs) != 0 {
+		t.Fatalf("state after the checked destroy has resources %v; want none", inputs)
+	}
+}
+
 func TestRunFailures(t *testing.T) {
 	f := newFixture(t, map[string]string{
 		"main.tf":        module,

@@ -84,7 +84,8 @@ type Spec struct {
 	Backend Backend `json:"backend"`
 
 	// Policies are evaluated against the plan JSON; any violation fails the plan. A policy
-	// that cannot be evaluated is a violation (fail closed).
+	// that cannot be evaluated is a violation (fail closed). A destroy under policies is
+	// planned first (plan -destroy), its plan checked the same way, and only that plan applied.
 	Policies []Policy `json:"policies,omitempty"`
 }
 

@@ -685,3 +685,41 @@ func TestDecideAgentClocksDecideNoOrder(t *testing.T) {
 		}
 	}
 }
+
+// TestDecideWorkspaceCreatedWhileItsClusterIsSilent: what the hub cannot see, it waits for. A
+// Workspace created (or relabelled into an earlier step) in a cluster whose agent is silent
+// reaches the hub only when the agent syncs again, so while a cluster is silent no step that may
+// select Workspaces in it progresses: the Rollout waits (WaitingForClusters), whatever the other
+// clusters could run. When the agent is back, the new Workspace's step is the first not done:
+// it runs before any later step's Workspace, so the step order holds for it too.
+func TestDecideWorkspaceCreatedWhileItsClusterIsSilent(t *testing.T) {
+	ro := rolloutOf(stepSpec("dev", "env", "dev"), stepSpec("prod", "env", "prod"))
+	cl := clusters("c1", "c2")
+	known := []Workspace{newWS("c1", "dev-a", "env", "dev").with(appliedOK), newWS("c2", "prod-a", "env", "prod")}
+	decide := func(cl map[string]Cluster, ws []Workspace) Decision {
+		return Decide(Input{Namespace: testNamespace, Project: testProject, Rollout: ro, Clusters: cl, Workspaces: ws})
+	}
+
+	// c1 falls silent: the hub's view of it is what it was. prod-a (in c2, step prod) could run
+	// as far as the hub sees, but c1 may hold a dev Workspace the hub cannot see.
+	silent := clusters("c1", "c2")
+	c := silent["c1"]
+	c.Available, c.Reason = false, "AgentSilent"
+	silent["c1"] = c
+	d := decide(silent, known)
+	assertStatus(t, d, magosv1.PhaseReconciling, magosv1.ReasonWaitingForClusters, 0)
+	if len(d.Grants) != 0 {
+		t.Fatalf("granted %v while c1 is silent, want nothing", keysOf(d.Grants))
+	}
+
+	// c1's agent is back, with dev-b created while it was silent: dev-b runs first.
+	back := append(known, newWS("c1", "dev-b", "env", "dev"))
+	d = decide(cl, back)
+	assertStatus(t, d, magosv1.PhaseReconciling, magosv1.ReasonLevelProgressing, 0)
+	assertKeys(t, "grants", keysOf(d.Grants), []Key{k("c1", "dev-b")})
+
+	// Once dev-b applied, step prod goes on.
+	back[2] = back[2].with(appliedOK)
+	d = decide(cl, back)
+	assertKeys(t, "grants", keysOf(d.Grants), []Key{k("c2", "prod-a")})
+}

@@ -146,6 +146,7 @@ type ClusterStatus struct {
 // +kubebuilder:printcolumn:name="Namespaces",type=string,JSONPath=`.spec.namespaces`,priority=1
 // +kubebuilder:printcolumn:name="Workspaces",type=integer,JSONPath=`.status.workspaces`
 // +kubebuilder:printcolumn:name="Heartbeat",type=date,JSONPath=`.status.lastHeartbeatTime`
+// +kubebuilder:printcolumn:name="Clock Offset",type=string,JSONPath=`.status.clockOffset`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type Cluster struct {
 	metav1.TypeMeta   `json:",inline"`

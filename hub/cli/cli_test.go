@@ -154,7 +154,7 @@ func TestClusters(t *testing.T) {
 	if out := mustRun(t, f.hub.Kubeconfig, "clusters", "-o", "yaml"); !strings.Contains(out, "kind: ClusterList") && !strings.Contains(out, "items:") {
 		t.Errorf("-o yaml: %s", out)
 	}
-	if out := mustRun(t, f.hub.Kubeconfig, "clusters", "-o", "wide"); !strings.Contains(out, "AGENT VERSION") || !strings.Contains(out, "us-east-1") {
+	if out := mustRun(t, f.hub.Kubeconfig, "clusters", "-o", "wide"); !strings.Contains(out, "AGENT VERSION") || !strings.Contains(out, "CLOCK OFFSET") || !strings.Contains(out, "us-east-1") {
 		t.Errorf("-o wide lacks the agent's version:\n%s", out)
 	}
 	if out := mustRun(t, f.hub.Kubeconfig, "clusters", "-o", "name"); out != "cluster.magosproject.io/eu-west-1\ncluster.magosproject.io/us-east-1\n" {

@@ -41,7 +41,7 @@ func (o *Options) printClusters(clusters []magosv1.Cluster) error {
 	w := tabwriter.NewWriter(o.Out, 0, 4, 2, ' ', 0)
 	header := "NAME\tTRANSPORT\tREADY\tAVAILABLE\tWORKSPACES\tHEARTBEAT\tNAMESPACES\tLABELS"
 	if o.wide() {
-		header += "\tAGENT VERSION\tMIRRORED\tSYNCED SINCE"
+		header += "\tAGENT VERSION\tMIRRORED\tSYNCED SINCE\tCLOCK OFFSET"
 	}
 	fmt.Fprintln(w, header)
 	for _, cl := range clusters {
@@ -67,7 +67,15 @@ func (o *Options) printClusters(clusters []magosv1.Cluster) error {
 			if cl.Status.SyncedSince != nil {
 				synced = cl.Status.SyncedSince.UTC().Format(time.RFC3339)
 			}
-			fmt.Fprintf(w, "\t%s\t%d\t%s", orDash(cl.Status.AgentVersion), cl.Status.Mirrored, synced)
+			// How far the agent's clock runs from the hub's (status.clockOffset), as +1m30s.
+			offset := "-"
+			if cl.Status.ClockOffset != nil {
+				offset = cl.Status.ClockOffset.Duration.String()
+				if cl.Status.ClockOffset.Duration >= 0 {
+					offset = "+" + offset
+				}
+			}
+			fmt.Fprintf(w, "\t%s\t%d\t%s\t%s", orDash(cl.Status.AgentVersion), cl.Status.Mirrored, synced, offset)
 		}
 		fmt.Fprintln(w)
 	}

@@ -143,3 +143,24 @@ func (f *Fleet) ContinueHubReplica(name string, timeout time.Duration) (restarte
 	}
 	return true, f.launch(p)
 }
+
+// RestartExitedHubReplicas starts again every hub replica whose process exited by itself (a
+// replica that loses the leader Lease exits, as magos-hub does), as a Deployment would
+// restart its Pod, and returns their names.
+func (f *Fleet) RestartExitedHubReplicas() ([]string, error) {
+	var restarted []string
+	for _, h := range f.hubs {
+		p, err := f.process(h)
+		if err != nil {
+			return restarted, err
+		}
+		if !p.exited() {
+			continue
+		}
+		if err := f.launch(p); err != nil {
+			return restarted, fmt.Errorf("starting %s again: %w", h, err)
+		}
+		restarted = append(restarted, h)
+	}
+	return restarted, nil
+}

@@ -286,6 +286,18 @@ func inject(ctx context.Context, f *devfleet.Fleet, w *watcher, ft fault, ledger
 		case <-ctx.Done():
 		}
 	}
+	if ft.Kind == faultLeaderFailover || ft.Kind == faultLeaderStop {
+		// A hub replica that exited by itself (one that lost the Lease under load exits, as
+		// magos-hub does) is started again first, as its Deployment would: a failover needs a
+		// standby.
+		restarted, rerr := f.RestartExitedHubReplicas()
+		if rerr != nil {
+			return time.Time{}, "", rerr
+		}
+		if len(restarted) > 0 {
+			what = fmt.Sprintf("(restarted hub replica(s) %v, which had exited) ", restarted)
+		}
+	}
 	switch ft.Kind {
 	case faultHubKill:
 		hubs := f.HubReplicas()
@@ -304,7 +316,7 @@ func inject(ctx context.Context, f *devfleet.Fleet, w *watcher, ft fault, ledger
 		if killed == "" {
 			return time.Time{}, "", fmt.Errorf("killing the hub leader: %w", ferr)
 		}
-		what = fmt.Sprintf("killed leader %s, %s took over after %s", killed, successor,
+		what += fmt.Sprintf("killed leader %s, %s took over after %s", killed, successor,
 			time.Since(began).Round(time.Millisecond))
 		hold()
 		err = errors.Join(ferr, f.Restart(killed))
@@ -317,7 +329,7 @@ func inject(ctx context.Context, f *devfleet.Fleet, w *watcher, ft fault, ledger
 		if stopped == "" {
 			return time.Time{}, "", fmt.Errorf("suspending the hub leader: %w", ferr)
 		}
-		what = fmt.Sprintf("suspended leader %s", stopped)
+		what += fmt.Sprintf("suspended leader %s", stopped)
 		if ferr == nil {
 			what += fmt.Sprintf(", %s took over after %s", successor, time.Since(began).Round(time.Millisecond))
 			// The new leader runs the Rollout while the old one sleeps: pause it and resume it.
@@ -719,8 +731,14 @@ type spokeRead struct {
 }
 
 // hasPlanOf reports whether the read shows a plan of commit sha: Planned or Applying it with a
-// plan digest, or Applied at it.
+// plan digest, or having applied it (status.observedRevision, whatever the phase now: a scheduled
+// re-plan after the apply mints a new run).
 func (r spokeRead) hasPlanOf(sha string) bool {
+	if r.ObservedRevision == sha {
+		// It applied the commit: whatever it does now (a scheduled re-plan mints a new run,
+		// Pending), the commit was planned there before.
+		return true
+	}
 	switch r.Phase {
 	case magosv1.PhasePlanned, magosv1.PhaseApplying:
 		return r.CurrentRevision == sha && r.PlanDigest != ""
@@ -1416,6 +1434,10 @@ ap-south-1 t1c1 6
 			{"a region planned the old commit only", []spokeRead{
 				{Region: "ap-south-1", At: at(2000), Phase: magosv1.PhasePlanned, CurrentRevision: "sha-1", PlanDigest: "d"},
 			}, 1},
+			{"a region that applied the commit re-plans on its schedule", []spokeRead{
+				planned("eu-west-1", 900), planned("ap-south-1", 900),
+				{Region: "ap-south-1", At: at(9500), Phase: magosv1.PhasePending, CurrentRevision: "sha-2", ObservedRevision: "sha-2"},
+			}, 0},
 			{"reads after the release rolled out are not judged", []spokeRead{
 				{Region: "ap-south-1", At: at(11000), Phase: magosv1.PhasePending},
 			}, 0},

@@ -191,27 +191,15 @@ func (r *run) execute(ctx context.Context, res Result) Result {
 // policies as a plan is checked, and applies exactly that plan only when none is violated. A
 // violated policy destroys nothing (OutcomePolicyViolation, with the plan's counts).
 func (r *run) checkedDestroy(ctx context.Context, t *tool, varFile string, res Result) Result {
-	planFile := filepath.Join(r.dir, "destroy.tfplan")
 	fail := func(err error) Result {
 		res.Outcome, res.Message = OutcomeFailed, err.Error()
 		return res
 	}
-	args := []string{"plan", "-destroy", "-input=false", "-no-color", "-out=" + planFile}
-	if varFile != "" {
-		args = append(args, "-var-file="+varFile)
-	}
-	if err := t.run(ctx, args...); err != nil {
-		return fail(err)
-	}
-	planJSON, err := t.output(ctx, "show", "-json", planFile)
+	planFile := filepath.Join(r.dir, "destroy.tfplan")
+	planJSON, _, err := r.planInto(ctx, t, planFile, varFile, false, &res, "-destroy")
 	if err != nil {
 		return fail(err)
 	}
-	summary, err := summarizePlan(planJSON)
-	if err != nil {
-		return fail(err)
-	}
-	res.Add, res.Change, res.Destroy, res.HasChanges = summary.add, summary.change, summary.destroy, summary.hasChanges
 	if v := policy.Compile(r.spec.Policies).Evaluate(ctx, planJSON); len(v) > 0 {
 		res.Outcome, res.Violations = OutcomePolicyViolation, v
 		res.Message = fmt.Sprintf("Destroy plan violated %d policy rule(s): nothing was destroyed", len(v))
@@ -238,26 +226,12 @@ func (r *run) plan(ctx context.Context, t *tool, varFile string, res Result) Res
 	if err := os.MkdirAll(filepath.Dir(planFile), 0o700); err != nil {
 		return fail(fmt.Errorf("creating the folder of the plan file: %w", err))
 	}
-	args := []string{"plan", "-input=false", "-no-color", "-out=" + planFile}
-	if varFile != "" {
-		args = append(args, "-var-file="+varFile)
-	}
 	// The frame lets the agent keep the plan text apart from the rest of the log (ReadOutput).
 	fmt.Fprintln(r.opts.Stdout, PlanTextBegins)
-	err := t.run(ctx, args...)
-	fmt.Fprintln(r.opts.Stdout, PlanTextEnds)
+	planJSON, summary, err := r.planInto(ctx, t, planFile, varFile, true, &res)
 	if err != nil {
 		return fail(err)
 	}
-	planJSON, err := t.output(ctx, "show", "-json", planFile)
-	if err != nil {
-		return fail(err)
-	}
-	summary, err := summarizePlan(planJSON)
-	if err != nil {
-		return fail(err)
-	}
-	res.Add, res.Change, res.Destroy, res.HasChanges = summary.add, summary.change, summary.destroy, summary.hasChanges
 	if res.PlanSHA256, err = planSHA256(planJSON); err != nil {
 		return fail(err)
 	}
@@ -271,6 +245,34 @@ func (r *run) plan(ctx context.Context, t *tool, varFile string, res Result) Res
 	}
 	res.Outcome, res.Message = OutcomeSucceeded, summary.String()
 	return res
+}
+
+// planInto runs the tool's plan (with extra flags, such as -destroy) into planFile, reads the
+// plan back as JSON and records its counts in res. framed: the caller began the plan text's
+// frame (PlanTextBegins), which planInto ends as soon as the plan itself has run.
+func (r *run) planInto(ctx context.Context, t *tool, planFile, varFile string, framed bool, res *Result, extra ...string) ([]byte, planSummary, error) {
+	args := append([]string{"plan"}, extra...)
+	args = append(args, "-input=false", "-no-color", "-out="+planFile)
+	if varFile != "" {
+		args = append(args, "-var-file="+varFile)
+	}
+	err := t.run(ctx, args...)
+	if framed {
+		fmt.Fprintln(r.opts.Stdout, PlanTextEnds)
+	}
+	if err != nil {
+		return nil, planSummary{}, err
+	}
+	planJSON, err := t.output(ctx, "show", "-json", planFile)
+	if err != nil {
+		return nil, planSummary{}, err
+	}
+	summary, err := summarizePlan(planJSON)
+	if err != nil {
+		return nil, planSummary{}, err
+	}
+	res.Add, res.Change, res.Destroy, res.HasChanges = summary.add, summary.change, summary.destroy, summary.hasChanges
+	return planJSON, summary, nil
 }
 
 func (r *run) removePlan() {

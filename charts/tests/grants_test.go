@@ -1,6 +1,8 @@
 package tests
 
 import (
+	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +15,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
+	"github.com/magosfleet/magos/pkg/grant"
+	"github.com/magosfleet/magos/pkg/keys"
 )
 
 // TestOnlyGrantHoldersGrantOnASpoke: on a spoke cluster where only the magos-agent chart is
@@ -104,5 +108,28 @@ func TestOnlyGrantHoldersGrantOnASpoke(t *testing.T) {
 	}
 	if _, ok := got.Annotations["magosproject.io/execution-allowed"]; ok || got.Annotations["team"] != "cdn" {
 		t.Errorf("annotations %v, want the editor's change kept and no grant", got.Annotations)
+	}
+}
+
+// TestPoliciesNameEveryGrantKey: the admission policies that guard grants list the grant's
+// annotations in CEL, where pkg/grant cannot reach; each must name every key of grant.Keys
+// (the leader fence also magosproject.io/decided-by), so that a key added to the grant is not
+// left unguarded by one of them.
+func TestPoliciesNameEveryGrantKey(t *testing.T) {
+	policies := map[string][]string{
+		"../magos-agent/files/grant-policy.yaml":  grant.Keys,
+		"../magos-hub/files/approval-policy.yaml": grant.Keys,
+		"../magos-hub/files/leader-policy.yaml":   append(slices.Clone(grant.Keys), keys.DecidedBy),
+	}
+	for path, want := range policies {
+		raw, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, k := range want {
+			if !strings.Contains(string(raw), "'"+k+"'") {
+				t.Errorf("%s does not name the grant key %s", path, k)
+			}
+		}
 	}
 }

@@ -9,6 +9,11 @@ const (
 	DefaultParallelGracePeriod     = 30 * time.Second
 )
 
+// ConflictRecheck is how soon a Rollout or Project whose status could not be written, because
+// it changed since it was read (the status is written only on the version it was decided on),
+// is decided again: its cache has usually caught up by then.
+const ConflictRecheck = 200 * time.Millisecond
+
 // ControllerOptions tunes a hub controller that decides over the fleet (the Rollout and the
 // Project controllers).
 type ControllerOptions struct {

@@ -40,10 +40,6 @@ import (
 // ControllerName names the controller, its logger and its Events.
 const ControllerName = "project"
 
-// conflictRecheck is how soon a Project whose status could not be written, because it changed
-// since it was read, is decided again.
-const conflictRecheck = 200 * time.Millisecond
-
 // Options configures the Project controller.
 type Options = decider.ControllerOptions
 
@@ -224,7 +220,7 @@ func (r *Reconciler) reconcile(ctx context.Context, p *magosv1.Project) (ctrl.Re
 	statusErr := r.writeStatus(ctx, p, st)
 	if apierrors.IsConflict(statusErr) {
 		// The Project changed since it was read: decide again on what it is now.
-		statusErr, requeue = nil, conflictRecheck
+		statusErr, requeue = nil, decider.ConflictRecheck
 	}
 	if err := errors.Join(writeErr, statusErr); err != nil {
 		return ctrl.Result{}, err

@@ -50,10 +50,6 @@ const (
 // waitingRecheck is how soon a Rollout waiting for clusters is decided again.
 const waitingRecheck = 2 * time.Second
 
-// conflictRecheck is how soon a Rollout whose status could not be written, because it changed
-// since it was read, is decided again (its cache has usually caught up by then).
-const conflictRecheck = 200 * time.Millisecond
-
 // Options configures the Rollout controller.
 type Options = decider.ControllerOptions
 
@@ -139,7 +135,7 @@ func (r *Reconciler) reconcile(ctx context.Context, ro *magosv1.Rollout) (ctrl.R
 	after := r.Opts.ResyncPeriod
 	if apierrors.IsConflict(statusErr) {
 		// The Rollout changed since it was read: decide again on what it is now.
-		statusErr, after = nil, conflictRecheck
+		statusErr, after = nil, decider.ConflictRecheck
 	}
 	if err := errors.Join(writeErr, statusErr); err != nil {
 		return ctrl.Result{}, err

@@ -13,6 +13,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
@@ -23,6 +24,8 @@ import (
 	"helm.sh/helm/v3/pkg/engine"
 	"helm.sh/helm/v3/pkg/lint"
 	"helm.sh/helm/v3/pkg/lint/support"
+
+	"github.com/magosfleet/magos/pkg/localcluster"
 )
 
 const namespace = "magos-system"
@@ -172,9 +175,12 @@ func TestHubDefaults(t *testing.T) {
 	// The leader fence reads the leader Lease of this release's replicas.
 	if objs["ValidatingAdmissionPolicy/magos-hub-leader"] == nil || objs["ValidatingAdmissionPolicyBinding/magos-hub-leader"] == nil {
 		t.Error("no magos-hub-leader policy and binding: a deposed hub replica's decisions would land")
-	} else if ref := as[admissionregistrationv1.ValidatingAdmissionPolicyBinding](t, objs["ValidatingAdmissionPolicyBinding/magos-hub-leader"]).Spec.ParamRef; ref == nil ||
-		ref.Name != "magos-hub.magosproject.io" || ref.Namespace != namespace {
-		t.Errorf("magos-hub-leader binds %+v, want the Lease magos-hub.magosproject.io in %s", ref, namespace)
+	} else if b := as[admissionregistrationv1.ValidatingAdmissionPolicyBinding](t, objs["ValidatingAdmissionPolicyBinding/magos-hub-leader"]); b.Spec.ParamRef == nil ||
+		b.Spec.ParamRef.Name != "magos-hub.magosproject.io" || b.Spec.ParamRef.Namespace != namespace {
+		t.Errorf("magos-hub-leader binds %+v, want the Lease magos-hub.magosproject.io in %s", b.Spec.ParamRef, namespace)
+	} else if want := localcluster.LeaderPolicyBinding(namespace).Spec; !equality.Semantic.DeepEqual(b.Spec, want) {
+		// The test hubs (pkg/localcluster) bind the policy as the chart does.
+		t.Errorf("the chart binds magos-hub-leader as %+v, the test hubs as %+v", b.Spec, want)
 	}
 	if !slices.ContainsFunc(as[rbacv1.ClusterRole](t, objs["ClusterRole/magos-hub"]).Rules, func(r rbacv1.PolicyRule) bool {
 		return slices.Contains(r.Resources, "workspaces") && slices.Contains(r.Verbs, "grant")

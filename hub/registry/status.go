@@ -253,6 +253,7 @@ func (r *Registry) reconcileStatus(ctx context.Context, req reconcile.Request) (
 		}
 	} else {
 		st.Namespace = ""
+		st.ClockOffset = nil // a direct cluster's agent writes nothing for the hub to correct
 		if info.Engaged {
 			pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 			err := r.opts.Fleet.Probe(pctx, name)

@@ -81,6 +81,9 @@ const (
 	PreviewFailed = "Failed"
 )
 
+// StepDriftBlocked: the step's drift is block, and Workspaces of it drifted.
+const StepDriftBlocked = "DriftBlocked"
+
 // Values of spec.targets.
 const (
 	// TargetsDynamic: a step's Workspaces are those its selectors match at each decision.
@@ -140,6 +143,55 @@ type RolloutStep struct {
 	// after the approval voids it, and the step awaits approval again.
 	// +optional
 	RequireApproval bool `json:"requireApproval,omitempty"`
+
+	// Drift says what drift means for the step (a Workspace whose last drift check, see the
+	// Workspace's spec.driftDetection, found that the real world no longer matches the commit
+	// it applied): block (the step grants none of its Workspaces a new run while any of them
+	// drifted, and waits with reason DriftDetected naming them, until a run applies over the
+	// drift and a check finds none, or spec.driftAcceptances accepts that drift), warn (a
+	// Warning Event DriftDetected, and the preview shows it; the step goes on) or ignore.
+	// Default: warn.
+	// +optional
+	// +kubebuilder:validation:Enum=block;warn;ignore
+	Drift string `json:"drift,omitempty"`
+}
+
+// Values of a step's drift (RolloutStep.Drift).
+const (
+	// DriftBlock: the step waits while any of its Workspaces drifted.
+	DriftBlock = "block"
+	// DriftWarn: drift is reported (an Event, the preview), and the step goes on.
+	DriftWarn = "warn"
+	// DriftIgnore: drift is not reported by the Rollout.
+	DriftIgnore = "ignore"
+)
+
+// DriftPolicy is the step's drift setting, defaulted: warn when unset.
+func (s *RolloutStep) DriftPolicy() string {
+	if s.Drift == "" {
+		return DriftWarn
+	}
+	return s.Drift
+}
+
+// DriftAcceptance accepts one Workspace's drift, as found by one drift check: a step that
+// blocks on drift lets the Workspace go on while its last check's plan has this digest. A new
+// check that finds other drift blocks again.
+type DriftAcceptance struct {
+	// Workspace is the Workspace, as cluster/namespace/name.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=400
+	Workspace string `json:"workspace"`
+	// Digest is the drift check's plan digest (the Workspace's status.drift.planDigest).
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=64
+	Digest string `json:"digest"`
+	// AcceptedBy is the user who accepted it.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=256
+	AcceptedBy string `json:"acceptedBy"`
+	// AcceptedAt is when.
+	AcceptedAt metav1.Time `json:"acceptedAt"`
 }
 
 // ApprovedPlan is one plan an approval names.
@@ -232,6 +284,10 @@ type PreviewPlan struct {
 	// PolicyViolations is the number of policy rules the plan breaks.
 	// +optional
 	PolicyViolations int32 `json:"policyViolations,omitempty"`
+	// Drift is, when the Workspace's last drift check found drift at the commit it applied, that
+	// drift: what a plan of the applied commit would put back, apart from the change.
+	// +optional
+	Drift *PlanSummary `json:"drift,omitempty"`
 	// Previewed is the plan first previewed for this change, kept when the Workspace planned
 	// again since (a stale plan, a spec change): while it plans again, and when its new plan
 	// differs from the previewed one.
@@ -333,6 +389,14 @@ type RolloutSpec struct {
 	// +kubebuilder:validation:XValidation:rule="self.all(a, self.exists_one(b, b.step == a.step))",message="at most one approval per step"
 	// +listType=atomic
 	Approvals []StepApproval `json:"approvals,omitempty"`
+
+	// DriftAcceptances accept the drift of Workspaces in steps whose drift is block, at most one
+	// per Workspace. Written by magosctl rollout accept-drift.
+	// +optional
+	// +kubebuilder:validation:MaxItems=1000
+	// +kubebuilder:validation:XValidation:rule="self.all(a, self.exists_one(b, b.workspace == a.workspace))",message="at most one drift acceptance per Workspace"
+	// +listType=atomic
+	DriftAcceptances []DriftAcceptance `json:"driftAcceptances,omitempty"`
 }
 
 // StepStatus tells where one step stands.
@@ -397,6 +461,12 @@ type StepStatus struct {
 	// join with the next change.
 	// +optional
 	Late int32 `json:"late,omitempty"`
+	// Drifted are the step's Workspaces (cluster/namespace/name) whose last drift check found
+	// drift at the commit they applied, not accepted (at most 100), unless the step's drift is
+	// ignore.
+	// +optional
+	// +listType=atomic
+	Drifted []string `json:"drifted,omitempty"`
 }
 
 // RolloutRevision is the commit a Rollout is rolling out for one repository and ref that its

@@ -67,6 +67,9 @@ const (
 	// TriggerDeletion (Magos Fleet, not upstream): the destroy run of a deleted Workspace with
 	// spec.destroyOnDelete.
 	TriggerDeletion = "deletion"
+	// TriggerDrift (Magos Fleet, not upstream): a drift check (spec.driftDetection), recorded in
+	// status.runs; it plans the applied commit and never applies.
+	TriggerDrift = "drift"
 )
 
 // Binaries a Workspace can run.
@@ -200,7 +203,50 @@ type WorkspaceSpec struct {
 	// RunHistory (Magos Fleet, not upstream) says how many runs the Workspace keeps a record of.
 	// +optional
 	RunHistory *RunHistorySpec `json:"runHistory,omitempty"`
+
+	// DriftDetection (Magos Fleet, not upstream) checks on a schedule whether the real world
+	// still matches the commit the Workspace last applied: a plan of that commit that needs no
+	// grant and never applies. Its result is status.drift. Unset: no checks.
+	// +optional
+	DriftDetection *DriftDetectionSpec `json:"driftDetection,omitempty"`
 }
+
+// DriftDetectionSpec says how often a Workspace checks for drift.
+type DriftDetectionSpec struct {
+	// Interval between two checks, a Go duration such as "30m" or "6h" (at least 1m, at most
+	// 720h). A check also runs soon after each apply.
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1m') && duration(self) <= duration('720h')",message="driftDetection.interval must be a duration from 1m to 720h"
+	Interval metav1.Duration `json:"interval"`
+}
+
+// Results of a drift check (status.drift.result).
+const (
+	// DriftResultChecking: a check runs now (status.drift.checkingRunID).
+	DriftResultChecking = "Checking"
+	// DriftResultNone: the last check's plan of the applied commit changes nothing.
+	DriftResultNone = "NoDrift"
+	// DriftResultDrifted: the last check's plan of the applied commit would change resources:
+	// the real world no longer matches it.
+	DriftResultDrifted = "Drifted"
+	// DriftResultFailed: the last check could not plan (status.drift.message says why); whether
+	// the Workspace drifted is not known.
+	DriftResultFailed = "Failed"
+)
+
+// Reasons of the Events a drift check records.
+const (
+	// ReasonDriftDetected: on a Workspace, a Warning Event: a check found drift where the last
+	// one did not. On a Rollout, the reason while the current step's drift is block and
+	// Workspaces of it drifted (the message names them), and a Warning Event naming them (step
+	// drift warn or block).
+	ReasonDriftDetected = "DriftDetected"
+	// ReasonDriftResolved (an Event): a check found no drift where the last one did.
+	ReasonDriftResolved = "DriftResolved"
+	// ReasonDriftCheckFailed (a Warning Event): a check could not plan.
+	ReasonDriftCheckFailed = "DriftCheckFailed"
+)
 
 // DefaultRunHistoryLimit is how many runs a Workspace keeps when spec.runHistory.limit is unset.
 const DefaultRunHistoryLimit = 10
@@ -357,6 +403,51 @@ type RunOperation struct {
 	OutputSecret string `json:"outputSecret,omitempty"`
 }
 
+// DriftStatus is what the last drift check found: a plan of the commit the Workspace last
+// applied, made without a grant and never applied.
+type DriftStatus struct {
+	// Result of the last check: Checking (the first check runs), NoDrift, Drifted or Failed.
+	// +kubebuilder:validation:Enum=Checking;NoDrift;Drifted;Failed
+	Result string `json:"result"`
+	// Drifted is true when the last check's plan would change resources (Result Drifted).
+	// +optional
+	Drifted bool `json:"drifted,omitempty"`
+	// Revision is the commit the last check planned: status.observedRevision then. A check of
+	// another commit than the one applied now says nothing about it.
+	// +optional
+	Revision string `json:"revision,omitempty"`
+	// CheckedAt is when the last check ended.
+	// +optional
+	CheckedAt *metav1.Time `json:"checkedAt,omitempty"`
+	// RunID identifies the last check's run (recorded in status.runs with trigger drift, its
+	// plan text in the Secret the record names).
+	// +optional
+	RunID string `json:"runID,omitempty"`
+	// ResourceChanges counts what the last check's plan would add, change and destroy to put
+	// the real world back to the applied commit.
+	// +optional
+	ResourceChanges *ResourceChanges `json:"resourceChanges,omitempty"`
+	// PlanDigest is the digest of the last check's plan (like status.planDigest): two checks
+	// with the same digest found the same drift.
+	// +optional
+	PlanDigest string `json:"planDigest,omitempty"`
+	// Message says why the last check failed.
+	// +optional
+	Message string `json:"message,omitempty"`
+	// CheckingRunID is the run ID of the check that runs now; empty when none runs.
+	// +optional
+	CheckingRunID string `json:"checkingRunID,omitempty"`
+	// CheckingSince is when the running check started.
+	// +optional
+	CheckingSince *metav1.Time `json:"checkingSince,omitempty"`
+}
+
+// DriftedAt reports whether the last drift check found drift of revision: it checked that
+// commit and its plan would change resources.
+func (d *DriftStatus) DriftedAt(revision string) bool {
+	return d != nil && d.Drifted && revision != "" && d.Revision == revision
+}
+
 // WorkspaceOrigin says where a mirrored Workspace lives. Set only on the hub's mirrors.
 type WorkspaceOrigin struct {
 	// Cluster is the registered name of the spoke.
@@ -481,6 +572,11 @@ type WorkspaceStatus struct {
 	// +kubebuilder:validation:MaxItems=50
 	Runs []RunRecord `json:"runs,omitempty"`
 
+	// Drift (Magos Fleet, not upstream) is the result of the last drift check
+	// (spec.driftDetection), and the check running now.
+	// +optional
+	Drift *DriftStatus `json:"drift,omitempty"`
+
 	// Origin is set on the hub's mirrors: where the Workspace really lives.
 	// +optional
 	Origin *WorkspaceOrigin `json:"origin,omitempty"`
@@ -504,6 +600,7 @@ type WorkspaceStatus struct {
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
 // +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.reason`,priority=1
 // +kubebuilder:printcolumn:name="Revision",type=string,JSONPath=`.status.observedRevision`
+// +kubebuilder:printcolumn:name="Drift",type=string,JSONPath=`.status.drift.result`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type Workspace struct {
 	metav1.TypeMeta   `json:",inline"`

@@ -186,6 +186,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 			r.otherPlans.Delete(req.NamespacedName)
 			r.invalidGrants.Delete(req.NamespacedName)
 			r.unfencedGrants.Delete(req.NamespacedName)
+			workspaceDrifted.DeleteLabelValues(req.Namespace, req.Name)
 			return ctrl.Result{}, r.opts.Launcher.Forget(ctx, req.Namespace, req.Name)
 		}
 		return ctrl.Result{}, fmt.Errorf("reading Workspace: %w", err)
@@ -247,7 +248,11 @@ func (r *Reconciler) reconcile(ctx context.Context, ws *magosv1.Workspace) (ctrl
 			return ctrl.Result{}, err
 		}
 		if ws.DeletionTimestamp.IsZero() && ws.Status.Phase.Settled() {
-			return ctrl.Result{RequeueAfter: max(sched.Next.Sub(r.opts.Now()), time.Second)}, nil
+			next := sched.Next
+			if at, checks := driftNext(ws, r.opts.Now()); checks && at.Before(next) {
+				next = at
+			}
+			return ctrl.Result{RequeueAfter: max(next.Sub(r.opts.Now()), time.Second)}, nil
 		}
 		return ctrl.Result{}, nil
 	}
@@ -293,6 +298,8 @@ func (r *Reconciler) step(ctx context.Context, ws *magosv1.Workspace, sched Sche
 		if r.readyToApply(ctx, ws) {
 			return r.startApply(ctx, ws, sched, nil)
 		}
+	case magosv1.PhaseApplied:
+		return r.stepDrift(ctx, ws, sched)
 	}
 	return step{}, nil
 }

@@ -119,36 +119,24 @@ func endRecord(ws *magosv1.Workspace, reason, msg string, now time.Time) {
 	}
 }
 
-// saveOutput keeps what the finished operation printed: it writes the operation's output
-// Secret (unless the Workspace keeps no history) and adds the operation to the run's record.
-// Output that cannot be read (its Pod is gone, the kubelet does not answer) is not retried:
-// the Secret then says why. Only a failure to write the Secret is returned.
+// saveOutput keeps what the finished operation of the current run printed: it writes the
+// operation's output Secret (unless the Workspace keeps no history) and adds the operation to
+// the run's record. Output that cannot be read (its Pod is gone, the kubelet does not answer)
+// is not retried: the Secret then says why. Only a failure to write the Secret is returned.
 func (r *Reconciler) saveOutput(ctx context.Context, ws *magosv1.Workspace, done *finishedRun) error {
-	ref := execution.Ref{Namespace: ws.Namespace, Name: ws.Name, RunID: ws.Status.CurrentRunID, Operation: done.op}
-	op := magosv1.RunOperation{Operation: string(done.op), Outcome: string(done.status.Result.Outcome)}
-	if !done.status.StartedAt.IsZero() {
-		op.StartedAt = &metav1.Time{Time: done.status.StartedAt}
-	}
-	if !done.status.FinishedAt.IsZero() {
-		op.FinishedAt = &metav1.Time{Time: done.status.FinishedAt}
-	}
 	if ws.Spec.HistoryLimit() == 0 {
 		return nil
 	}
 	rec := runRecord(ws, r.opts.Now())
 	for _, o := range rec.Operations {
-		if o.Operation == op.Operation && o.OutputSecret != "" {
+		if o.Operation == string(done.op) && o.OutputSecret != "" {
 			return nil // saved by an earlier attempt of this reconcile
 		}
 	}
-	secret, err := r.outputSecret(ctx, ws, ref)
+	op, err := r.saveOutputOf(ctx, ws, ws.Status.CurrentRunID, done)
 	if err != nil {
 		return err
 	}
-	if err := r.client.Create(ctx, secret); err != nil && !apierrors.IsAlreadyExists(err) {
-		return transient(ReasonAPIError, fmt.Errorf("saving the output of the %s of run %s: %w", ref.Operation, ref.RunID, err))
-	}
-	op.OutputSecret = secret.Name
 	ops := rec.Operations[:0]
 	for _, o := range rec.Operations {
 		if o.Operation != op.Operation {
@@ -157,6 +145,29 @@ func (r *Reconciler) saveOutput(ctx context.Context, ws *magosv1.Workspace, done
 	}
 	rec.Operations = append(ops, op)
 	return nil
+}
+
+// saveOutputOf writes the output Secret of the finished operation done of run runID (the
+// current run's, or a drift check's) and returns the operation as a record names it. Writing a
+// Secret that exists already (an earlier attempt wrote it) is not an error.
+func (r *Reconciler) saveOutputOf(ctx context.Context, ws *magosv1.Workspace, runID string, done *finishedRun) (magosv1.RunOperation, error) {
+	ref := execution.Ref{Namespace: ws.Namespace, Name: ws.Name, RunID: runID, Operation: done.op}
+	op := magosv1.RunOperation{Operation: string(done.op), Outcome: string(done.status.Result.Outcome)}
+	if !done.status.StartedAt.IsZero() {
+		op.StartedAt = &metav1.Time{Time: done.status.StartedAt}
+	}
+	if !done.status.FinishedAt.IsZero() {
+		op.FinishedAt = &metav1.Time{Time: done.status.FinishedAt}
+	}
+	secret, err := r.outputSecret(ctx, ws, ref)
+	if err != nil {
+		return op, err
+	}
+	if err := r.client.Create(ctx, secret); err != nil && !apierrors.IsAlreadyExists(err) {
+		return op, transient(ReasonAPIError, fmt.Errorf("saving the output of the %s of run %s: %w", ref.Operation, ref.RunID, err))
+	}
+	op.OutputSecret = secret.Name
+	return op, nil
 }
 
 // outputSecret reads the operation's output and returns its Secret, owned by ws.

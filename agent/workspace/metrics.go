@@ -38,13 +38,23 @@ var (
 		Name: "magos_workspace_runs_total",
 		Help: "Finished plan, apply and destroy runs, by operation and outcome.",
 	}, []string{"operation", "outcome"})
+
+	driftChecksTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "magos_drift_checks_total",
+		Help: "Finished drift checks (spec.driftDetection), by result: NoDrift, Drifted or Failed.",
+	}, []string{"result"})
+
+	workspaceDrifted = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "magos_workspace_drifted",
+		Help: "1 when the Workspace's last drift check found drift at the commit it applied, else 0.",
+	}, []string{"namespace", "workspace"})
 )
 
 var registerOnce sync.Once
 
 func registerMetrics() {
 	registerOnce.Do(func() {
-		metrics.Registry.MustRegister(reconcileTotal, phaseTransitionsTotal, activeCount, runDurationSeconds, runsTotal)
+		metrics.Registry.MustRegister(reconcileTotal, phaseTransitionsTotal, activeCount, runDurationSeconds, runsTotal, driftChecksTotal, workspaceDrifted)
 	})
 }
 

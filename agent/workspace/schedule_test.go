@@ -4,6 +4,11 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
+	"github.com/magosfleet/magos/pkg/keys"
 )
 
 func TestParseInterval(t *testing.T) {
@@ -146,5 +151,45 @@ func BenchmarkComputeSchedule(b *testing.B) {
 	in := ScheduleInput{Now: now, Next: &old, ObservedInterval: "10s", Interval: "10s", HasInterval: true}
 	for b.Loop() {
 		_ = ComputeSchedule(in)
+	}
+}
+
+// TestDriftNext: when a Workspace's next drift check is due, first match wins.
+func TestDriftNext(t *testing.T) {
+	now := time.Date(2026, 12, 6, 12, 0, 0, 0, time.UTC)
+	checked := &metav1.Time{Time: now.Add(-10 * time.Minute)}
+	every := &magosv1.DriftDetectionSpec{Interval: metav1.Duration{Duration: time.Hour}}
+	cases := []struct {
+		name      string
+		spec      *magosv1.DriftDetectionSpec
+		phase     magosv1.Phase
+		drift     *magosv1.DriftStatus
+		requested bool
+		want      time.Time
+		checks    bool
+	}{
+		{name: "no drift detection", phase: magosv1.PhaseApplied},
+		{name: "not applied yet", spec: every, phase: magosv1.PhasePending},
+		{name: "planned, not applied", spec: every, phase: magosv1.PhasePlanned, drift: &magosv1.DriftStatus{Revision: "a", CheckedAt: checked}},
+		{name: "failed run", spec: every, phase: magosv1.PhaseFailed},
+		{name: "never checked", spec: every, phase: magosv1.PhaseApplied, want: now, checks: true},
+		{name: "first check running", spec: every, phase: magosv1.PhaseApplied, drift: &magosv1.DriftStatus{Result: magosv1.DriftResultChecking}, want: now, checks: true},
+		{name: "checked another commit", spec: every, phase: magosv1.PhaseApplied, drift: &magosv1.DriftStatus{Revision: "b", CheckedAt: checked}, want: now, checks: true},
+		{name: "checked this commit", spec: every, phase: magosv1.PhaseApplied, drift: &magosv1.DriftStatus{Revision: "a", CheckedAt: checked}, want: checked.Add(time.Hour), checks: true},
+		{name: "requested", spec: every, phase: magosv1.PhaseApplied, drift: &magosv1.DriftStatus{Revision: "a", CheckedAt: checked}, requested: true, want: now, checks: true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			ws := &magosv1.Workspace{}
+			ws.Spec.DriftDetection = tc.spec
+			ws.Status.Phase, ws.Status.ObservedRevision, ws.Status.Drift = tc.phase, "a", tc.drift
+			if tc.requested {
+				ws.Annotations = map[string]string{keys.CheckDrift: "now"}
+			}
+			got, checks := driftNext(ws, now)
+			if checks != tc.checks || !got.Equal(tc.want) {
+				t.Fatalf("driftNext = %v, %v; want %v, %v", got, checks, tc.want, tc.checks)
+			}
+		})
 	}
 }

@@ -391,11 +391,12 @@ type RolloutSpec struct {
 	Approvals []StepApproval `json:"approvals,omitempty"`
 
 	// DriftAcceptances accept the drift of Workspaces in steps whose drift is block, at most one
-	// per Workspace. Written by magosctl rollout accept-drift.
+	// per Workspace (the API server refuses a second one). Written by magosctl rollout
+	// accept-drift.
 	// +optional
 	// +kubebuilder:validation:MaxItems=1000
-	// +kubebuilder:validation:XValidation:rule="self.all(a, self.exists_one(b, b.workspace == a.workspace))",message="at most one drift acceptance per Workspace"
-	// +listType=atomic
+	// +listType=map
+	// +listMapKey=workspace
 	DriftAcceptances []DriftAcceptance `json:"driftAcceptances,omitempty"`
 }
 

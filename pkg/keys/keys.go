@@ -13,6 +13,9 @@ const (
 	Approved = Prefix + "approved"
 	// ReconcileRequest, any non-empty value, asks for one fresh run.
 	ReconcileRequest = Prefix + "reconcile-request"
+	// CheckDrift, any non-empty value, asks a Workspace with spec.driftDetection for a drift
+	// check now (once it is Applied); the agent removes it when the check starts.
+	CheckDrift = Prefix + "check-drift"
 	// ReconcileInterval is the Go duration of the drift/retry schedule (default 3m).
 	ReconcileInterval = Prefix + "reconcile-interval"
 	// DetectedRevision is the commit SHA the tracked ref moved to.

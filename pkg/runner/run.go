@@ -253,6 +253,9 @@ func (r *run) plan(ctx context.Context, t *tool, varFile string, res Result) Res
 func (r *run) planInto(ctx context.Context, t *tool, planFile, varFile string, framed bool, res *Result, extra ...string) ([]byte, planSummary, error) {
 	args := append([]string{"plan"}, extra...)
 	args = append(args, "-input=false", "-no-color", "-out="+planFile)
+	if r.spec.NoStateLock {
+		args = append(args, "-lock=false")
+	}
 	if varFile != "" {
 		args = append(args, "-var-file="+varFile)
 	}

@@ -83,6 +83,10 @@ type Spec struct {
 	// Backend is the state backend used when the module configures none.
 	Backend Backend `json:"backend"`
 
+	// NoStateLock plans without taking the state lock: a drift check, which never writes state
+	// and must not hold up a run that starts meanwhile.
+	NoStateLock bool `json:"noStateLock,omitempty"`
+
 	// Policies are evaluated against the plan JSON; any violation fails the plan. A policy
 	// that cannot be evaluated is a violation (fail closed). A destroy under policies is
 	// planned first (plan -destroy), its plan checked the same way, and only that plan applied.

@@ -15,6 +15,7 @@ import (
 	"github.com/go-git/go-git/v5"
 	"github.com/go-git/go-git/v5/plumbing/object"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
@@ -65,6 +66,10 @@ type Options struct {
 	// PollIntervals sets the magosproject.io/git-poll-interval annotation of the Workspace in
 	// the spokes named (none by default: the agent's default interval).
 	PollIntervals map[string]time.Duration
+	// DriftInterval, when set, is every Workspace's spec.driftDetection interval.
+	DriftInterval time.Duration
+	// StepDrift, when set, is every step's drift (block, warn or ignore).
+	StepDrift string
 }
 
 // StepTime is when a step completed, from the start of the Rollout.
@@ -136,7 +141,7 @@ func Setup(ctx context.Context, fleet *devfleet.Fleet, opts Options) error {
 	// The Workspaces first, as a platform team has them, then the Rollout that orders them: a
 	// Rollout created before its Workspaces reach the hub rightly reports NoWorkspacesFound.
 	for _, name := range fleet.Order {
-		if err := applySpoke(ctx, fleet, name, repo, branch, name == opts.FailRegion, opts.PollIntervals[name]); err != nil {
+		if err := applySpoke(ctx, fleet, name, repo, branch, name == opts.FailRegion, opts); err != nil {
 			return err
 		}
 	}
@@ -321,12 +326,18 @@ func applyHub(ctx context.Context, fleet *devfleet.Fleet, opts Options) error {
 		ro.Spec.Strategy.Steps[len(ro.Spec.Strategy.Steps)-1].RequireApproval = true
 	}
 	ro.Spec.Paused, ro.Spec.PlanFirst = opts.Paused, opts.PlanFirst
+	for i := range ro.Spec.Strategy.Steps {
+		ro.Spec.Strategy.Steps[i].Drift = opts.StepDrift
+	}
 	return demoscenario.Create(ctx, fleet.Client("hub"), "on the hub", p, ro)
 }
 
-func applySpoke(ctx context.Context, fleet *devfleet.Fleet, name, repo, branch string, fail bool, poll time.Duration) error {
+func applySpoke(ctx context.Context, fleet *devfleet.Fleet, name, repo, branch string, fail bool, opts Options) error {
 	vs, ws := demoscenario.SpokeObjects(name, magosv1.Source{RepoURL: repo, TargetRevision: branch}, fail)
-	if poll > 0 {
+	if opts.DriftInterval > 0 {
+		ws.Spec.DriftDetection = &magosv1.DriftDetectionSpec{Interval: metav1.Duration{Duration: opts.DriftInterval}}
+	}
+	if poll := opts.PollIntervals[name]; poll > 0 {
 		ws.Annotations = map[string]string{keys.GitPollInterval: poll.String()}
 	}
 	return demoscenario.Create(ctx, fleet.Client(name), "in "+name, vs, ws)

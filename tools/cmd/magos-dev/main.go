@@ -49,6 +49,7 @@ func run(ctx context.Context, args []string) error {
 	failRegion := fs.String("fail-region", "", "demo: make this region's Workspace fail, to show the Rollout halting")
 	approval := fs.Bool("approval", false, "demo: the last region's step requires approval; the demo waits for magosctl rollout approve")
 	planFirst := fs.Bool("plan-first", false, "demo: the Rollout previews the change in every region (spec.planFirst) before the first applies")
+	drift := fs.Bool("drift", false, "demo: every step's drift is block; a ConfigMap edited by hand in the second region holds the next release until the drift is accepted")
 	timeout := fs.Duration("timeout", 10*time.Minute, "demo: give up after this long")
 	dashboard := fs.String("dashboard", "127.0.0.1:8480", "address of the hub's dashboard, host:port (empty turns it off)")
 	if err := fs.Parse(args[1:]); err != nil {
@@ -61,6 +62,12 @@ func run(ctx context.Context, args []string) error {
 	}
 	if cmd == "demo" && *single {
 		return errors.New("demo: --single has no regions to roll out to; use up --single")
+	}
+	if *drift && (*failRegion != "" || *approval || *planFirst) {
+		return errors.New("demo: --drift runs a scenario of its own; leave out --fail-region, --approval and --plan-first")
+	}
+	if *drift && len(*spokes) < 2 {
+		return errors.New("demo: --drift needs at least two spokes")
 	}
 	// --dir is emptied only when magos-dev made it: never a folder of the user's. The default
 	// folder is in Magos's own cache; an earlier magos-dev filled it without a marker.
@@ -95,6 +102,19 @@ func run(ctx context.Context, args []string) error {
 			fmt.Printf("  kubectl --kubeconfig %s get workspaces -A\n", fleet.Kubeconfig(s))
 		}
 		<-ctx.Done()
+		return nil
+	}
+	if *drift {
+		ds, err := demo.RunDrift(ctx, fleet, demo.DriftOptions{Options: demo.Options{Out: os.Stdout, Timeout: *timeout}})
+		if err != nil {
+			return err
+		}
+		ds.Final.Print(os.Stdout)
+		fmt.Printf("\ndemo: the drift in %s held release v2 (%s) until it was accepted; total wall time %s (including start-up)\n",
+			ds.Region, ds.Held, time.Since(started).Round(time.Second))
+		if !ds.Final.Completed {
+			return errors.New("demo: the Rollout did not complete after the drift was accepted")
+		}
 		return nil
 	}
 	summary, err := demo.Run(ctx, fleet, demo.Options{FailRegion: *failRegion, Approval: *approval, PlanFirst: *planFirst, Out: os.Stdout, Timeout: *timeout})

@@ -390,12 +390,16 @@ type RolloutSpec struct {
 	// +listType=atomic
 	Approvals []StepApproval `json:"approvals,omitempty"`
 
+	// A list keyed by workspace, not a CEL rule, keeps it to one acceptance per Workspace: a rule
+	// comparing every pair of 1000 entries exceeds the API server's cost budget, which refuses
+	// the whole CRD.
+
 	// DriftAcceptances accept the drift of Workspaces in steps whose drift is block, at most one
-	// per Workspace. Written by magosctl rollout accept-drift.
+	// per Workspace (the list is keyed by workspace). Written by magosctl rollout accept-drift.
 	// +optional
 	// +kubebuilder:validation:MaxItems=1000
-	// +kubebuilder:validation:XValidation:rule="self.all(a, self.exists_one(b, b.workspace == a.workspace))",message="at most one drift acceptance per Workspace"
-	// +listType=atomic
+	// +listType=map
+	// +listMapKey=workspace
 	DriftAcceptances []DriftAcceptance `json:"driftAcceptances,omitempty"`
 }
 

@@ -146,11 +146,12 @@ type RolloutStep struct {
 
 	// Drift says what drift means for the step (a Workspace whose last drift check, see the
 	// Workspace's spec.driftDetection, found that the real world no longer matches the commit
-	// it applied): block (the step grants none of its Workspaces a new run while any of them
-	// drifted, and waits with reason DriftDetected naming them, until a run applies over the
-	// drift and a check finds none, or spec.driftAcceptances accepts that drift), warn (a
-	// Warning Event DriftDetected, and the preview shows it; the step goes on) or ignore.
-	// Default: warn.
+	// it applied): block (while the step is current and any of its Workspaces drifted, it
+	// grants none of them a run that may apply, only plans (requireApproval, planFirst), keeps
+	// the grants they hold and lets runs in flight finish, and waits with reason DriftDetected
+	// naming them, until a check finds no drift or spec.driftAcceptances accepts that drift),
+	// warn (a Warning Event DriftDetected, and the preview shows it; the step goes on) or
+	// ignore. Default: warn.
 	// +optional
 	// +kubebuilder:validation:Enum=block;warn;ignore
 	Drift string `json:"drift,omitempty"`

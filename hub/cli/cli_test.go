@@ -508,3 +508,108 @@ func TestRetryAndApproveFromTheHub(t *testing.T) {
 		t.Errorf("mirror annotations %v, want the approval of the planned run by magos-test-admin", a)
 	}
 }
+
+// TestRolloutAcceptDrift: accept-drift writes, in the caller's own name, an acceptance naming
+// the Workspace and the digest of its current drift as the hub's mirror shows it, for one
+// Workspace or every Workspace a step lists as drifted; it refuses a Workspace that has not
+// drifted at the commit it applied, one the hub does not mirror, and one of another Project.
+// rollout status shows each Workspace's drift and each step's drifted Workspaces.
+func TestRolloutAcceptDrift(t *testing.T) {
+	f := setup(t)
+	const applied, older = "0123456789abcdef0123456789abcdef01234567", "fedcba9876543210fedcba9876543210fedcba98"
+	driftMirror := func(cluster, name, project string, drift *magosv1.DriftStatus) {
+		t.Helper()
+		spoke := &magosv1.Workspace{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name, Labels: map[string]string{"env": "prod"}}}
+		m := &magosv1.Workspace{
+			ObjectMeta: metav1.ObjectMeta{Namespace: mirror.Namespace(cluster), Name: mirror.Name("default", name), Labels: mirror.Labels(cluster, spoke)},
+			Spec: magosv1.WorkspaceSpec{ProjectRef: magosv1.ProjectReference{Name: project},
+				Source:    magosv1.Source{RepoURL: "file:///repo", TargetRevision: "main"},
+				Terraform: magosv1.TerraformSpec{Version: "1.10.6"}},
+		}
+		f.create(t, m)
+		m.Status = magosv1.WorkspaceStatus{Phase: magosv1.PhaseApplied, ObservedRevision: applied, ObservedGeneration: 1, Drift: drift,
+			Origin: &magosv1.WorkspaceOrigin{Cluster: cluster, Namespace: "default", Name: name, Generation: 1}}
+		if err := f.hub.Client.Status().Update(f.ctx, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	drifted := func(rev, digest string) *magosv1.DriftStatus {
+		return &magosv1.DriftStatus{Result: magosv1.DriftResultDrifted, Drifted: true, Revision: rev, PlanDigest: digest}
+	}
+	driftMirror("us-east-1", "guard-a", "guard", drifted(applied, "d1g3st"))
+	driftMirror("eu-west-1", "guard-b", "guard", &magosv1.DriftStatus{Result: magosv1.DriftResultNone, Revision: applied, PlanDigest: "n0"})
+	driftMirror("eu-west-1", "guard-c", "guard", drifted(older, "0ld"))
+	driftMirror("eu-west-1", "guard-d", "guard", nil)
+	driftMirror("eu-west-1", "alien", "another-project", drifted(applied, "al1en"))
+
+	ro := &magosv1.Rollout{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "guard"}, Spec: magosv1.RolloutSpec{ProjectRef: "guard",
+		Strategy: magosv1.RolloutStrategy{Steps: []magosv1.RolloutStep{
+			{Name: "prod", Selector: magosv1.MatchLabels(map[string]string{"env": "prod"}), Drift: magosv1.DriftBlock},
+		}}}}
+	f.create(t, ro)
+	ro.Status = magosv1.RolloutStatus{ObservedGeneration: ro.Generation, Phase: magosv1.PhaseReconciling, Reason: magosv1.ReasonDriftDetected,
+		CurrentStepName: "prod", Steps: []magosv1.StepStatus{{Name: "prod", Phase: magosv1.StepDriftBlocked, Drifted: []string{"us-east-1/default/guard-a"}}}}
+	if err := f.hub.Client.Status().Update(f.ctx, ro); err != nil {
+		t.Fatal(err)
+	}
+
+	status := mustRun(t, f.hub.Kubeconfig, "rollout", "status", "guard", "-n", "default")
+	for _, want := range []string{
+		"step prod: 1 Workspace(s) drifted from the commit they applied: us-east-1/default/guard-a (blocked: magosctl rollout accept-drift guard --step prod)",
+		"DriftBlocked (1 drifted)", "DRIFT", "Drifted", "NoDrift",
+	} {
+		if !strings.Contains(status, want) {
+			t.Errorf("rollout status lacks %q:\n%s", want, status)
+		}
+	}
+	for _, line := range strings.Split(status, "\n") {
+		if strings.Contains(line, "default/guard-d") && !strings.HasSuffix(strings.TrimSpace(line), "-") {
+			t.Errorf("a Workspace never checked shows drift: %q", line)
+		}
+	}
+
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--workspace", "us-east-1/default/nope"}, "workspace default/nope of cluster us-east-1: the hub has no mirror of it"},
+		{[]string{"--workspace", "eu-west-1/default/guard-b"}, "workspace eu-west-1/default/guard-b is not drifted at the commit it applied (0123456789ab): its last drift check says NoDrift of commit 0123456789ab"},
+		{[]string{"--workspace", "eu-west-1/default/guard-c"}, "workspace eu-west-1/default/guard-c is not drifted at the commit it applied (0123456789ab): its last drift check says Drifted of commit fedcba987654"},
+		{[]string{"--workspace", "eu-west-1/default/guard-d"}, "workspace eu-west-1/default/guard-d is not drifted: no drift check has run"},
+		{[]string{"--workspace", "eu-west-1/default/alien"}, `workspace eu-west-1/default/alien belongs to Project "another-project", not to the Rollout's "guard"`},
+		{[]string{"--workspace", "eu-west-1/web/x"}, "workspace eu-west-1/web/x is not of the Rollout: its Workspaces live in namespace default"},
+		{[]string{"--workspace", "guard-a"}, `workspace "guard-a": want CLUSTER/NAMESPACE/NAME`},
+		{[]string{"--step", "nope"}, `no step "nope" (steps: prod)`},
+		{nil, "at least one of the flags in the group [workspace step] is required"},
+	} {
+		args := append([]string{"rollout", "accept-drift", "guard", "-n", "default"}, tc.args...)
+		if _, err := run(t, f.hub.Kubeconfig, args...); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("accept-drift %v: %v, want an error saying %q", tc.args, err, tc.want)
+		}
+	}
+
+	out := mustRun(t, f.hub.Kubeconfig, "rollout", "accept-drift", "guard", "--step", "prod", "-n", "default")
+	if !strings.Contains(out, "drift of 1 Workspace(s) accepted by magos-test-admin") || !strings.Contains(out, "us-east-1/default/guard-a  drift d1g3st") {
+		t.Errorf("accept-drift output: %s", out)
+	}
+	var got magosv1.Rollout
+	if err := f.hub.Client.Get(f.ctx, client.ObjectKeyFromObject(ro), &got); err != nil {
+		t.Fatal(err)
+	}
+	if as := got.Spec.DriftAcceptances; len(as) != 1 || as[0].Workspace != "us-east-1/default/guard-a" || as[0].Digest != "d1g3st" ||
+		as[0].AcceptedBy != "magos-test-admin" || as[0].AcceptedAt.IsZero() {
+		t.Errorf("drift acceptances %+v, want guard-a's drift d1g3st accepted by magos-test-admin", as)
+	}
+	// The status now describes an older generation: --step waits for the hub; --workspace reads
+	// the mirror, and replaces the Workspace's acceptance.
+	if _, err := run(t, f.hub.Kubeconfig, "rollout", "accept-drift", "guard", "--step", "prod", "-n", "default"); err == nil || !strings.Contains(err.Error(), "has not decided the Rollout's latest spec yet") {
+		t.Errorf("accept-drift --step on a stale status: %v", err)
+	}
+	mustRun(t, f.hub.Kubeconfig, "rollout", "accept-drift", "guard", "--workspace", "us-east-1/default/guard-a", "-n", "default")
+	if err := f.hub.Client.Get(f.ctx, client.ObjectKeyFromObject(ro), &got); err != nil {
+		t.Fatal(err)
+	}
+	if as := got.Spec.DriftAcceptances; len(as) != 1 || as[0].Digest != "d1g3st" {
+		t.Errorf("drift acceptances %+v, want guard-a's one", as)
+	}
+}

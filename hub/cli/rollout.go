@@ -24,6 +24,7 @@ import (
 
 	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
 	"github.com/magosfleet/magos/hub/rolloutgrid"
+	"github.com/magosfleet/magos/pkg/decision"
 	"github.com/magosfleet/magos/pkg/mirror"
 	"github.com/magosfleet/magos/pkg/scheme"
 )
@@ -108,7 +109,27 @@ func newRolloutCommand(o *Options) *cobra.Command {
 	}
 	approve.Flags().StringVar(&step, "step", "", "the step to approve (required)")
 	_ = approve.MarkFlagRequired("step")
-	cmd.AddCommand(status, pause, resume, approve)
+	var driftStep, workspace string
+	acceptDrift := &cobra.Command{
+		Use:   "accept-drift ROLLOUT (--workspace CLUSTER/NAMESPACE/NAME | --step STEP)",
+		Short: "Accept the drift of Workspaces, so that a step whose drift is block goes on",
+		Long: "Accept the drift a Workspace's last drift check found at the commit it applied: the\n" +
+			"acceptance (spec.driftAcceptances) names the Workspace and the digest of that check's plan,\n" +
+			"read from the hub's mirror, in your user name. A step whose drift is block then no longer\n" +
+			"waits for that Workspace, and the step's status no longer lists it as drifted. A later check\n" +
+			"that finds other drift (another digest) blocks again. With --step, accept the drift of every\n" +
+			"Workspace the step's status lists as drifted. Refused for a Workspace that has not drifted\n" +
+			"and for one the hub does not mirror.",
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return o.acceptDrift(cmd, args[0], workspace, driftStep)
+		},
+	}
+	acceptDrift.Flags().StringVar(&workspace, "workspace", "", "the Workspace whose drift to accept, as CLUSTER/NAMESPACE/NAME")
+	acceptDrift.Flags().StringVar(&driftStep, "step", "", "accept the drift of every Workspace the step lists as drifted")
+	acceptDrift.MarkFlagsOneRequired("workspace", "step")
+	acceptDrift.MarkFlagsMutuallyExclusive("workspace", "step")
+	cmd.AddCommand(status, pause, resume, approve, acceptDrift)
 	return cmd
 }
 
@@ -137,12 +158,8 @@ func (o *Options) approveStep(cmd *cobra.Command, name, step string) error {
 	} else {
 		r.Spec.Approvals = append(r.Spec.Approvals, a)
 	}
-	// An update, not a patch: it fails if the Rollout changed since its status was read.
-	if err := c.Update(ctx, &r); err != nil {
-		if apierrors.IsConflict(err) {
-			return fmt.Errorf("rollout %s/%s changed while approving (its plans may have too): run the command again", ns, name)
-		}
-		return fmt.Errorf("rollout %s/%s: %w", ns, name, err)
+	if err := updateRollout(ctx, c, &r, "approving (its plans may have too)"); err != nil {
+		return err
 	}
 	fmt.Fprintf(o.Out, "rollout %s/%s: step %s approved by %s (%d plan(s)):\n", ns, name, step, a.ApprovedBy, len(a.Plans))
 	for _, p := range a.Plans {
@@ -151,37 +168,167 @@ func (o *Options) approveStep(cmd *cobra.Command, name, step string) error {
 	return nil
 }
 
+// updateRollout writes r, as read and changed by the caller, with an update, not a patch: it
+// fails if the Rollout changed since it was read (and with it what its status said), and then
+// asks to run the command again; doing says what the command was doing.
+func updateRollout(ctx context.Context, c client.Client, r *magosv1.Rollout, doing string) error {
+	if err := c.Update(ctx, r); err != nil {
+		if apierrors.IsConflict(err) {
+			return fmt.Errorf("rollout %s/%s changed while %s: run the command again", r.Namespace, r.Name, doing)
+		}
+		return fmt.Errorf("rollout %s/%s: %w", r.Namespace, r.Name, err)
+	}
+	return nil
+}
+
 // approvalOf is the approval of the plans step of r waits with, as its status lists them
 // (approvedBy and approvedAt left for the caller). It refuses a step that does not await
 // approval, and a status that does not describe the Rollout's current spec.
 func approvalOf(r *magosv1.Rollout, step string) (magosv1.StepApproval, error) {
+	spec, err := stepOf(r, step)
+	if err != nil {
+		return magosv1.StepApproval{}, err
+	}
+	if !spec.RequireApproval {
+		return magosv1.StepApproval{}, fmt.Errorf("step %s does not require approval (steps[].requireApproval)", step)
+	}
+	st, err := decidedStatus(r, step)
+	if err != nil {
+		return magosv1.StepApproval{}, err
+	}
+	if st == nil || st.Phase != magosv1.StepAwaitingApproval || len(st.Plans) == 0 {
+		phase := "not decided yet"
+		if st != nil {
+			phase = st.Phase
+		}
+		return magosv1.StepApproval{}, fmt.Errorf("step %s is not awaiting approval (it is %s)", step, phase)
+	}
+	a := magosv1.StepApproval{Step: step}
+	for _, p := range st.Plans {
+		a.Plans = append(a.Plans, magosv1.ApprovedPlan{Workspace: p.Workspace, Revision: p.Revision, Digest: p.Digest})
+	}
+	return a, nil
+}
+
+// stepOf is step of r's spec; a step r does not have is an error naming those it has.
+func stepOf(r *magosv1.Rollout, step string) (*magosv1.RolloutStep, error) {
 	i := slices.IndexFunc(r.Spec.Strategy.Steps, func(s magosv1.RolloutStep) bool { return s.Name == step })
 	if i < 0 {
 		names := make([]string, len(r.Spec.Strategy.Steps))
 		for j, s := range r.Spec.Strategy.Steps {
 			names[j] = s.Name
 		}
-		return magosv1.StepApproval{}, fmt.Errorf("no step %q (steps: %s)", step, strings.Join(names, ", "))
+		return nil, fmt.Errorf("no step %q (steps: %s)", step, strings.Join(names, ", "))
 	}
-	if !r.Spec.Strategy.Steps[i].RequireApproval {
-		return magosv1.StepApproval{}, fmt.Errorf("step %s does not require approval (steps[].requireApproval)", step)
-	}
+	return &r.Spec.Strategy.Steps[i], nil
+}
+
+// decidedStatus is the status of step as the hub last decided r (nil when it has not decided
+// the step yet). A status that does not describe r's current spec is an error: what it says
+// may no longer hold.
+func decidedStatus(r *magosv1.Rollout, step string) (*magosv1.StepStatus, error) {
 	if r.Status.ObservedGeneration != r.Generation {
-		return magosv1.StepApproval{}, fmt.Errorf("the hub has not decided the Rollout's latest spec yet (generation %d, status of %d): try again in a moment", r.Generation, r.Status.ObservedGeneration)
+		return nil, fmt.Errorf("the hub has not decided the Rollout's latest spec yet (generation %d, status of %d): try again in a moment", r.Generation, r.Status.ObservedGeneration)
 	}
 	j := slices.IndexFunc(r.Status.Steps, func(s magosv1.StepStatus) bool { return s.Name == step })
-	if j < 0 || r.Status.Steps[j].Phase != magosv1.StepAwaitingApproval || len(r.Status.Steps[j].Plans) == 0 {
-		phase := "not decided yet"
-		if j >= 0 {
-			phase = r.Status.Steps[j].Phase
+	if j < 0 {
+		return nil, nil
+	}
+	return &r.Status.Steps[j], nil
+}
+
+// acceptDrift writes the acceptance of the current drift of a Workspace (workspace), or of every
+// Workspace step lists as drifted, into spec.driftAcceptances of Rollout name, in the name of
+// the user the API server knows the caller as.
+func (o *Options) acceptDrift(cmd *cobra.Command, name, workspace, step string) error {
+	c, ns, err := o.clientInNamespace()
+	if err != nil {
+		return err
+	}
+	ctx := contextFor(cmd)
+	var r magosv1.Rollout
+	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &r); err != nil {
+		return fmt.Errorf("rollout %s/%s: %w", ns, name, err)
+	}
+	targets := []string{workspace}
+	if step != "" {
+		if targets, err = driftedOf(&r, step); err != nil {
+			return fmt.Errorf("rollout %s/%s: %w", ns, name, err)
 		}
-		return magosv1.StepApproval{}, fmt.Errorf("step %s is not awaiting approval (it is %s)", step, phase)
 	}
-	a := magosv1.StepApproval{Step: step}
-	for _, p := range r.Status.Steps[j].Plans {
-		a.Plans = append(a.Plans, magosv1.ApprovedPlan{Workspace: p.Workspace, Revision: p.Revision, Digest: p.Digest})
+	var accepted []magosv1.DriftAcceptance
+	for _, key := range targets {
+		a, err := driftAcceptance(ctx, c, &r, key)
+		if err != nil {
+			return fmt.Errorf("rollout %s/%s: %w", ns, name, err)
+		}
+		accepted = append(accepted, a)
 	}
-	return a, nil
+	user, err := whoAmI(ctx, c)
+	if err != nil {
+		return err
+	}
+	at := metav1.NewTime(o.Now().Truncate(time.Second))
+	for _, a := range accepted {
+		a.AcceptedBy, a.AcceptedAt = user, at
+		r.Spec.DriftAcceptances = append(slices.DeleteFunc(r.Spec.DriftAcceptances,
+			func(x magosv1.DriftAcceptance) bool { return x.Workspace == a.Workspace }), a)
+	}
+	if err := updateRollout(ctx, c, &r, "accepting drift (its Workspaces may have drifted anew)"); err != nil {
+		return err
+	}
+	fmt.Fprintf(o.Out, "rollout %s/%s: drift of %d Workspace(s) accepted by %s:\n", ns, name, len(accepted), user)
+	for _, a := range accepted {
+		fmt.Fprintf(o.Out, "  %s  drift %s\n", a.Workspace, a.Digest)
+	}
+	return nil
+}
+
+// driftedOf is the Workspaces step of r lists as drifted; a step that lists none is an error.
+func driftedOf(r *magosv1.Rollout, step string) ([]string, error) {
+	if _, err := stepOf(r, step); err != nil {
+		return nil, err
+	}
+	st, err := decidedStatus(r, step)
+	if err != nil {
+		return nil, err
+	}
+	if st == nil || len(st.Drifted) == 0 {
+		return nil, fmt.Errorf("step %s lists no drifted Workspace", step)
+	}
+	return st.Drifted, nil
+}
+
+// driftAcceptance is the acceptance of the current drift of the Workspace key
+// (cluster/namespace/name) of r, read from the hub's mirror of it (acceptedBy and acceptedAt left
+// for the caller). It refuses a Workspace the hub does not mirror, one of another Project, and
+// one that has not drifted at the commit it applied (decision.Workspace.Drifted).
+func driftAcceptance(ctx context.Context, c client.Client, r *magosv1.Rollout, key string) (magosv1.DriftAcceptance, error) {
+	parts := strings.Split(key, "/")
+	if len(parts) != 3 || slices.Contains(parts, "") {
+		return magosv1.DriftAcceptance{}, fmt.Errorf("workspace %q: want CLUSTER/NAMESPACE/NAME", key)
+	}
+	cluster, ns, name := parts[0], parts[1], parts[2]
+	if ns != r.Namespace {
+		return magosv1.DriftAcceptance{}, fmt.Errorf("workspace %s is not of the Rollout: its Workspaces live in namespace %s", key, r.Namespace)
+	}
+	m, err := hubMirror(ctx, c, cluster, ns, name)
+	if err != nil {
+		return magosv1.DriftAcceptance{}, err
+	}
+	w := decision.FromWorkspace(cluster, m)
+	switch d := m.Status.Drift; {
+	case !w.MemberOf(r.Namespace, r.Spec.ProjectRef):
+		return magosv1.DriftAcceptance{}, fmt.Errorf("workspace %s belongs to Project %q, not to the Rollout's %q", key, w.ProjectRef, r.Spec.ProjectRef)
+	case d == nil:
+		return magosv1.DriftAcceptance{}, fmt.Errorf("workspace %s is not drifted: no drift check has run (spec.driftDetection)", key)
+	case !w.Drifted:
+		return magosv1.DriftAcceptance{}, fmt.Errorf("workspace %s is not drifted at the commit it applied (%s): its last drift check says %s of commit %s",
+			key, orDash(shortSHA(m.Status.ObservedRevision)), d.Result, orDash(shortSHA(d.Revision)))
+	case w.DriftDigest == "":
+		return magosv1.DriftAcceptance{}, fmt.Errorf("workspace %s drifted, but its drift check recorded no plan digest to accept", key)
+	}
+	return magosv1.DriftAcceptance{Workspace: key, Digest: w.DriftDigest}, nil
 }
 
 func (o *Options) setPaused(cmd *cobra.Command, name string, paused bool) error {
@@ -317,7 +464,7 @@ func RolloutStatus(ctx context.Context, c client.Reader, key client.ObjectKey) (
 }
 
 type row struct {
-	step, state, cluster, workspace, phase, revision string
+	step, state, cluster, workspace, phase, revision, drift string
 }
 
 func renderRollout(r *magosv1.Rollout, clusters []magosv1.Cluster, mirrors []magosv1.Workspace, now time.Time) string {
@@ -357,6 +504,13 @@ func renderRollout(r *magosv1.Rollout, clusters []magosv1.Cluster, mirrors []mag
 		if a := s.Approval; a != nil {
 			fmt.Fprintf(&b, "  step %s: %d plan(s) approved by %s at %s\n", s.Name, len(a.Plans), a.ApprovedBy, a.ApprovedAt.UTC().Format(time.RFC3339))
 		}
+		if len(s.Drifted) > 0 {
+			fmt.Fprintf(&b, "  step %s: %d Workspace(s) drifted from the commit they applied: %s", s.Name, len(s.Drifted), strings.Join(s.Drifted, ", "))
+			if s.Phase == magosv1.StepDriftBlocked {
+				fmt.Fprintf(&b, " (blocked: magosctl rollout accept-drift %s --step %s)", r.Name, s.Name)
+			}
+			b.WriteString("\n")
+		}
 	}
 	if r.Spec.PlanFirst {
 		renderPreview(&b, r)
@@ -372,23 +526,23 @@ func renderRollout(r *magosv1.Rollout, clusters []magosv1.Cluster, mirrors []mag
 	for _, s := range g.Steps {
 		switch {
 		case s.InvalidSelector:
-			rows = append(rows, row{s.Name, "InvalidSelector", "-", "-", "-", "-"})
+			rows = append(rows, row{s.Name, "InvalidSelector", "-", "-", "-", "-", "-"})
 		case len(s.Workspaces) == 0:
-			rows = append(rows, row{s.Name, s.State, "-", "(no Workspace matches)", "-", "-"})
+			rows = append(rows, row{s.Name, s.State, "-", "(no Workspace matches)", "-", "-", "-"})
 		}
 		for _, w := range s.Workspaces {
 			phase := orDash(w.Phase)
 			if w.Late {
 				phase += " (late: joins with the next change)"
 			}
-			rows = append(rows, row{s.Name, s.State, w.Cluster, w.Namespace + "/" + w.Name, phase, orDash(shortSHA(w.Revision))})
+			rows = append(rows, row{s.Name, s.State, w.Cluster, w.Namespace + "/" + w.Name, phase, orDash(shortSHA(w.Revision)), orDash(w.Drift)})
 		}
 	}
 	b.WriteString("\n")
 	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "STEP\tSTATE\tCLUSTER\tWORKSPACE\tPHASE\tREVISION")
+	fmt.Fprintln(tw, "STEP\tSTATE\tCLUSTER\tWORKSPACE\tPHASE\tREVISION\tDRIFT")
 	for _, r := range rows {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.step, r.state, r.cluster, r.workspace, r.phase, r.revision)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.step, r.state, r.cluster, r.workspace, r.phase, r.revision, r.drift)
 	}
 	_ = tw.Flush()
 	return b.String()

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"time"
@@ -72,12 +73,9 @@ func (o *Options) requestFromHub(cmd *cobra.Command, cluster, name, key string) 
 		return err
 	}
 	ctx := contextFor(cmd)
-	var m magosv1.Workspace
-	if err := c.Get(ctx, client.ObjectKey{Namespace: mirror.Namespace(cluster), Name: mirror.Name(ns, name)}, &m); err != nil {
-		if apierrors.IsNotFound(err) {
-			return fmt.Errorf("workspace %s/%s of cluster %s: the hub has no mirror of it (is %s an agent cluster, and does the Workspace exist there?)", ns, name, cluster, cluster)
-		}
-		return fmt.Errorf("workspace %s/%s of cluster %s: %w", ns, name, cluster, err)
+	m, err := hubMirror(ctx, c, cluster, ns, name)
+	if err != nil {
+		return err
 	}
 	run, phase := m.Status.CurrentRunID, m.Status.Phase
 	switch {
@@ -96,7 +94,7 @@ func (o *Options) requestFromHub(cmd *cobra.Command, cluster, name, key string) 
 		"resourceVersion": m.ResourceVersion,
 		"annotations":     map[string]string{key: run, keys.RequestedBy: user},
 	}})
-	if err := c.Patch(ctx, &m, client.RawPatch(types.MergePatchType, patch)); err != nil {
+	if err := c.Patch(ctx, m, client.RawPatch(types.MergePatchType, patch)); err != nil {
 		if apierrors.IsConflict(err) {
 			return fmt.Errorf("workspace %s/%s of cluster %s changed while asking (its run may have moved on): run the command again", ns, name, cluster)
 		}
@@ -109,6 +107,19 @@ func (o *Options) requestFromHub(cmd *cobra.Command, cluster, name, key string) 
 	_, err = fmt.Fprintf(o.Out, "workspace %s/%s of cluster %s: %s of run %s requested by %s; the agent of %s carries it down\n",
 		ns, name, cluster, what, run, user, cluster)
 	return err
+}
+
+// hubMirror reads the hub's mirror of Workspace ns/name of cluster. A Workspace the hub has no
+// mirror of is an error saying so.
+func hubMirror(ctx context.Context, c client.Reader, cluster, ns, name string) (*magosv1.Workspace, error) {
+	var m magosv1.Workspace
+	if err := c.Get(ctx, client.ObjectKey{Namespace: mirror.Namespace(cluster), Name: mirror.Name(ns, name)}, &m); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, fmt.Errorf("workspace %s/%s of cluster %s: the hub has no mirror of it (is %s an agent cluster, and does the Workspace exist there?)", ns, name, cluster, cluster)
+		}
+		return nil, fmt.Errorf("workspace %s/%s of cluster %s: %w", ns, name, cluster, err)
+	}
+	return &m, nil
 }
 
 // annotateWorkspace sets one annotation on a Workspace with a merge patch, after checking that

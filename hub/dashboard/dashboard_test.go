@@ -295,6 +295,37 @@ func TestDashboardAPI(t *testing.T) {
 	if err := f.admin.Status().Update(f.ctx, eu); err != nil {
 		t.Fatal(err)
 	}
+	// Drift: the Workspace's last drift check, and the step's drifted Workspaces.
+	eu.Status.Drift = &magosv1.DriftStatus{Result: magosv1.DriftResultDrifted, Drifted: true, Revision: eu.Status.ObservedRevision, PlanDigest: "dd1"}
+	if err := f.admin.Status().Update(f.ctx, eu); err != nil {
+		t.Fatal(err)
+	}
+	var web magosv1.Rollout
+	if err := f.admin.Get(f.ctx, client.ObjectKey{Namespace: "team-a", Name: "web"}, &web); err != nil {
+		t.Fatal(err)
+	}
+	web.Status = magosv1.RolloutStatus{Phase: magosv1.PhaseReconciling, Reason: magosv1.ReasonDriftDetected, ObservedGeneration: web.Generation,
+		Steps: []magosv1.StepStatus{{Name: "us", Phase: magosv1.StepCompleted},
+			{Name: "eu", Phase: magosv1.StepDriftBlocked, Drifted: []string{"eu-west-1/team-a/web"}}}}
+	if err := f.admin.Status().Update(f.ctx, &web); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 30*time.Second, func() error {
+		g = rolloutgrid.Grid{}
+		if got := f.get(viewer, "/api/v1/namespaces/team-a/rollouts/web", &g); got != http.StatusOK || len(g.Steps) != 2 {
+			return fmt.Errorf("grid: %d", got)
+		}
+		us, eu := g.Steps[0], g.Steps[1]
+		if len(us.Workspaces) != 1 || us.Workspaces[0].Drift != "" || us.Workspaces[0].Drifted {
+			return fmt.Errorf("step us %+v: want a Workspace without drift", us.Workspaces)
+		}
+		if len(eu.Workspaces) != 1 || eu.Workspaces[0].Drift != magosv1.DriftResultDrifted || !eu.Workspaces[0].Drifted ||
+			eu.Status == nil || !slices.Equal(eu.Status.Drifted, []string{"eu-west-1/team-a/web"}) || eu.State != "DriftBlocked (1 drifted)" {
+			return fmt.Errorf("step eu %q %+v (status %+v): want eu-west-1/team-a/web drifted", eu.State, eu.Workspaces, eu.Status)
+		}
+		return nil
+	})
+
 	var runs dashboard.Runs
 	if got := f.get(viewer, "/api/v1/clusters/eu-west-1/namespaces/team-a/workspaces/web/runs", &runs); got != http.StatusOK ||
 		len(runs.Runs) != 1 || runs.Runs[0].RunID != "20261205T070000-0badcafe" || runs.Runs[0].Operations[0].OutputSecret == "" {

@@ -38,9 +38,11 @@ import (
 // ControllerName names the controller, its logger and its Events.
 const ControllerName = "rollout"
 
-// Event reasons besides fleetview.EventGranted, fleetview.EventRevoked and
-// magosv1.ReasonFailureTolerated (Workspaces of a step failed within its maxFailures). A change of
-// the Rollout's status reason is also recorded, with the reason itself (e.g. StepFailed, Soaking).
+// Event reasons besides fleetview.EventGranted, fleetview.EventRevoked,
+// magosv1.ReasonFailureTolerated (Workspaces of a step failed within its maxFailures) and
+// magosv1.ReasonDriftDetected (more Workspaces of the current step drifted: driftEvent). A change
+// of the Rollout's status reason is also recorded, with the reason itself (e.g. StepFailed,
+// Soaking).
 const (
 	EventStepChanged = "StepChanged"
 	// EventRevisionChanged: the Rollout started rolling out a new commit of a repository and ref.
@@ -205,18 +207,59 @@ func (r *Reconciler) recordTransitions(ro *magosv1.Rollout, d decide.Decision) {
 	for _, st := range d.Steps {
 		r.planChanged(ro, &old, st)
 	}
+	drift := r.driftEvent(ro, &old, d)
 	wasExceeded := meta.IsStatusConditionFalse(old.Conditions, magosv1.ConditionProgressing)
 	if d.DeadlineExceeded && !wasExceeded {
 		r.Recorder.Eventf(ro, nil, corev1.EventTypeWarning, magosv1.ReasonProgressDeadlineExceeded, "Step "+d.CurrentStepName,
 			"Step %s has not progressed for %s: %s", d.CurrentStepName, ro.Spec.ProgressDeadline.Duration, d.Message)
 	}
-	if first || old.Reason != d.Reason {
+	if (first || old.Reason != d.Reason) && !(drift && d.Reason == magosv1.ReasonDriftDetected) {
 		kind := corev1.EventTypeNormal
-		if magosv1.InfoOf(d.Phase, d.Reason).Failed || d.Reason == magosv1.ReasonWaitingForClusters {
+		if magosv1.InfoOf(d.Phase, d.Reason).Failed || d.Reason == magosv1.ReasonWaitingForClusters || d.Reason == magosv1.ReasonDriftDetected {
 			kind = corev1.EventTypeWarning
 		}
 		r.Recorder.Eventf(ro, nil, kind, d.Reason, "Decide", "%s", d.Message)
 	}
+}
+
+// maxDriftNamed is how many newly drifted Workspaces a DriftDetected Event names.
+const maxDriftNamed = 10
+
+// driftEvent records a Warning Event DriftDetected when the current step lists Workspaces as
+// drifted (status.steps[].drifted: its drift is warn or block) that the Rollout's old status did
+// not list for it, naming them: once per Workspace that drifts, not at every decision. It
+// reports whether it recorded one.
+func (r *Reconciler) driftEvent(ro *magosv1.Rollout, old *magosv1.RolloutStatus, d decide.Decision) bool {
+	if d.CurrentStep >= len(d.Steps) {
+		return false
+	}
+	st := d.Steps[d.CurrentStep]
+	var was []string
+	if j := slices.IndexFunc(old.Steps, func(o magosv1.StepStatus) bool { return o.Name == st.Name }); j >= 0 {
+		was = old.Steps[j].Drifted
+	}
+	var grew []string
+	for _, w := range st.Drifted {
+		if !slices.Contains(was, w) {
+			grew = append(grew, w)
+		}
+	}
+	if len(grew) == 0 {
+		return false
+	}
+	names := strings.Join(grew[:min(len(grew), maxDriftNamed)], ", ")
+	if more := len(grew) - maxDriftNamed; more > 0 {
+		names += fmt.Sprintf(", and %d more", more)
+	}
+	policy := ro.Spec.Strategy.Steps[d.CurrentStep].DriftPolicy()
+	then := "the step goes on (drift: warn)"
+	if policy == magosv1.DriftBlock {
+		then = fmt.Sprintf("nothing new applies in the step until a drift check finds none or the drift is accepted (magosctl rollout accept-drift %s --step %s)", ro.Name, st.Name)
+	}
+	r.Recorder.Eventf(ro, nil, corev1.EventTypeWarning, magosv1.ReasonDriftDetected, "Step "+st.Name,
+		"Step %s: %d Workspace(s) drifted from the commit they applied (%d in all): %s; %s",
+		st.Name, len(grew), len(st.Drifted), names, then)
+	return true
 }
 
 // planChanged records a PlanChanged Event for each Workspace of the step whose new plan differs

@@ -133,6 +133,11 @@ type Workspace struct {
 	Late bool `json:"late,omitempty"`
 	// RunID is the Workspace's current or last run.
 	RunID string `json:"runID,omitempty"`
+	// Drift is the result of the Workspace's last drift check (status.drift.result: Checking,
+	// NoDrift, Drifted or Failed; "" before any), and Drifted whether it drifted at the commit
+	// it applied (pkg/decision's Workspace.Drifted: a check of an older commit is stale).
+	Drift   string `json:"drift,omitempty"`
+	Drifted bool   `json:"drifted,omitempty"`
 	// Preview is the Workspace's entry in the step's preview (spec.planFirst).
 	Preview *magosv1.PreviewPlan `json:"preview,omitempty"`
 }
@@ -226,6 +231,10 @@ func Build(r *magosv1.Rollout, clusters []magosv1.Cluster, mirrors []magosv1.Wor
 				Phase: string(ws.Status.Phase), Tone: Tone(ws.Status.Phase, ws.Status.Reason),
 				Reason: ws.Status.Reason, Message: ws.Status.Message,
 				Revision: ws.Status.ObservedRevision, RunID: ws.Status.CurrentRunID, Preview: previewOf[w.Key.String()],
+				Drifted: w.Drifted,
+			}
+			if d := ws.Status.Drift; d != nil {
+				cell.Drift = d.Result
 			}
 			if s.Status != nil && s.Status.TargetsRecordedAt != nil && !slices.Contains(s.Status.Targets, w.Key.String()) {
 				cell.Late = true
@@ -257,7 +266,7 @@ func stale(r *magosv1.Rollout) bool {
 }
 
 // StepState is a step's phase with what it waits for (a soak's time left, plans awaiting
-// approval) and the failures it tolerates.
+// approval, drifted Workspaces) and the failures it tolerates.
 func StepState(s magosv1.StepStatus, now time.Time) string {
 	var b strings.Builder
 	b.WriteString(s.Phase)
@@ -272,6 +281,12 @@ func StepState(s magosv1.StepStatus, now time.Time) string {
 	}
 	if s.Late > 0 {
 		fmt.Fprintf(&b, ", %d late", s.Late)
+	}
+	if n := len(s.Drifted); n > 0 && s.Phase != magosv1.StepDriftBlocked {
+		fmt.Fprintf(&b, ", %d drifted", n)
+	}
+	if s.Phase == magosv1.StepDriftBlocked {
+		fmt.Fprintf(&b, " (%d drifted)", len(s.Drifted))
 	}
 	if s.Failed > 0 && s.Phase != magosv1.StepFailed {
 		fmt.Fprintf(&b, ", %d/%d failures tolerated", s.Failed, s.MaxFailures)

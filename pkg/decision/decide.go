@@ -42,6 +42,9 @@ type member struct {
 	approved bool
 	// holdDestroy: the member's destroy waits for its step's approval (requireApproval).
 	holdDestroy bool
+	// driftHold: the member's step blocks on drift, and the grant it would get allows more than
+	// a plan and is not held yet: it gets none (holdForDrift).
+	driftHold bool
 }
 
 // DestroyDigest stands for the plan digest of a destroy in status.steps[].plans and in an
@@ -64,8 +67,10 @@ func (m *member) change() Change {
 }
 
 // grantable reports whether the member waits for a grant: its run waits to plan (or destroy),
-// or its plan waits for an approval it has.
-func (m *member) grantable() bool { return m.ws.Grantable() && !m.holdDestroy || m.approved }
+// or its plan waits for an approval it has; and its step's drift does not hold it.
+func (m *member) grantable() bool {
+	return (m.ws.Grantable() && !m.holdDestroy || m.approved) && !m.driftHold
+}
 
 // Decide decides, for one Project, the status of its Rollout (or of the Project in parallel
 // mode) and the grants and revocations to write. It reads the members, decides (decideParallel
@@ -374,9 +379,10 @@ func keepHeld(s *step, ms []member, ro *magosv1.Rollout) {
 }
 
 // progressStep grants what the progressing current step may run: the applies its approval
-// allows (with planFirst, only once the preview is complete), its members within its
-// maxConcurrency and, with planFirst, the previews of the later steps. It then says what the
-// step waits for, if anything: clusters, the preview, or an approval.
+// allows (with planFirst, only once the preview is complete; with drift block, none while
+// members drifted), its members within its maxConcurrency and, with planFirst, the previews of
+// the later steps. It then says what the step waits for, if anything, in this order: clusters,
+// drift, the preview, or an approval.
 func progressStep(d *Decision, steps []step, current int, ms []member, ro *magosv1.Rollout, clusters map[string]Cluster) {
 	s := &steps[current]
 	d.ApprovalVoided = approvals(s, ms, ro)
@@ -391,6 +397,11 @@ func progressStep(d *Decision, steps []step, current int, ms []member, ro *magos
 				}
 			}
 		}
+	}
+	blocked := s.driftBlocks()
+	if blocked {
+		// Drifted members (drift: block): nothing new may apply; plans go on.
+		holdForDrift(s, ms)
 	}
 	// The step waits for clusters whose Workspaces the hub does not know, for clusters without
 	// any Workspace it matched that do not answer (an empty step is never decided on them), and
@@ -408,6 +419,9 @@ func progressStep(d *Decision, steps []step, current int, ms []member, ro *magos
 		d.Message = fmt.Sprintf("Waiting for %s (step %s: %d/%d applied)",
 			strings.Join(waiting, "; "), s.spec.Name, s.applied, len(s.matched))
 		s.phase = magosv1.StepWaiting
+	} else if blocked {
+		d.Reason, d.Message = magosv1.ReasonDriftDetected, driftMessage(s, ms, ro)
+		s.phase = magosv1.StepDriftBlocked
 	} else if !gap.complete() {
 		d.Reason, d.Message = magosv1.ReasonPreviewing, previewing(steps, current, ms, gap)
 		s.phase = magosv1.StepPreviewing

@@ -82,7 +82,9 @@
 //   - otherwise the current step progresses: Reconciling/LevelProgressing, or
 //     Reconciling/WaitingForClusters while members of the step that are not Done live in
 //     unavailable clusters, or clusters it may select in are not Synced or were removed (the
-//     Rollout then waits: it neither advances past them nor fails; the message names them).
+//     Rollout then waits: it neither advances past them nor fails; the message names them), or
+//     Reconciling/DriftDetected while the step's drift is block and members of it drifted
+//     (below).
 //
 // The current step is the first step, in order, that is not done or still soaks. A step is done
 // when each member it matches is Done or failed, with no more failed than its maxFailures (a
@@ -136,7 +138,26 @@
 //     its Workspace plans again and when the new plan's digest differs.
 //
 // Precedence: PreviewFailed comes after StepFailed; WaitingForClusters (for the current step)
-// before Previewing, and Previewing before AwaitingApproval.
+// before DriftDetected, DriftDetected before Previewing, and Previewing before AwaitingApproval.
+//
+// # Drift
+//
+// A member drifted when its last drift check found drift at the commit it applied
+// (Workspace.Drifted: status.drift.DriftedAt(status.observedRevision); a check of an older
+// commit is a stale view, no drift). The Rollout accepts a member's drift when
+// spec.driftAcceptances names the member with the digest of that check's plan
+// (Workspace.DriftAccepted); an acceptance of another digest (a later check found other drift)
+// accepts nothing. A step's drifted members are those it holds that drifted, not accepted,
+// unless its drift is ignore: StepStatus.Drifted lists them (at most 100, in key order) for
+// warn and block.
+//
+// While the current step's drift is block and it has drifted members, it grants none of its
+// members a run that may apply (a full grant, the apply of a plan, a destroy); its plan-only
+// grants (requireApproval, planFirst and the later steps' previews) still go, grants its
+// members hold for their runs are kept and runs in flight go on. The Rollout is
+// Reconciling/DriftDetected, naming the drifted members, and the step DriftBlocked. warn and
+// ignore hold nothing. With planFirst, each preview entry shows its Workspace's drift at the
+// commit it applied (PreviewPlan.Drift), accepted or not, unless its step's drift is ignore.
 //
 // # Tolerated failures
 //

@@ -326,6 +326,10 @@ func (f *fleet) finish() int {
 		}
 		w.Phase, w.Reason = magosv1.PhaseApplied, magosv1.ReasonApplySucceeded
 		f.appendApplied(w, w.ObservedRevision, w.CurrentRevision)
+		if w.CurrentRevision != w.ObservedRevision {
+			// Its last drift check was of the commit it applied before: a stale view now.
+			w.Drifted, w.DriftDigest, w.DriftChanges = false, "", magosv1.ResourceChanges{}
+		}
 		w.ObservedRevision = w.CurrentRevision
 		f.applies = append(f.applies, applied{w.Key, w.CurrentRevision})
 		w.ReconcileRequested = false

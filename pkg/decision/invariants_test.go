@@ -156,6 +156,10 @@ func randomInput(rng *rand.Rand) Input {
 				}
 			}
 		}
+		if rng.Intn(6) == 0 { // its last drift check found drift at the commit it applied
+			w.Drifted, w.DriftDigest = true, pick(rng, []string{"dd1", "dd2"})
+			w.DriftChanges = magosv1.ResourceChanges{Change: int32(1 + rng.Intn(3))}
+		}
 		in.Workspaces = append(in.Workspaces, w)
 	}
 	if rng.Intn(5) == 0 {
@@ -175,6 +179,16 @@ func randomInput(rng *rand.Rand) Input {
 			rev.DetectedAt = &metav1.Time{Time: randomEpoch.Add(time.Duration(rng.Intn(100)) * time.Second)}
 		}
 		in.Rollout.Status.Revisions = append(in.Rollout.Status.Revisions, rev)
+	}
+	// Some grants for the current run name the commit recorded for their source: held as the
+	// decision would write them (a grant kept while nothing new is granted).
+	for i := range in.Workspaces {
+		w := &in.Workspaces[i]
+		if j := slices.IndexFunc(in.Rollout.Status.Revisions, func(r magosv1.RolloutRevision) bool {
+			return r.RepoURL == w.Source.RepoURL && r.TargetRevision == w.Source.Ref
+		}); j >= 0 && w.Grant.Allowed && w.Grant.Run == w.RunID && rng.Intn(3) == 0 {
+			w.Grant.Revision = in.Rollout.Status.Revisions[j].Commit
+		}
 	}
 	if rng.Intn(3) == 0 {
 		in.Rollout.Spec.ProgressDeadline = &metav1.Duration{Duration: time.Duration(1+rng.Intn(30)) * time.Minute}
@@ -196,8 +210,16 @@ func randomInput(rng *rand.Rand) Input {
 		in.Rollout.Spec.Targets = magosv1.TargetsFrozen
 	}
 	in.Rollout.Spec.PlanFirst = rng.Intn(4) == 0 || gated && rng.Intn(2) == 0
+	// Drift acceptances: of some drifted Workspaces, with their drift's digest or an older one.
+	for _, w := range in.Workspaces {
+		if w.Drifted && rng.Intn(3) == 0 {
+			in.Rollout.Spec.DriftAcceptances = append(in.Rollout.Spec.DriftAcceptances, magosv1.DriftAcceptance{
+				Workspace: w.Key.String(), Digest: pick(rng, []string{w.DriftDigest, w.DriftDigest, "dd-old"}), AcceptedBy: "alice"})
+		}
+	}
 	for i := 0; i < steps; i++ {
-		s := magosv1.RolloutStep{Name: fmt.Sprintf("s%d", i), Selector: pick(rng, randomSelectors)}
+		s := magosv1.RolloutStep{Name: fmt.Sprintf("s%d", i), Selector: pick(rng, randomSelectors),
+			Drift: pick(rng, []string{"", magosv1.DriftBlock, magosv1.DriftWarn, magosv1.DriftIgnore})}
 		if rng.Intn(50) == 0 {
 			s.Selector = invalidSelector
 		}
@@ -351,6 +373,7 @@ func TestDecideInvariants(t *testing.T) {
 		magosv1.ReasonSoaking, magosv1.ReasonProgressDeadlineExceeded, magosv1.ReasonOutsideChangeWindow, destroyGranted(false), destroyGranted(true), toleratedPassed, concurrencyBound,
 		magosv1.ReasonAwaitingApproval, approvedApplies, approvalVoided, planOnlyGrants, lateHeldBack,
 		magosv1.ReasonPreviewing, magosv1.ReasonPreviewFailed, previewGrants, previewApplies,
+		magosv1.ReasonDriftDetected, driftPlans,
 	} {
 		if reasons[r] < 20 {
 			t.Errorf("only %d random cases ended %s: %v", reasons[r], r, reasons)
@@ -360,6 +383,11 @@ func TestDecideInvariants(t *testing.T) {
 	// it): TestDecideDestroyWaitsForApproval walks it through.
 	if reasons[approvedDestroys] == 0 {
 		t.Errorf("no random case granted a destroy under an approval: %v", reasons)
+	}
+	// Rarer too (a member holding a grant for its run in a step blocked by drift; a full grant
+	// kept: TestDecideDriftGate).
+	if reasons[driftHeld] == 0 {
+		t.Errorf("no random case kept a grant in a step blocked by drift: %v", reasons)
 	}
 }
 
@@ -375,6 +403,8 @@ const (
 	previewGrants    = "plan-only grants to later steps for the preview"
 	previewApplies   = "applies granted once the preview is complete"
 	approvedDestroys = "destroys granted under an approval"
+	driftPlans       = "plan-only grants in a step blocked by drift"
+	driftHeld        = "grants held in a step blocked by drift"
 )
 
 // destroyGranted names, in the tally of TestDecideInvariants, the decisions that grant the
@@ -452,6 +482,13 @@ func checkInvariants(t *testing.T, in Input, d Decision) (tags []string) {
 	}
 	gated := cur != nil && cur.RequireApproval
 	planFirst := in.Rollout != nil && in.Rollout.Spec.PlanFirst
+	// The checker's notion of drift: a Workspace drifted at the commit it applied whose drift no
+	// acceptance names with its digest.
+	driftedW := func(w Workspace) bool {
+		return w.Drifted && !slices.ContainsFunc(in.Rollout.Spec.DriftAcceptances, func(a magosv1.DriftAcceptance) bool {
+			return a.Workspace == w.Key.String() && a.Digest == w.DriftDigest
+		})
+	}
 	// The checker's notions of the fleet-wide preview: a member is done with the change, or has
 	// a plan of it (Planned or Applying with a digest, of the commit rolled out), or has failed
 	// on it, or is deleted with its destroy waiting.
@@ -596,6 +633,9 @@ func checkInvariants(t *testing.T, in Input, d Decision) (tags []string) {
 		}
 	}
 	isMember := func(k Key) bool { _, ok := slices.BinarySearchFunc(members, k, compareKeys); return ok }
+	// blocked: the current step's drift is block and a member of it drifted, not accepted.
+	blocked := cur != nil && cur.DriftPolicy() == magosv1.DriftBlock &&
+		slices.ContainsFunc(members, func(key Key) bool { return inStep(t, in, *cur, byKey[key]) && driftedW(byKey[key]) })
 
 	for _, cs := range [][]Change{d.Grants, d.Revokes} {
 		for i := 1; i < len(cs); i++ {
@@ -643,6 +683,14 @@ func checkInvariants(t *testing.T, in Input, d Decision) (tags []string) {
 		}
 		if planFirst && !g.PlanOnly && !destroyWaits(w) {
 			tags = append(tags, previewApplies)
+		}
+		// Drift: no apply is granted in a block step while an unaccepted drifted Workspace is in
+		// it (its plans go, plan-only).
+		if blocked && inStep(t, in, *cur, w) {
+			if !g.PlanOnly {
+				t.Fatalf("apply grant %v in step %s, whose drift is block, while Workspaces of it drifted", g, cur.Name)
+			}
+			tags = append(tags, driftPlans)
 		}
 		granted[g.Key] = true
 	}
@@ -694,7 +742,7 @@ func checkInvariants(t *testing.T, in Input, d Decision) (tags []string) {
 	default:
 		steps := in.Rollout.Spec.Strategy.Steps
 		progressing := d.Reason == magosv1.ReasonLevelProgressing || d.Reason == magosv1.ReasonWaitingForClusters ||
-			d.Reason == magosv1.ReasonAwaitingApproval || d.Reason == magosv1.ReasonPreviewing
+			d.Reason == magosv1.ReasonAwaitingApproval || d.Reason == magosv1.ReasonPreviewing || d.Reason == magosv1.ReasonDriftDetected
 		if len(d.Grants) > 0 && (!progressing || in.Rollout.Spec.Paused) {
 			t.Fatalf("grants while %s (paused %v): %v", d.Reason, in.Rollout.Spec.Paused, d.Grants)
 		}
@@ -718,7 +766,7 @@ func checkInvariants(t *testing.T, in Input, d Decision) (tags []string) {
 			}
 		}
 		if d.Reason == magosv1.ReasonLevelProgressing || d.Reason == magosv1.ReasonWaitingForClusters || d.Reason == magosv1.ReasonPreviewing ||
-			d.Reason == magosv1.ReasonStepFailed || d.Reason == magosv1.ReasonRolloutCompleted || d.Reason == magosv1.ReasonPaused ||
+			d.Reason == magosv1.ReasonDriftDetected || d.Reason == magosv1.ReasonStepFailed || d.Reason == magosv1.ReasonRolloutCompleted || d.Reason == magosv1.ReasonPaused ||
 			d.Reason == magosv1.ReasonPreviewFailed {
 			// Every step before the current one is done on a complete, live, current view.
 			for i := 0; i < d.CurrentStep; i++ {
@@ -836,7 +884,23 @@ func checkInvariants(t *testing.T, in Input, d Decision) (tags []string) {
 				if holdNew {
 					hold = hold && held(w)
 				}
+				if blocked && !holdNew {
+					// Drift holds every new grant but a plan's; a grant held is kept.
+					hold = hold && (wantChange(w).PlanOnly || held(w))
+				}
 				return hold
+			}
+			// The Rollout says DriftDetected exactly when the step blocks on drift (unless it
+			// waits for clusters first).
+			if blocked && !holdNew && d.Reason != magosv1.ReasonWaitingForClusters &&
+				(d.Reason != magosv1.ReasonDriftDetected || d.Steps[d.CurrentStep].Phase != magosv1.StepDriftBlocked) {
+				t.Fatalf("step %s blocks on drift, but the Rollout is %s and the step %s", cur.Name, d.Reason, d.Steps[d.CurrentStep].Phase)
+			}
+			if d.Reason == magosv1.ReasonDriftDetected && !blocked {
+				t.Fatalf("DriftDetected while step %s does not block on drift (drift %q)", cur.Name, cur.DriftPolicy())
+			}
+			if blocked && slices.ContainsFunc(members, func(key Key) bool { w := byKey[key]; return eligible(w) && held(w) }) {
+				tags = append(tags, driftHeld)
 			}
 			shouldHold = eligible
 			if limit := concurrency(cur, n); limit > 0 {
@@ -1006,6 +1070,29 @@ func checkInvariants(t *testing.T, in Input, d Decision) (tags []string) {
 				}
 				if p.Workspace != want[i] || p.Result != result {
 					t.Fatalf("step %s preview %d: %+v, want %s %s (%s)", st.Name, i, p, want[i], result, w.Phase)
+				}
+			}
+		}
+	}
+
+	// Every step whose drift is not ignore lists its drifted members (unaccepted), in key order,
+	// at most 100; and, with planFirst, each preview entry shows its Workspace's drift.
+	if in.Rollout != nil && len(d.Steps) > 0 && d.Reason != magosv1.ReasonInvalidSelector {
+		for j, st := range in.Rollout.Spec.Strategy.Steps {
+			var want []string
+			for _, key := range members {
+				if w := byKey[key]; st.DriftPolicy() != magosv1.DriftIgnore && inStep(t, in, st, w) && driftedW(w) {
+					want = append(want, key.String())
+				}
+			}
+			if got := d.Steps[j].Drifted; !slices.Equal(got, want[:min(len(want), 100)]) {
+				t.Fatalf("step %s (drift %q) lists drifted %v, want %v", st.Name, st.DriftPolicy(), got, want)
+			}
+			for _, p := range d.Steps[j].Preview {
+				w := byKey[members[slices.IndexFunc(members, func(k Key) bool { return k.String() == p.Workspace })]]
+				show := w.Drifted && st.DriftPolicy() != magosv1.DriftIgnore
+				if (p.Drift != nil) != show || show && (p.Drift.Digest != w.DriftDigest || p.Drift.Change != w.DriftChanges.Change) {
+					t.Fatalf("step %s (drift %q) previews %s with drift %+v; drifted %v (%s)", st.Name, st.DriftPolicy(), p.Workspace, p.Drift, w.Drifted, w.DriftDigest)
 				}
 			}
 		}

@@ -81,7 +81,9 @@ func previewFailed(steps []step, current int) int {
 // matches with its plan of the change, in key order, at most maxPreviewListed across the steps
 // (in step order; a step counts those left out in previewOmitted). Each entry
 // carries, from the Rollout's status, the plan first previewed for the same commit when the
-// Workspace planned again since and its plan differs from it (or it has none yet).
+// Workspace planned again since and its plan differs from it (or it has none yet), and, unless
+// the step's drift is ignore, the Workspace's drift at the commit it applied (driftSummary),
+// accepted or not: apart from the plan of the change.
 func previews(steps []step, ms []member, ro *magosv1.Rollout) {
 	budget := maxPreviewListed
 	for i := range steps {
@@ -98,9 +100,14 @@ func previews(steps []step, ms []member, ro *magosv1.Rollout) {
 			}
 		}
 		s.preview = make([]magosv1.PreviewPlan, 0, n)
+		showDrift := s.spec.DriftPolicy() != magosv1.DriftIgnore
 		for _, mi := range s.matched[:n] {
 			m := &ms[mi]
-			s.preview = append(s.preview, previewOf(m, old[m.ws.Key.String()]))
+			p := previewOf(m, old[m.ws.Key.String()])
+			if showDrift {
+				p.Drift = driftSummary(*m.ws)
+			}
+			s.preview = append(s.preview, p)
 		}
 	}
 }
@@ -134,4 +141,13 @@ func previewOf(m *member, old *magosv1.PreviewPlan) magosv1.PreviewPlan {
 		p.Previewed = &first
 	}
 	return p
+}
+
+// driftSummary is the Workspace's drift at the commit it applied, as a preview shows it: the
+// drift check's plan digest and counts (nil when it did not drift there).
+func driftSummary(w Workspace) *magosv1.PlanSummary {
+	if !w.Drifted {
+		return nil
+	}
+	return &magosv1.PlanSummary{Digest: w.DriftDigest, Add: w.DriftChanges.Add, Change: w.DriftChanges.Change, Destroy: w.DriftChanges.Destroy}
 }

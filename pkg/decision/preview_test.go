@@ -389,3 +389,45 @@ func TestPreviewSize(t *testing.T) {
 		t.Errorf("listed %v, omitted %v; want 2400, 1600 and 0 listed, 0, 200 and 1800 left out", listed, omitted)
 	}
 }
+
+// TestDecidePlanFirstShowsDrift: each Workspace's preview entry shows, apart from its plan of the
+// change, its drift at the commit it applied (the drift check's digest and counts), whatever its
+// step's drift but ignore, accepted or not; a drift check of an older commit shows nothing.
+func TestDecidePlanFirstShowsDrift(t *testing.T) {
+	warn, block, ignore := stepSpec("warn", "env", "warn"), stepSpec("block", "env", "block"), stepSpec("ignore", "env", "ignore")
+	warn.Drift, block.Drift, ignore.Drift = magosv1.DriftWarn, magosv1.DriftBlock, magosv1.DriftIgnore
+	ro := rolloutOf(warn, block, ignore)
+	ro.Spec.PlanFirst = true
+	ro.Spec.DriftAcceptances = []magosv1.DriftAcceptance{accept(k("c2", "b"), "dd-b")}
+	stale := driftStatus(&magosv1.DriftStatus{Result: magosv1.DriftResultDrifted, Drifted: true, Revision: "rev-0", PlanDigest: "dd-s"})
+	planned := func(w *Workspace) {
+		w.Phase, w.CurrentRevision, w.PlanDigest, w.PlanOnly = magosv1.PhasePlanned, "rev-1", "p-"+w.Key.Name, true
+		w.Changes = magosv1.ResourceChanges{Add: 4}
+	}
+	ws := []Workspace{
+		newWS("c1", "a", "env", "warn").with(func(w *Workspace) { w.ObservedRevision = "rev-0" }, planned, driftedAt("dd-a")),
+		newWS("c1", "s", "env", "warn").with(func(w *Workspace) { w.ObservedRevision = "rev-1" }, planned, stale),
+		newWS("c2", "b", "env", "block").with(driftedAt("dd-b")),
+		newWS("c3", "c", "env", "ignore").with(driftedAt("dd-c")),
+	}
+	d := Decide(Input{Namespace: testNamespace, Project: testProject, Rollout: ro, Workspaces: ws, Clusters: clusters("c1", "c2", "c3"), Now: randomEpoch})
+	drift := func(digest string) *magosv1.PlanSummary {
+		return &magosv1.PlanSummary{Digest: digest, Change: 1, Destroy: 2}
+	}
+	for _, tc := range []struct {
+		step, ws int
+		plan     magosv1.PlanSummary
+		drift    *magosv1.PlanSummary
+	}{
+		{0, 0, magosv1.PlanSummary{Digest: "p-a", Add: 4}, drift("dd-a")},
+		{0, 1, magosv1.PlanSummary{Digest: "p-s", Add: 4}, nil}, // checked rev-0, applied rev-1: stale
+		{1, 0, magosv1.PlanSummary{}, drift("dd-b")},            // accepted, shown all the same
+		{2, 0, magosv1.PlanSummary{}, nil},                      // ignore
+	} {
+		p := d.Steps[tc.step].Preview[tc.ws]
+		if p.PlanSummary != tc.plan || (p.Drift == nil) != (tc.drift == nil) || p.Drift != nil && *p.Drift != *tc.drift {
+			t.Errorf("step %s: preview of %s is plan %+v drift %+v, want plan %+v drift %+v",
+				d.Steps[tc.step].Name, p.Workspace, p.PlanSummary, p.Drift, tc.plan, tc.drift)
+		}
+	}
+}

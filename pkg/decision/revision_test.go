@@ -495,7 +495,11 @@ func checkEndedAt(t *testing.T, trial int, f *fleet, last string) {
 // to ten minutes ahead or behind (their detected-at; the hub's measure of each agent's offset
 // errs by up to 100 ms), Workspaces that re-plan on their schedule,
 // mirrors that lag (the hub decides on what a Workspace was a few rounds ago), and the Rollout deleted and created
-// again (its status gone) or restored from an older backup at random moments. Whatever happens,
+// again (its status gone) or restored from an older backup at random moments, and drift: steps
+// whose drift is block, warn or ignore, Workspaces whose drift check finds drift at the commit
+// they applied (a drift a later apply leaves behind: its check was of an older commit), and
+// acceptances of it at random moments and, before the fleet settles, of all of it, as an
+// operator would (magosctl rollout accept-drift). Whatever happens,
 // every Workspace's applied commits never go back to an older one, each commit's first applies
 // keep step order, and the fleet ends Applied at the last commit.
 func TestDecideRandomFleetLife(t *testing.T) {
@@ -503,6 +507,9 @@ func TestDecideRandomFleetLife(t *testing.T) {
 	tally := map[string]int{}
 	for trial := 0; trial < 300; trial++ {
 		f, stepOf := randomRegionFleet(t, rng, 2)
+		for i := range f.rollout.Spec.Strategy.Steps {
+			f.rollout.Spec.Strategy.Steps[i].Drift = pick(rng, []string{magosv1.DriftBlock, magosv1.DriftWarn, magosv1.DriftIgnore})
+		}
 		skew := map[string]time.Duration{}
 		for c := range len(f.clusters) {
 			name := fmt.Sprintf("c%d", c)
@@ -539,6 +546,10 @@ func TestDecideRandomFleetLife(t *testing.T) {
 					case r == 11 && f.get(w.Key).Phase == magosv1.PhaseApplied:
 						f.reset(w.Key, magosv1.ReasonScheduledReconcile)
 						tally["re-plan"]++
+					case r == 12 && f.get(w.Key).ObservedRevision != "" && !f.get(w.Key).Drifted:
+						// A drift check finds drift at the commit it applied.
+						*f.get(w.Key) = f.get(w.Key).with(driftedAt(fmt.Sprintf("drift-%d", round)))
+						tally["drift"]++
 					}
 				}
 				switch r := rng.Intn(60); {
@@ -554,8 +565,14 @@ func TestDecideRandomFleetLife(t *testing.T) {
 					ro.Status = *backup.DeepCopy()
 					f.rollout = ro
 					tally["restored"]++
+				case r == 4 || r == 5:
+					if f.acceptDrift(rng.Intn(2) == 0) > 0 {
+						tally["drift accepted"]++
+					}
 				}
-				f.decide()
+				if f.decide().Reason == magosv1.ReasonDriftDetected {
+					tally["blocked by drift"]++
+				}
 				f.start()
 				if rng.Intn(2) == 0 {
 					f.finish()
@@ -565,16 +582,34 @@ func TestDecideRandomFleetLife(t *testing.T) {
 			for _, w := range f.ws {
 				f.poll(w.Key, commit, now.Add(time.Second).Add(skew[w.Key.Cluster]))
 			}
+			f.acceptDrift(true)
 			f.walk()
 		}
 		checkNeverBack(t, trial, f, stepOf, fmt.Sprintf("rev-%d", 1+commits))
 	}
 	t.Logf("events across the random fleets: %v", tally)
-	for _, e := range []string{"lagging mirror", "re-plan", "re-created", "restored"} {
+	for _, e := range []string{"lagging mirror", "re-plan", "re-created", "restored", "drift", "drift accepted", "blocked by drift"} {
 		if tally[e] < 50 {
 			t.Errorf("only %d random fleets saw %q: %v", tally[e], e, tally)
 		}
 	}
+}
+
+// acceptDrift accepts the drift of the fleet's drifted Workspaces with its digest, as magosctl
+// rollout accept-drift writes it (of all of them, or of one), replacing an acceptance of older
+// drift. It returns how many it accepted.
+func (f *fleet) acceptDrift(all bool) int {
+	n := 0
+	for _, w := range f.ws {
+		if !w.Drifted || w.DriftAccepted(f.rollout.Spec.DriftAcceptances) || n > 0 && !all {
+			continue
+		}
+		f.rollout.Spec.DriftAcceptances = slices.DeleteFunc(f.rollout.Spec.DriftAcceptances,
+			func(a magosv1.DriftAcceptance) bool { return a.Workspace == w.Key.String() })
+		f.rollout.Spec.DriftAcceptances = append(f.rollout.Spec.DriftAcceptances, accept(w.Key, w.DriftDigest))
+		n++
+	}
+	return n
 }
 
 // checkNeverBack checks a fleet's applies: no Workspace ever applies a commit older than one it

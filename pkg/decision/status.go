@@ -58,6 +58,7 @@ func stepStatuses(steps []step, ms []member) []magosv1.StepStatus {
 			MaxFailures:    s.maxFailures,
 			MaxConcurrency: s.maxConcurrency,
 			Clusters:       clusters,
+			Drifted:        driftedNames(s, ms),
 		}
 		if !s.succeededAt.IsZero() {
 			out[i].SucceededAt = &metav1.Time{Time: s.succeededAt}

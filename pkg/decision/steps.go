@@ -54,6 +54,9 @@ type step struct {
 	// how many of its members it leaves out.
 	preview        []magosv1.PreviewPlan
 	previewOmitted int32
+	// drifted are, unless the step's drift is ignore, the members it holds whose drift at the
+	// commit they applied is not accepted (driftOf), in key order.
+	drifted []int
 }
 
 // awaitingApproval reports whether every member of the step that has not applied or failed has
@@ -100,7 +103,7 @@ func (s *step) limits() {
 
 // evaluateSteps parses the Rollout's steps and evaluates them against the members: the members
 // each step selects (with spec.targets Frozen, those recorded for it), where they stand, the
-// step's limits and its soak.
+// step's limits, its soak and its drifted members.
 func evaluateSteps(in Input, ms []member, revisions []magosv1.RolloutRevision) []step {
 	ro := in.Rollout
 	steps := parseSteps(ro)
@@ -113,6 +116,7 @@ func evaluateSteps(in Input, ms []member, revisions []magosv1.RolloutRevision) [
 		steps[i].limits()
 	}
 	soaks(steps, ms, ro, revisions, in.Now)
+	driftOf(steps, ms, ro)
 	return steps
 }
 

@@ -90,6 +90,14 @@ type Workspace struct {
 	Changes magosv1.ResourceChanges
 	// PolicyViolations is the number of status.policyViolations: the rules the last plan broke.
 	PolicyViolations int32
+	// Drifted is true when the Workspace's last drift check found drift at the commit it
+	// applied (status.drift.DriftedAt(status.observedRevision)). A check of another commit than
+	// the one applied now is a stale view: the Workspace is not drifted.
+	Drifted bool
+	// DriftDigest and DriftChanges are the drift check's plan (status.drift.planDigest and
+	// status.drift.resourceChanges: what it would put back), set only when Drifted.
+	DriftDigest  string
+	DriftChanges magosv1.ResourceChanges
 }
 
 // Cluster is what a decision needs to know of a registered cluster.

@@ -21,7 +21,7 @@ func FromWorkspace(cluster string, ws *magosv1.Workspace) Workspace {
 	o := mirror.OriginOf(cluster, ws)
 	ann := ws.Annotations
 	src := SourceOf(ws.Spec.Source.RepoURL, ws.Spec.Source.TargetRevision)
-	return Workspace{
+	w := Workspace{
 		Key:                Key{Cluster: o.Cluster, Namespace: o.Namespace, Name: o.Name},
 		Labels:             ownLabels(ws),
 		ProjectRef:         ws.Spec.ProjectRef.Name,
@@ -44,6 +44,11 @@ func FromWorkspace(cluster string, ws *magosv1.Workspace) Workspace {
 		Changes:            ptr.Deref(ws.Status.ResourceChanges, magosv1.ResourceChanges{}),
 		PolicyViolations:   int32(len(ws.Status.PolicyViolations)),
 	}
+	if d := ws.Status.Drift; d.DriftedAt(ws.Status.ObservedRevision) {
+		w.Drifted, w.DriftDigest = true, d.PlanDigest
+		w.DriftChanges = ptr.Deref(d.ResourceChanges, magosv1.ResourceChanges{})
+	}
+	return w
 }
 
 // spelling is how a Workspace writes its source: "<repoURL>@<targetRevision>" ("" without a

@@ -143,3 +143,37 @@ func TestFromWorkspaceOrder(t *testing.T) {
 		}
 	}
 }
+
+// TestFromWorkspaceDrift: a Workspace is Drifted only when its last drift check found drift at
+// the commit it applied (status.drift.DriftedAt(status.observedRevision)), and then carries the
+// check's plan digest and counts. A check of an older commit than the one applied now is a stale
+// view (not drifted), as is a check that found none, failed or still runs.
+func TestFromWorkspaceDrift(t *testing.T) {
+	changes := &magosv1.ResourceChanges{Add: 1, Change: 2, Destroy: 3}
+	for _, tc := range []struct {
+		name  string
+		drift *magosv1.DriftStatus
+		want  bool
+	}{
+		{"no check", nil, false},
+		{"drifted at the applied commit", &magosv1.DriftStatus{Result: magosv1.DriftResultDrifted, Drifted: true, Revision: "0ff1ce", PlanDigest: "dd1", ResourceChanges: changes}, true},
+		{"drifted at an older commit: stale view", &magosv1.DriftStatus{Result: magosv1.DriftResultDrifted, Drifted: true, Revision: "0ld", PlanDigest: "dd1", ResourceChanges: changes}, false},
+		{"no drift", &magosv1.DriftStatus{Result: magosv1.DriftResultNone, Revision: "0ff1ce", PlanDigest: "dd1"}, false},
+		{"check failed", &magosv1.DriftStatus{Result: magosv1.DriftResultFailed, Revision: "0ff1ce", Message: "boom"}, false},
+		{"first check runs", &magosv1.DriftStatus{Result: magosv1.DriftResultChecking, CheckingRunID: "r"}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ws := spokeWorkspace()
+			ws.Status.Drift = tc.drift
+			got := FromWorkspace("c1", ws)
+			want := Workspace{}
+			if tc.want {
+				want = Workspace{Drifted: true, DriftDigest: "dd1", DriftChanges: *changes}
+			}
+			if got.Drifted != want.Drifted || got.DriftDigest != want.DriftDigest || got.DriftChanges != want.DriftChanges {
+				t.Fatalf("drifted %v digest %q changes %+v, want %v %q %+v",
+					got.Drifted, got.DriftDigest, got.DriftChanges, want.Drifted, want.DriftDigest, want.DriftChanges)
+			}
+		})
+	}
+}

@@ -93,9 +93,11 @@ function renderGrid(g) {
   const rows = $("grid-rows");
   rows.replaceChildren();
   for (const s of g.steps) {
+    const drifted = (s.status && s.status.drifted) || [];
     const tr = el("tr", { "data-step": s.name },
       el("td", { class: "step" }, s.name, el("span", { class: "state", "data-step-phase": s.phase || "" },
-        s.invalidSelector ? "InvalidSelector" : s.state)));
+        s.invalidSelector ? "InvalidSelector" : s.state),
+        ...(drifted.length ? [el("span", { class: "drifted", "data-drifted": drifted.length }, "drifted: " + drifted.join(", "))] : [])));
     for (const c of g.clusters) {
       const td = el("td", { "data-step": s.name, "data-cluster": c });
       for (const w of s.workspaces.filter((w) => w.cluster === c)) {
@@ -104,7 +106,8 @@ function renderGrid(g) {
           class: "ws phase" + (isSel ? " selected" : ""), "data-phase": w.phase || "", "data-tone": w.tone, "data-workspace": w.namespace + "/" + w.name,
           title: w.message || "", onclick: () => selectWorkspace(w),
         }, w.namespace + "/" + w.name + " ", el("b", {}, (w.phase || "-") + (w.late ? " (late)" : "")), " ", el("span", { class: "rev" }, short(w.revision)),
-        ...(w.preview ? [" ", previewBadge(w.preview)] : [])));
+        ...(w.preview ? [" ", previewBadge(w.preview)] : []),
+        ...(w.drift ? [" ", driftBadge(w)] : [])));
       }
       tr.append(td);
     }
@@ -124,6 +127,13 @@ function previewBadge(p) {
     text += " (previewed +" + (p.previewed.add || 0) + " ~" + (p.previewed.change || 0) + " -" + (p.previewed.destroy || 0) + ")";
   }
   return el("span", { class: "preview", "data-preview": p.result, title: p.digest ? "plan " + p.digest : "" }, text);
+}
+
+// driftBadge shows the result of a Workspace's last drift check (status.drift.result), marked
+// when it drifted at the commit it applied (a check of an older commit says nothing of it).
+function driftBadge(w) {
+  const title = w.drifted ? "drifted from the commit it applied" : (w.drift === "Drifted" ? "drift found at an older commit" : "last drift check");
+  return el("span", { class: "drift", "data-drift": w.drift, "data-drifted": w.drifted ? "true" : "false", title: title }, "drift: " + w.drift);
 }
 
 function selectWorkspace(w) {

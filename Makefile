@@ -9,7 +9,7 @@ BIN         := bin
 GO_TEST_FLAGS ?= -timeout 40m
 # Assets (etcd, kube-apiserver, tofu) are built once from the Go module proxy and cached.
 # (The assignment fails the recipe when the script fails; a bare eval "$$(...)" would not.)
-WITH_ASSETS := assets="$$(tools/provision-assets.sh)" && eval "$$assets" && export KUBEBUILDER_ASSETS MAGOS_TOFU &&
+WITH_ASSETS := assets="$$(tools/provision-assets.sh)" && eval "$$assets" && export KUBEBUILDER_ASSETS MAGOS_TOFU MAGOS_PROVIDERS &&
 
 .PHONY: help
 help: ## List the targets.
@@ -95,7 +95,7 @@ demo-real: images ## Roll a change out region by region on real nodes (Docker), 
 	  $(abspath $(BIN))/magos-demo-real $(DEMO_REAL_FLAGS)
 
 .PHONY: assets
-assets: ## Build etcd, kube-apiserver and tofu from the Go module proxy (cached).
+assets: ## Build etcd, kube-apiserver, tofu and the runner's providers from the Go module proxy (cached).
 	tools/provision-assets.sh
 
 .PHONY: test

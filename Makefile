@@ -51,7 +51,8 @@ IMAGE_TAG   ?= dev
 images: ## Build the magos-hub, magos-agent and magos-runner images from scratch into the local engine and bin/images/*.tar.
 	rm -rf $(IMAGES_DIR)/context && mkdir -p $(IMAGES_DIR)/context/bin $(IMAGES_DIR)/context/rootfs/etc $(IMAGES_DIR)/context/rootfs/tmp
 	CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o $(IMAGES_DIR)/context/bin/ ./hub/cmd/magos-hub ./hub/cmd/magosctl ./agent/cmd/magos-agent
-	$(WITH_ASSETS) cp "$$MAGOS_TOFU" $(IMAGES_DIR)/context/bin/tofu
+	$(WITH_ASSETS) cp "$$MAGOS_TOFU" $(IMAGES_DIR)/context/bin/tofu && \
+	  cp -r "$$MAGOS_PROVIDERS" $(IMAGES_DIR)/context/providers && rm -f $(IMAGES_DIR)/context/providers/.complete
 	printf 'root:x:0:0:root:/root:/sbin/nologin\nnonroot:x:65532:65532:nonroot:/tmp:/sbin/nologin\n' >$(IMAGES_DIR)/context/rootfs/etc/passwd
 	printf 'root:x:0:\nnonroot:x:65532:\n' >$(IMAGES_DIR)/context/rootfs/etc/group
 	chmod 1777 $(IMAGES_DIR)/context/rootfs/tmp

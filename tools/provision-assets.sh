@@ -113,7 +113,7 @@ build_providers() {
   local t0
   [[ -f "$PROVIDERS/.complete" ]] && return
   t0=$(date +%s)
-  log "building the providers hashicorp/time $TIME_PROVIDER_VERSION and gavinbunney/kubectl $KUBECTL_PROVIDER_VERSION (about 2.5 min cold)"
+  log "building the providers hashicorp/time $TIME_PROVIDER_VERSION and gavinbunney/kubectl $KUBECTL_PROVIDER_VERSION (about 3 min cold)"
   rm -rf "$PROVIDERS"
   build_provider hashicorp time github.com/hashicorp/terraform-provider-time "$TIME_PROVIDER_VERSION"
   build_provider gavinbunney kubectl github.com/gavinbunney/terraform-provider-kubectl "$KUBECTL_PROVIDER_VERSION"

@@ -79,7 +79,9 @@ type RunnerOptions struct {
 	// providers from (runner.EnvProviderNetworkMirror); empty: none.
 	ProviderNetworkMirror string
 	// ProviderVolume is a volume holding a provider mirror, mounted into every run Job
-	// (execution.JobOptions.ProviderVolume); job mode only. Nil: the runner image's mirror only.
+	// (execution.JobOptions.ProviderVolume). Nil: the runner image's mirror only. Local runs
+	// ignore it (the agent's configuration refuses it in local mode): they take
+	// MAGOS_PROVIDER_MIRROR from the agent's environment.
 	ProviderVolume *corev1.VolumeSource
 }
 
@@ -259,9 +261,6 @@ func newLauncher(mgr manager.Manager, opts Options) (execution.Launcher, error) 
 			ProviderVolume:        opts.Runner.ProviderVolume,
 		})
 	case RunnerLocal:
-		if opts.Runner.ProviderVolume != nil {
-			return nil, fmt.Errorf("agent: a provider volume is mounted into run Jobs only: local runs read %s from the agent's environment", runner.EnvProviderMirror)
-		}
 		l, err := execution.NewLocalLauncher(execution.LocalOptions{
 			Command:    opts.Runner.Command,
 			DataDir:    opts.Runner.DataDir,

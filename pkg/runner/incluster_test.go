@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 
@@ -50,20 +49,7 @@ exec "$@"`
 // allowed to applies the ConfigMap. Needs Linux, root and unshare (mount namespaces); it is skipped otherwise,
 // but fails under CI.
 func TestRunKubectlProviderInCluster(t *testing.T) {
-	skip := t.Skipf
-	if os.Getenv("MAGOS_CI") != "" {
-		skip = t.Fatalf
-	}
-	if runtime.GOOS != "linux" || os.Geteuid() != 0 {
-		skip("needs root on Linux to put a ServiceAccount token where a Pod has it, in a mount namespace")
-	}
-	unshare, err := exec.LookPath("unshare")
-	if err != nil {
-		skip("needs unshare to put a ServiceAccount token where a Pod has it, in a mount namespace")
-	}
-	if out, err := exec.Command(unshare, "--mount", "sh", "-c", inPod, "sh", t.TempDir(), "true").CombinedOutput(); err != nil {
-		skip("cannot make a mount namespace here: %v: %s", err, out)
-	}
+	unshare := mountNamespace(t, "put a ServiceAccount token where a Pod has it", inPod, t.TempDir())
 	mirror := providerMirror(t)
 	fleet := testenv.Start(t, localcluster.Options{NoHub: true, Spokes: []string{"spoke"}})
 	spoke := fleet.Spokes["spoke"]

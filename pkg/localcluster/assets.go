@@ -44,27 +44,23 @@ func Assets() (string, error) {
 }
 
 // Tofu returns the path of the tofu binary the tests run (MAGOS_TOFU, else provisioned).
-func Tofu() (string, error) {
-	if p := os.Getenv("MAGOS_TOFU"); p != "" {
-		return p, nil
-	}
-	if err := provision(); err != nil {
-		return "", err
-	}
-	return os.Getenv("MAGOS_TOFU"), nil
-}
+func Tofu() (string, error) { return provisioned("MAGOS_TOFU") }
 
 // Providers returns the provider mirror the tests and the dev fleet's runs install providers
 // from (MAGOS_PROVIDERS, else provisioned): a folder in OpenTofu's unpacked filesystem mirror
 // layout holding the providers the runner image carries (see docs/providers.md).
-func Providers() (string, error) {
-	if p := os.Getenv("MAGOS_PROVIDERS"); p != "" {
+func Providers() (string, error) { return provisioned("MAGOS_PROVIDERS") }
+
+// provisioned returns the environment variable name, running tools/provision-assets.sh first
+// (which sets it) when it is empty.
+func provisioned(name string) (string, error) {
+	if p := os.Getenv(name); p != "" {
 		return p, nil
 	}
 	if err := provision(); err != nil {
 		return "", err
 	}
-	return os.Getenv("MAGOS_PROVIDERS"), nil
+	return os.Getenv(name), nil
 }
 
 var provisionMu sync.Mutex

@@ -2,7 +2,8 @@
 # scratch: no base image is pulled (the engine here reaches no registry). `make images` prepares
 # the build context (bin/images/context: the static binaries built with the Go module proxy,
 # OpenTofu from the cached test assets, a passwd entry for the non-root user, the host's CA
-# certificates when it has them) and builds the three targets:
+# certificates when it has them, and the provider mirror the runner carries) and builds the three
+# targets:
 #   docker build --target hub    -t magos-hub:dev    bin/images/context -f Dockerfile
 #   docker build --target agent  -t magos-agent:dev  bin/images/context -f Dockerfile
 #   docker build --target runner -t magos-runner:dev bin/images/context -f Dockerfile
@@ -23,8 +24,11 @@ COPY bin/magos-agent /usr/local/bin/
 ENTRYPOINT ["/usr/local/bin/magos-agent"]
 CMD ["controller"]
 
-# The runner: the agent's own `runner` entrypoint plus OpenTofu.
+# The runner: the agent's own `runner` entrypoint, OpenTofu, and the provider mirror its runs
+# install providers from (MAGOS_PROVIDER_MIRROR; never a registry: see docs/providers.md). The
+# mirror's path is runner.ImageProviderMirror (pkg/runner), which the agent's Jobs name too.
 FROM base AS runner
 COPY bin/magos-agent bin/tofu /usr/local/bin/
-ENV HOME=/tmp MAGOS_TOFU=/usr/local/bin/tofu
+COPY providers/ /usr/local/share/magos/providers/
+ENV HOME=/tmp MAGOS_TOFU=/usr/local/bin/tofu MAGOS_PROVIDER_MIRROR=/usr/local/share/magos/providers
 ENTRYPOINT ["/usr/local/bin/magos-agent", "runner"]

@@ -9,7 +9,7 @@ BIN         := bin
 GO_TEST_FLAGS ?= -timeout 40m
 # Assets (etcd, kube-apiserver, tofu) are built once from the Go module proxy and cached.
 # (The assignment fails the recipe when the script fails; a bare eval "$$(...)" would not.)
-WITH_ASSETS := assets="$$(tools/provision-assets.sh)" && eval "$$assets" && export KUBEBUILDER_ASSETS MAGOS_TOFU &&
+WITH_ASSETS := assets="$$(tools/provision-assets.sh)" && eval "$$assets" && export KUBEBUILDER_ASSETS MAGOS_TOFU MAGOS_PROVIDERS &&
 
 .PHONY: help
 help: ## List the targets.
@@ -51,7 +51,8 @@ IMAGE_TAG   ?= dev
 images: ## Build the magos-hub, magos-agent and magos-runner images from scratch into the local engine and bin/images/*.tar.
 	rm -rf $(IMAGES_DIR)/context && mkdir -p $(IMAGES_DIR)/context/bin $(IMAGES_DIR)/context/rootfs/etc $(IMAGES_DIR)/context/rootfs/tmp
 	CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o $(IMAGES_DIR)/context/bin/ ./hub/cmd/magos-hub ./hub/cmd/magosctl ./agent/cmd/magos-agent
-	$(WITH_ASSETS) cp "$$MAGOS_TOFU" $(IMAGES_DIR)/context/bin/tofu
+	$(WITH_ASSETS) cp "$$MAGOS_TOFU" $(IMAGES_DIR)/context/bin/tofu && \
+	  cp -r "$$MAGOS_PROVIDERS" $(IMAGES_DIR)/context/providers && rm -f $(IMAGES_DIR)/context/providers/.complete
 	printf 'root:x:0:0:root:/root:/sbin/nologin\nnonroot:x:65532:65532:nonroot:/tmp:/sbin/nologin\n' >$(IMAGES_DIR)/context/rootfs/etc/passwd
 	printf 'root:x:0:\nnonroot:x:65532:\n' >$(IMAGES_DIR)/context/rootfs/etc/group
 	chmod 1777 $(IMAGES_DIR)/context/rootfs/tmp
@@ -95,7 +96,7 @@ demo-real: images ## Roll a change out region by region on real nodes (Docker), 
 	  $(abspath $(BIN))/magos-demo-real $(DEMO_REAL_FLAGS)
 
 .PHONY: assets
-assets: ## Build etcd, kube-apiserver and tofu from the Go module proxy (cached).
+assets: ## Build etcd, kube-apiserver, tofu and the runner's providers from the Go module proxy (cached).
 	tools/provision-assets.sh
 
 .PHONY: test

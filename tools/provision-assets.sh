@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # provision-assets.sh builds the binaries the integration tests and the local fleet need
-# (etcd, kube-apiserver, kube-controller-manager, kubectl and OpenTofu) from the Go module
-# proxy, into a versioned cache outside the checkout. Nothing is downloaded from release sites.
+# (etcd, kube-apiserver, kube-controller-manager, kubectl, OpenTofu and the providers the runner
+# image carries) from the Go module proxy, into a versioned cache outside the checkout. Nothing
+# is downloaded from release sites or provider registries.
 #
 # Each tool is built once into $MAGOS_ASSETS_DIR/<tool>-<version>/ and marked complete with a
 # file written last, so a rerun costs well under a second and an interrupted build is redone.
@@ -9,12 +10,16 @@
 # Output (stdout, one per line, ready for `eval` or a Makefile include):
 #   KUBEBUILDER_ASSETS=<dir holding etcd, kube-apiserver, kube-controller-manager, kubectl>
 #   MAGOS_TOFU=<path of the tofu binary>
+#   MAGOS_PROVIDERS=<OpenTofu provider mirror folder (unpacked filesystem mirror layout)>
 # Progress goes to stderr.
 set -euo pipefail
 
 ETCD_VERSION=${ETCD_VERSION:-v3.6.16}
 KUBE_VERSION=${KUBE_VERSION:-v1.36.3}
 TOFU_VERSION=${TOFU_VERSION:-v1.10.6}
+# The providers the runner image carries (docs/providers.md says why these two).
+TIME_PROVIDER_VERSION=${TIME_PROVIDER_VERSION:-v0.14.2}
+KUBECTL_PROVIDER_VERSION=${KUBECTL_PROVIDER_VERSION:-v1.19.0}
 ASSETS=${MAGOS_ASSETS_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/magos/assets}
 
 export CGO_ENABLED=0 GOFLAGS=-mod=mod GOWORK=off GOTOOLCHAIN=local
@@ -100,16 +105,57 @@ build_tofu() {
   finish tofu "$out" "$t0"
 }
 
-# MAGOS_ASSETS_ONLY=tofu builds only OpenTofu (the runner image does this, for its own
-# GOOS/GOARCH) and prints only MAGOS_TOFU.
-if [[ ${MAGOS_ASSETS_ONLY:-} == tofu ]]; then
+# The provider mirror: OpenTofu's unpacked filesystem mirror layout,
+# <host>/<namespace>/<type>/<version>/<os>_<arch>/terraform-provider-<type>_v<version>.
+PROVIDERS="$ASSETS/providers-time-$TIME_PROVIDER_VERSION-kubectl-$KUBECTL_PROVIDER_VERSION"
+
+build_providers() {
+  local t0
+  [[ -f "$PROVIDERS/.complete" ]] && return
+  t0=$(date +%s)
+  log "building the providers hashicorp/time $TIME_PROVIDER_VERSION and gavinbunney/kubectl $KUBECTL_PROVIDER_VERSION (about 3 min cold)"
+  rm -rf "$PROVIDERS"
+  build_provider hashicorp time github.com/hashicorp/terraform-provider-time "$TIME_PROVIDER_VERSION"
+  build_provider gavinbunney kubectl github.com/gavinbunney/terraform-provider-kubectl "$KUBECTL_PROVIDER_VERSION"
+  finish providers "$PROVIDERS" "$t0"
+}
+
+# build_provider NAMESPACE TYPE MODULE VERSION builds the provider MODULE@VERSION (its main
+# package is the module's root) into the mirror as registry.opentofu.org/NAMESPACE/TYPE.
+build_provider() {
+  local ns=$1 type=$2 module=$3 version=$4 mod dir
+  mod="$ASSETS/build/provider-$type-$version"
+  dir="$PROVIDERS/registry.opentofu.org/$ns/$type/${version#v}/$(go env GOOS)_$(go env GOARCH)"
+  new_module "$mod" magos.local/assets
+  (cd "$mod" && go get -tool "$module@$version" >&2 && mkdir -p "$dir" &&
+    go build -trimpath -ldflags='-s -w' -o "$dir/terraform-provider-${type}_$version" "$module" >&2)
+}
+
+# MAGOS_ASSETS_ONLY=tofu builds only OpenTofu and prints only MAGOS_TOFU; =providers builds only
+# the provider mirror and prints only MAGOS_PROVIDERS (for an image of another GOOS/GOARCH, set
+# them and MAGOS_ASSETS_DIR).
+case ${MAGOS_ASSETS_ONLY:-} in
+tofu)
   build_tofu
   echo "MAGOS_TOFU=$ASSETS/tofu-$TOFU_VERSION/tofu"
+echo "MAGOS_PROVIDERS=$PROVIDERS"
   exit 0
-fi
+  ;;
+providers)
+  build_providers
+  echo "MAGOS_PROVIDERS=$PROVIDERS"
+  exit 0
+  ;;
+"") ;;
+*)
+  log "MAGOS_ASSETS_ONLY=$MAGOS_ASSETS_ONLY: want tofu, providers or nothing"
+  exit 1
+  ;;
+esac
 
 build_etcd
 build_tofu
+build_providers
 build_kube
 
 # One folder in the layout envtest expects (KUBEBUILDER_ASSETS).
@@ -123,3 +169,4 @@ rm -rf "$ASSETS/build"
 
 echo "KUBEBUILDER_ASSETS=$bin"
 echo "MAGOS_TOFU=$ASSETS/tofu-$TOFU_VERSION/tofu"
+echo "MAGOS_PROVIDERS=$PROVIDERS"

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -35,6 +36,7 @@ import (
 	"github.com/magosfleet/magos/pkg/gitrepo"
 	"github.com/magosfleet/magos/pkg/keys"
 	"github.com/magosfleet/magos/pkg/mirror"
+	"github.com/magosfleet/magos/pkg/runner"
 	magosscheme "github.com/magosfleet/magos/pkg/scheme"
 )
 
@@ -73,6 +75,14 @@ type RunnerOptions struct {
 	BinaryPath string
 	// Env is added to every local run's environment.
 	Env []string
+	// ProviderNetworkMirror is the https:// URL of a provider network mirror every run installs
+	// providers from (runner.EnvProviderNetworkMirror); empty: none.
+	ProviderNetworkMirror string
+	// ProviderVolume is a volume holding a provider mirror, mounted into every run Job
+	// (execution.JobOptions.ProviderVolume). Nil: the runner image's mirror only. Local runs
+	// ignore it (the agent's configuration refuses it in local mode): they take
+	// MAGOS_PROVIDER_MIRROR from the agent's environment.
+	ProviderVolume *corev1.VolumeSource
 }
 
 // Options configures the agent.
@@ -243,10 +253,12 @@ func newLauncher(mgr manager.Manager, opts Options) (execution.Launcher, error) 
 	switch opts.Runner.Mode {
 	case RunnerJob, "":
 		return execution.NewJobLauncher(mgr, execution.JobOptions{
-			Image:            opts.Runner.Image,
-			ImagePullPolicy:  opts.Runner.ImagePullPolicy,
-			Resources:        opts.Runner.Resources,
-			StorageClassName: opts.Runner.StorageClass,
+			Image:                 opts.Runner.Image,
+			ImagePullPolicy:       opts.Runner.ImagePullPolicy,
+			Resources:             opts.Runner.Resources,
+			StorageClassName:      opts.Runner.StorageClass,
+			ProviderNetworkMirror: opts.Runner.ProviderNetworkMirror,
+			ProviderVolume:        opts.Runner.ProviderVolume,
 		})
 	case RunnerLocal:
 		l, err := execution.NewLocalLauncher(execution.LocalOptions{
@@ -254,7 +266,7 @@ func newLauncher(mgr manager.Manager, opts Options) (execution.Launcher, error) 
 			DataDir:    opts.Runner.DataDir,
 			Kubeconfig: opts.Runner.Kubeconfig,
 			BinaryPath: opts.Runner.BinaryPath,
-			Env:        opts.Runner.Env,
+			Env:        localEnv(opts.Runner),
 			Reader:     mgr.GetAPIReader(),
 			Logger:     mgr.GetLogger().WithName("local-runner"),
 		})
@@ -268,4 +280,14 @@ func newLauncher(mgr manager.Manager, opts Options) (execution.Launcher, error) 
 	default:
 		return nil, fmt.Errorf("agent: runner mode %q: want %q or %q", opts.Runner.Mode, RunnerJob, RunnerLocal)
 	}
+}
+
+// localEnv is what every local run's environment gets besides the agent's own: r.Env, and the
+// provider network mirror.
+func localEnv(r RunnerOptions) []string {
+	env := slices.Clip(r.Env)
+	if r.ProviderNetworkMirror != "" {
+		env = append(env, runner.EnvProviderNetworkMirror+"="+r.ProviderNetworkMirror)
+	}
+	return env
 }

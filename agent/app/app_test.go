@@ -1,6 +1,7 @@
 package app
 
 import (
+	"slices"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -38,5 +39,16 @@ func TestCacheOptionsSecretNamespaces(t *testing.T) {
 		if _, ok := by.Namespaces[ns]; !ok {
 			t.Errorf("namespace %s not cached: %v", ns, by.Namespaces)
 		}
+	}
+}
+
+// TestLocalEnv: local runs get the agent's Runner.Env and its provider network mirror.
+func TestLocalEnv(t *testing.T) {
+	got := localEnv(RunnerOptions{Env: []string{"A=1"}, ProviderNetworkMirror: "https://mirror.example/"})
+	if want := []string{"A=1", "MAGOS_PROVIDER_NETWORK_MIRROR=https://mirror.example/"}; !slices.Equal(got, want) {
+		t.Errorf("local env %v; want %v", got, want)
+	}
+	if got := localEnv(RunnerOptions{Env: []string{"A=1"}}); !slices.Equal(got, []string{"A=1"}) {
+		t.Errorf("local env without a mirror %v; want [A=1]", got)
 	}
 }

@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
 	"path"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -50,6 +52,11 @@ const (
 	// TerminationMargin is how much longer than runner.InterruptGrace a run's Pod may take to
 	// stop before it is killed: time for the runner to write its result.
 	TerminationMargin = 15 * time.Second
+	// ProviderMirrorMountPath is where a Job mounts JobOptions.ProviderVolume, read-only: a
+	// provider mirror listed before the image's own (runner.ImageProviderMirror).
+	ProviderMirrorMountPath = "/magos/providers"
+	// providerVolumeName is the Pod's volume of JobOptions.ProviderVolume.
+	providerVolumeName = "provider-mirror"
 )
 
 // DataClaimName is the PersistentVolumeClaim that holds a Workspace's saved plans.
@@ -68,6 +75,43 @@ type JobOptions struct {
 	RunAsUser int64
 	// StorageClassName of data volumes; empty uses the cluster's default.
 	StorageClassName string
+	// ProviderNetworkMirror is the https:// URL of a provider network mirror runs install
+	// providers from (runner.EnvProviderNetworkMirror), after the mirror folders; empty: none.
+	ProviderNetworkMirror string
+	// ProviderVolume holds a provider mirror of the operator's (OpenTofu's filesystem mirror
+	// layout at its root: a PersistentVolumeClaim, an image volume, any volume source). Each
+	// Job mounts it read-only at ProviderMirrorMountPath and lists it first in
+	// runner.EnvProviderMirror, before the image's mirror. Nil: the image's mirror only.
+	ProviderVolume *corev1.VolumeSource
+}
+
+// ParseProviderVolume decodes JobOptions.ProviderVolume from JSON (the agent's
+// --runner-provider-volume): one Kubernetes volume source, such as
+// {"persistentVolumeClaim":{"claimName":"providers"}} or {"image":{"reference":"..."}}. An
+// unknown field, or not exactly one source, is an error.
+func ParseProviderVolume(raw string) (*corev1.VolumeSource, error) {
+	dec := json.NewDecoder(strings.NewReader(raw))
+	dec.DisallowUnknownFields()
+	vs := &corev1.VolumeSource{}
+	if err := dec.Decode(vs); err != nil {
+		return nil, fmt.Errorf("not a volume source (want JSON such as {\"persistentVolumeClaim\":{\"claimName\":\"providers\"}}): %w", err)
+	}
+	if dec.More() {
+		return nil, errors.New("more than one JSON value: want one volume source")
+	}
+	// Count the sources set: the fields of a VolumeSource are all omitempty pointers.
+	b, err := json.Marshal(vs)
+	if err != nil {
+		return nil, err
+	}
+	var set map[string]json.RawMessage
+	if err := json.Unmarshal(b, &set); err != nil {
+		return nil, err
+	}
+	if len(set) != 1 {
+		return nil, fmt.Errorf("%d volume sources set (%s): want exactly one", len(set), strings.Join(slices.Sorted(maps.Keys(set)), ", "))
+	}
+	return vs, nil
 }
 
 // JobLauncher runs each operation as a Kubernetes Job in the Workspace's namespace.
@@ -288,6 +332,15 @@ func (l *JobLauncher) build(run *Run) (*batchv1.Job, *corev1.Secret, error) {
 		{Name: runner.EnvSpec, Value: string(raw)},
 		{Name: "HOME", Value: "/tmp"},
 		{Name: "TMPDIR", Value: "/tmp"},
+		// Kubernetes providers that read it (gavinbunney/kubectl) use the Pod's
+		// ServiceAccount (in-cluster configuration) unless the module configures them.
+		{Name: runner.EnvKubeLoadConfigFile, Value: "false"},
+	}
+	if l.opts.ProviderVolume != nil {
+		own = append(own, corev1.EnvVar{Name: runner.EnvProviderMirror, Value: ProviderMirrorMountPath + ":" + runner.ImageProviderMirror})
+	}
+	if l.opts.ProviderNetworkMirror != "" {
+		own = append(own, corev1.EnvVar{Name: runner.EnvProviderNetworkMirror, Value: l.opts.ProviderNetworkMirror})
 	}
 	name := JobName(ws.Name, spec.Operation, spec.RunID)
 	var secret *corev1.Secret
@@ -380,6 +433,12 @@ func (l *JobLauncher) build(run *Run) (*batchv1.Job, *corev1.Secret, error) {
 				},
 			},
 		},
+	}
+	if l.opts.ProviderVolume != nil {
+		pod := &job.Spec.Template.Spec
+		pod.Volumes = append(pod.Volumes, corev1.Volume{Name: providerVolumeName, VolumeSource: *l.opts.ProviderVolume.DeepCopy()})
+		pod.Containers[0].VolumeMounts = append(pod.Containers[0].VolumeMounts,
+			corev1.VolumeMount{Name: providerVolumeName, MountPath: ProviderMirrorMountPath, ReadOnly: true})
 	}
 	if err := controllerutil.SetControllerReference(ws, job, l.cache.GetScheme()); err != nil {
 		return nil, nil, fmt.Errorf("owning Job: %w", err)

@@ -256,6 +256,19 @@ func TestJobStatus(t *testing.T) {
 // Workspace in it.
 func startLauncher(t *testing.T, opts localcluster.Options, ns string) (client.Client, *execution.JobLauncher, *magosv1.Workspace) {
 	t.Helper()
+	c, cl, ws := startCluster(t, opts, ns)
+	launcher, err := execution.NewJobLauncher(cl, execution.JobOptions{Image: "runner", Resources: corev1.ResourceRequirements{
+		Limits: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("1Gi")},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, launcher, ws
+}
+
+// startCluster is startLauncher without the launcher: the cluster to make launchers on.
+func startCluster(t *testing.T, opts localcluster.Options, ns string) (client.Client, cluster.Cluster, *magosv1.Workspace) {
+	t.Helper()
 	log.SetLogger(logr.Discard())
 	fleet := testenv.Start(t, opts)
 	spoke := fleet.Spokes[opts.Spokes[0]]
@@ -273,12 +286,6 @@ func startLauncher(t *testing.T, opts localcluster.Options, ns string) (client.C
 	}
 	ctx := context.Background()
 	testenv.Background(t, ctx, "cluster", cl.Start)
-	launcher, err := execution.NewJobLauncher(cl, execution.JobOptions{Image: "runner", Resources: corev1.ResourceRequirements{
-		Limits: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("1Gi")},
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
 	ws := &magosv1.Workspace{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "network"},
 		Spec: magosv1.WorkspaceSpec{
@@ -296,7 +303,7 @@ func startLauncher(t *testing.T, opts localcluster.Options, ns string) (client.C
 			t.Fatal(err)
 		}
 	}
-	return c, launcher, ws
+	return c, cl, ws
 }
 
 // TestStartReplacesAStaleSecret starts a run whose Secret of sensitive values was left by an

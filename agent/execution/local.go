@@ -35,13 +35,16 @@ type LocalOptions struct {
 	// DataDir holds results, logs, saved plans (and local state without Kubeconfig).
 	DataDir string
 	// Kubeconfig reaches the Workspaces' cluster; runs keep their state there with the
-	// kubernetes backend. Empty keeps state in a file under DataDir (development only).
+	// kubernetes backend, and Kubernetes providers reach it too (KUBE_CONFIG_PATH and
+	// KUBECONFIG name it in the run's environment). Empty keeps state in a file under DataDir
+	// (development only).
 	Kubeconfig string
 	// BinaryPath is the tofu/terraform binary runs use when the Spec names none.
 	BinaryPath string
 	// Reader resolves the Secret and ConfigMap references of a run's environment.
 	Reader client.Reader
-	// Env is added to the environment of every run.
+	// Env is added to the environment of every run (after the agent's own, which runs
+	// inherit: MAGOS_PROVIDER_MIRROR and MAGOS_PROVIDER_NETWORK_MIRROR included).
 	Env []string
 	// StopGrace is how long a run may take to stop when the agent stops (default 10s).
 	StopGrace time.Duration
@@ -248,6 +251,12 @@ func (l *LocalLauncher) command(ctx context.Context, run *Run, ref Ref) (*exec.C
 	// MAGOS_RESULT_FILE cannot replace the run spec or move the result.
 	env := inheritedEnv()
 	env = append(env, resolved...)
+	if l.opts.Kubeconfig != "" {
+		// Kubernetes providers reach the Workspace's cluster as the state backend does:
+		// gavinbunney/kubectl reads KUBECONFIG before KUBE_CONFIG_PATH, hashicorp/kubernetes
+		// only the latter, so both name the runner kubeconfig.
+		env = append(env, runner.EnvKubeConfigPath+"="+l.opts.Kubeconfig, "KUBECONFIG="+l.opts.Kubeconfig)
+	}
 	env = append(env, l.opts.Env...)
 	env = append(env, runner.EnvSpec+"="+string(raw), runner.EnvResultFile+"="+l.ResultPath(ref))
 

@@ -283,13 +283,16 @@ func TestLocalTimeout(t *testing.T) {
 }
 
 // TestLocalEnvironment: the run gets its spec (plan file in the data folder, kubernetes
-// backend through the agent's kubeconfig, the binary), its variables, and none of the agent's
-// own TF_VAR_ variables.
+// backend through the agent's kubeconfig, the binary), its variables, none of the agent's own
+// TF_VAR_ variables, and the agent's runner kubeconfig as KUBE_CONFIG_PATH and KUBECONFIG (for
+// Kubernetes providers) in place of the agent's own KUBECONFIG.
 func TestLocalEnvironment(t *testing.T) {
 	t.Setenv("TF_VAR_leak", "agent-value")
+	t.Setenv("KUBECONFIG", "/home/dev/.kube/another-cluster")
 	dir := t.TempDir()
 	script := `printf '%s' "$MAGOS_RUN_SPEC" > "` + filepath.Join(dir, "spec.json") + `"; ` +
-		`printf '{"operation":"plan","runID":"r1","outcome":"Succeeded","message":"%s|%s"}' "$TF_VAR_greeting" "${TF_VAR_leak:-none}" > "$MAGOS_RESULT_FILE"`
+		`printf '{"operation":"plan","runID":"r1","outcome":"Succeeded","message":"%s|%s|%s|%s"}' "$TF_VAR_greeting" "${TF_VAR_leak:-none}" ` +
+		`"$KUBE_CONFIG_PATH" "$KUBECONFIG" > "$MAGOS_RESULT_FILE"`
 	l := newTestLauncher(t, dir, script, nil)
 	run := testRun("r1", corev1.EnvVar{Name: "TF_VAR_greeting", Value: "hi"})
 	if err := l.Start(context.Background(), run); err != nil {
@@ -297,8 +300,8 @@ func TestLocalEnvironment(t *testing.T) {
 	}
 	waitEvent(t, l)
 	st, _ := l.Status(context.Background(), RefOf(run))
-	if st.Result.Message != "hi|none" {
-		t.Errorf("variables seen by the run: %q, want hi|none", st.Result.Message)
+	if want := "hi|none|/etc/spoke.kubeconfig|/etc/spoke.kubeconfig"; st.Result.Message != want {
+		t.Errorf("variables seen by the run: %q, want %s", st.Result.Message, want)
 	}
 	raw, err := os.ReadFile(filepath.Join(dir, "spec.json"))
 	if err != nil {

@@ -21,8 +21,8 @@ var (
 )
 
 // Assets returns the folder holding etcd and kube-apiserver. It honours KUBEBUILDER_ASSETS and
-// otherwise runs tools/provision-assets.sh (cheap once cached), which also sets MAGOS_TOFU for
-// the rest of the process.
+// otherwise runs tools/provision-assets.sh (cheap once cached), which also sets MAGOS_TOFU and
+// MAGOS_PROVIDERS for the rest of the process.
 func Assets() (string, error) {
 	assetsOnce.Do(func() {
 		if dir := os.Getenv("KUBEBUILDER_ASSETS"); dir != "" {
@@ -44,14 +44,23 @@ func Assets() (string, error) {
 }
 
 // Tofu returns the path of the tofu binary the tests run (MAGOS_TOFU, else provisioned).
-func Tofu() (string, error) {
-	if p := os.Getenv("MAGOS_TOFU"); p != "" {
+func Tofu() (string, error) { return provisioned("MAGOS_TOFU") }
+
+// Providers returns the provider mirror the tests and the dev fleet's runs install providers
+// from (MAGOS_PROVIDERS, else provisioned): a folder in OpenTofu's unpacked filesystem mirror
+// layout holding the providers the runner image carries (see docs/providers.md).
+func Providers() (string, error) { return provisioned("MAGOS_PROVIDERS") }
+
+// provisioned returns the environment variable name, running tools/provision-assets.sh first
+// (which sets it) when it is empty.
+func provisioned(name string) (string, error) {
+	if p := os.Getenv(name); p != "" {
 		return p, nil
 	}
 	if err := provision(); err != nil {
 		return "", err
 	}
-	return os.Getenv("MAGOS_TOFU"), nil
+	return os.Getenv(name), nil
 }
 
 var provisionMu sync.Mutex
@@ -59,7 +68,7 @@ var provisionMu sync.Mutex
 func provision() error {
 	provisionMu.Lock()
 	defer provisionMu.Unlock()
-	if os.Getenv("KUBEBUILDER_ASSETS") != "" && os.Getenv("MAGOS_TOFU") != "" {
+	if os.Getenv("KUBEBUILDER_ASSETS") != "" && os.Getenv("MAGOS_TOFU") != "" && os.Getenv("MAGOS_PROVIDERS") != "" {
 		return nil
 	}
 	root, err := RepoRoot()

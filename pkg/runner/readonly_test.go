@@ -41,19 +41,8 @@ exec "$@"`
 // working directory is /, as in the image. Needs Linux, root and unshare (mount namespaces); it
 // is skipped otherwise, but fails under CI.
 func TestRunWritesOnlyToTmpAndTheDataVolume(t *testing.T) {
-	// Under CI (MAGOS_CI, set by .ci/run) a missing prerequisite fails the test: CI runs as root
-	// on Linux with unshare, and a silent skip there would drop the proof.
-	skip := t.Skipf
-	if os.Getenv("MAGOS_CI") != "" {
-		skip = t.Fatalf
-	}
-	if runtime.GOOS != "linux" || os.Geteuid() != 0 {
-		skip("needs root on Linux to make the file system read-only in a mount namespace")
-	}
-	unshare, err := exec.LookPath("unshare")
-	if err != nil {
-		skip("needs unshare to make the file system read-only in a mount namespace")
-	}
+	tmp, data := t.TempDir(), t.TempDir()
+	unshare := mountNamespace(t, "make the file system read-only", sandbox, tmp, data)
 	f := newFixture(t, map[string]string{
 		"main.tf": module + `
 module "child" {
@@ -69,11 +58,7 @@ resource "terraform_data" "child" {
 }
 `,
 	})
-	tmp, data := t.TempDir(), t.TempDir()
 	outside := filepath.Join(t.TempDir(), "written-outside")
-	if out, err := exec.Command(unshare, "--mount", "sh", "-c", sandbox, "sh", tmp, data, "true").CombinedOutput(); err != nil {
-		skip("cannot make the file system read-only in a mount namespace here: %v: %s", err, out)
-	}
 	run := func(op runner.Operation) runner.Result {
 		t.Helper()
 		spec := f.spec(op)
@@ -117,6 +102,31 @@ resource "terraform_data" "child" {
 	if _, err := os.Stat(outside); err == nil {
 		t.Errorf("the helper wrote %s: the file system was not read-only", outside)
 	}
+}
+
+// mountNamespace returns the unshare binary that runs script (sh -c, with args before the
+// command) in a private mount namespace, once a probe (the command true) showed it can, to do
+// what why says. It needs Linux, root and unshare: a missing prerequisite skips the test, but
+// fails it under CI (MAGOS_CI, set by .ci/run), which runs as root on Linux with unshare, where
+// a silent skip would drop the proof.
+func mountNamespace(t *testing.T, why, script string, args ...string) string {
+	t.Helper()
+	skip := t.Skipf
+	if os.Getenv("MAGOS_CI") != "" {
+		skip = t.Fatalf
+	}
+	if runtime.GOOS != "linux" || os.Geteuid() != 0 {
+		skip("needs root on Linux to %s in a mount namespace", why)
+	}
+	unshare, err := exec.LookPath("unshare")
+	if err != nil {
+		skip("needs unshare to %s in a mount namespace", why)
+	}
+	probe := append(append([]string{"--mount", "sh", "-c", script, "sh"}, args...), "true")
+	if out, err := exec.Command(unshare, probe...).CombinedOutput(); err != nil {
+		skip("cannot %s in a mount namespace here: %v: %s", why, err, out)
+	}
+	return unshare
 }
 
 // TestRunnerHelperProcess is the runner entrypoint of TestRunWritesOnlyToTmpAndTheDataVolume,

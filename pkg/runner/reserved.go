@@ -9,7 +9,8 @@ import (
 // ReservedEnvPrefixes start environment variable names that steer the runner, OpenTofu or
 // the state backend, and that user input (a VariableSet's env) may therefore not set:
 //   - MAGOS_: the runner protocol (MAGOS_RUN_SPEC, MAGOS_RESULT_FILE, MAGOS_HCL_VAR_<name>,
-//     MAGOS_TOFU, MAGOS_TERRAFORM);
+//     MAGOS_TOFU, MAGOS_TERRAFORM, and where providers come from: MAGOS_PROVIDER_MIRROR,
+//     MAGOS_PROVIDER_NETWORK_MIRROR);
 //   - TF_CLI_ARGS: TF_CLI_ARGS and TF_CLI_ARGS_<command> add arguments to every tofu command
 //     (-var, -target, -replace, -lock=false, -refresh=false);
 //   - TF_LOG: TF_LOG, TF_LOG_PATH, TF_LOG_CORE, TF_LOG_PROVIDER: trace logs print secrets,

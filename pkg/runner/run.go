@@ -29,16 +29,19 @@ type Options struct {
 	// Auth are the git credentials.
 	Auth gitrepo.Auth
 	// Env is the environment of the run (default os.Environ()): TF_VAR_<name> and other
-	// variables reach the tool, MAGOS_HCL_VAR_<name> become HCL variables. Git credentials
-	// and the runner's own settings are not passed on to the tool.
+	// variables reach the tool, MAGOS_HCL_VAR_<name> become HCL variables, and
+	// MAGOS_PROVIDER_MIRROR and MAGOS_PROVIDER_NETWORK_MIRROR say where providers come from
+	// (a TF_CLI_CONFIG_FILE naming a file overrides them: see cliConfig). Git credentials and
+	// the runner's own settings are not passed on to the tool.
 	Env []string
 }
 
 // Run executes one run: check out spec.Revision into a fresh folder, select and check the
-// binary, write the HCL variables and (when the module has none) the backend, init, and plan
-// (with policies), apply the saved plan, or destroy. It never panics on bad input and always
-// returns a Result; a failure's message says what failed, ending with the tool's last error
-// lines (never the environment).
+// binary, write the HCL variables and (when the module has none) the backend, init (providers
+// from the run's provider mirrors only, when it names any, checked against the module's lock
+// file), and plan (with policies), apply the saved plan, or destroy. It never panics on bad
+// input and always returns a Result; a failure's message says what failed, ending with the
+// tool's last error lines (never the environment).
 //
 // Plan removes any previous plan file first and removes the new one when policies reject it,
 // so a rejected plan can never be applied. Apply removes the plan file once it ran. The run's
@@ -88,6 +91,8 @@ type run struct {
 	opts Options
 	dir  string // the run's temporary folder
 	log  logr.Logger
+	// providers are the provider sources the runner's CLI configuration names (cliConfig).
+	providers providerSources
 }
 
 func (r *run) execute(ctx context.Context, res Result) Result {
@@ -150,8 +155,10 @@ func (r *run) execute(ctx context.Context, res Result) Result {
 	} else if err := writeBackend(workDir, spec.Backend); err != nil {
 		return fail(err)
 	}
+	// Never -upgrade: init installs what the module's lock file (LockFile) records, checked
+	// against its checksums.
 	if err := t.run(ctx, "init", "-input=false", "-no-color"); err != nil {
-		return fail(err)
+		return fail(r.initFailure(err))
 	}
 
 	switch spec.Operation {
@@ -289,18 +296,18 @@ func (r *run) removePlan() {
 var withheld = map[string]bool{
 	EnvSpec: true, EnvResultFile: true,
 	EnvGitUsername: true, EnvGitPassword: true, EnvGitSSHPrivateKey: true, EnvGitSSHKnownHosts: true,
-	"TF_CLI_CONFIG_FILE": true, "TF_DATA_DIR": true, "TF_IN_AUTOMATION": true, "TF_INPUT": true,
+	EnvCLIConfigFile: true, "TF_DATA_DIR": true, "TF_IN_AUTOMATION": true, "TF_INPUT": true,
 	// The kubernetes backend keys the state by workspace: always "default".
 	"TF_WORKSPACE": true,
 }
 
 // toolEnv is the tool's environment: the run's, without what is withheld and the HCL variables
-// (they go to a file), plus the runner's settings: automation mode, no input, an empty CLI
-// configuration and a data folder of its own.
+// (they go to a file), plus the runner's settings: automation mode, no input, the CLI
+// configuration (cliConfig: where providers come from) and a data folder of its own.
 func (r *run) toolEnv() ([]string, error) {
-	cliConfig := filepath.Join(r.dir, "cli.tfrc")
-	if err := os.WriteFile(cliConfig, nil, 0o600); err != nil {
-		return nil, fmt.Errorf("writing the CLI configuration: %w", err)
+	cliConfig, err := r.cliConfig()
+	if err != nil {
+		return nil, err
 	}
 	env := make([]string, 0, len(r.opts.Env)+4)
 	for _, kv := range r.opts.Env {
@@ -313,7 +320,7 @@ func (r *run) toolEnv() ([]string, error) {
 	return append(env,
 		"TF_IN_AUTOMATION=1",
 		"TF_INPUT=0",
-		"TF_CLI_CONFIG_FILE="+cliConfig,
+		EnvCLIConfigFile+"="+cliConfig,
 		"TF_DATA_DIR="+filepath.Join(r.dir, "data"),
 	), nil
 }

@@ -19,6 +19,38 @@ const (
 	EnvTerraform = "MAGOS_TERRAFORM"
 )
 
+// Environment variables saying where the tool installs providers from (see docs/providers.md).
+// With either set, the runner's CLI configuration installs providers from them only, never
+// from a registry (cliConfig).
+const (
+	// EnvProviderMirror lists provider mirror folders (OpenTofu's filesystem mirror layout,
+	// packed or unpacked), absolute paths separated by ':'. A folder that does not exist is
+	// skipped.
+	EnvProviderMirror = "MAGOS_PROVIDER_MIRROR"
+	// EnvProviderNetworkMirror is the https:// URL of a provider network mirror (OpenTofu's
+	// provider network mirror protocol), consulted after the folders.
+	EnvProviderNetworkMirror = "MAGOS_PROVIDER_NETWORK_MIRROR"
+	// EnvCLIConfigFile is the tool's own variable naming its CLI configuration file. Set in
+	// the run's environment and naming a file, it wins over the runner's CLI configuration.
+	EnvCLIConfigFile = "TF_CLI_CONFIG_FILE"
+)
+
+// Environment variables the launchers set for Kubernetes providers: a Job's runs reach their
+// cluster as the Pod's ServiceAccount, a local run through the agent's runner kubeconfig.
+const (
+	// EnvKubeLoadConfigFile=false makes gavinbunney/kubectl use the in-cluster configuration
+	// when the module configures no other (a Job sets it).
+	EnvKubeLoadConfigFile = "KUBE_LOAD_CONFIG_FILE"
+	// EnvKubeConfigPath names the kubeconfig of gavinbunney/kubectl (after KUBECONFIG),
+	// hashicorp/kubernetes and tofu's kubernetes backend (a local run sets it).
+	EnvKubeConfigPath = "KUBE_CONFIG_PATH"
+)
+
+// ImageProviderMirror is the provider mirror folder the runner image carries (its
+// EnvProviderMirror; the root Dockerfile). Jobs given a mirror of their own list it after that
+// one.
+const ImageProviderMirror = "/usr/local/share/magos/providers"
+
 // MaxMessageBytes bounds the tool output a failed Result carries in its message.
 const MaxMessageBytes = 1024
 

@@ -29,6 +29,7 @@ import (
 	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
 	"github.com/magosfleet/magos/pkg/localcluster"
 	"github.com/magosfleet/magos/pkg/logging"
+	"github.com/magosfleet/magos/pkg/runner"
 )
 
 // DefaultSpokes are the spoke clusters started when Options.Spokes is empty.
@@ -167,11 +168,17 @@ func (f *Fleet) step(format string, args ...any) {
 }
 
 func (f *Fleet) start(ctx context.Context, opts Options) error {
-	f.step("provisioning etcd, kube-apiserver and tofu (built from the Go module proxy on first use, then cached)")
+	f.step("provisioning etcd, kube-apiserver, tofu and the runner's providers (built from the Go module proxy on first use, then cached)")
 	if _, err := localcluster.Assets(); err != nil {
 		return err
 	}
 	tofu, err := localcluster.Tofu()
+	if err != nil {
+		return err
+	}
+	// The dev fleet's runs install providers from the mirror the runner image carries, never
+	// from a registry (docs/providers.md).
+	providers, err := localcluster.Providers()
 	if err != nil {
 		return err
 	}
@@ -267,7 +274,7 @@ func (f *Fleet) start(ctx context.Context, opts Options) error {
 			args = append(args, "--hub-kubeconfig", hubCfg,
 				"--hub-heartbeat-interval", (lease / 3).String(), "--hub-lease-duration", lease.String())
 		}
-		if err := f.run(name, "magos-agent", []string{"MAGOS_TOFU=" + tofu}, args...); err != nil {
+		if err := f.run(name, "magos-agent", []string{runner.EnvTofu + "=" + tofu, runner.EnvProviderMirror + "=" + providers}, args...); err != nil {
 			return err
 		}
 	}

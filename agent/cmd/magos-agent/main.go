@@ -32,6 +32,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/magosfleet/magos/agent/app"
+	"github.com/magosfleet/magos/agent/execution"
 	"github.com/magosfleet/magos/agent/hubsync"
 	"github.com/magosfleet/magos/agent/hubtoken"
 	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
@@ -137,6 +138,14 @@ type RunnerConfig struct {
 	Kubeconfig string `mapstructure:"kubeconfig"`
 	// BinaryPath is the tofu/terraform binary of local runs.
 	BinaryPath string `mapstructure:"binaryPath"`
+	// ProviderNetworkMirror is the https:// URL of a provider network mirror runs install
+	// providers from, after the mirror folders (empty: none). See docs/providers.md.
+	ProviderNetworkMirror string `mapstructure:"providerNetworkMirror"`
+	// ProviderVolume is a Kubernetes volume source, as JSON, holding a provider mirror (OpenTofu's
+	// filesystem mirror layout at its root) that every run Job mounts read-only and installs
+	// providers from before the image's own mirror; job mode only (empty: none). For example
+	// {"persistentVolumeClaim":{"claimName":"providers"}}.
+	ProviderVolume string `mapstructure:"providerVolume"`
 }
 
 // LogConfig configures logging.
@@ -192,6 +201,18 @@ func (c *Config) Validate() error {
 		errs.Add("runner.imagePullPolicy", "%q: want Always, IfNotPresent or Never", c.Runner.ImagePullPolicy)
 	}
 	c.validateResources(&errs)
+	if u := c.Runner.ProviderNetworkMirror; u != "" {
+		if err := runner.CheckNetworkMirrorURL(u); err != nil {
+			errs.Add("runner.providerNetworkMirror", "%v", err)
+		}
+	}
+	if v := c.Runner.ProviderVolume; v != "" {
+		if c.Runner.Mode == app.RunnerLocal {
+			errs.Add("runner.providerVolume", "is mounted into run Jobs only: local runs read %s from the agent's environment", runner.EnvProviderMirror)
+		} else if _, err := execution.ParseProviderVolume(v); err != nil {
+			errs.Add("runner.providerVolume", "%v", err)
+		}
+	}
 	for _, ns := range c.secretNamespaces() {
 		if msgs := validation.IsDNS1123Label(ns); len(msgs) > 0 {
 			errs.Add("secretNamespaces", "%q is not a namespace name: %s", ns, strings.Join(msgs, "; "))
@@ -324,17 +345,24 @@ func (c *Config) inputsKeySecret() types.NamespacedName {
 }
 
 // runnerOptions are the agent's run options: what execution.JobOptions (job mode) and
-// execution.LocalOptions (local mode) are made of.
+// execution.LocalOptions (local mode) are made of. (A validated configuration's provider
+// volume parses.)
 func (c *Config) runnerOptions() app.RunnerOptions {
+	var volume *corev1.VolumeSource
+	if c.Runner.ProviderVolume != "" {
+		volume, _ = execution.ParseProviderVolume(c.Runner.ProviderVolume)
+	}
 	return app.RunnerOptions{
-		Mode:            c.Runner.Mode,
-		Image:           c.Runner.Image,
-		ImagePullPolicy: corev1.PullPolicy(c.Runner.ImagePullPolicy),
-		StorageClass:    c.Runner.StorageClass,
-		Resources:       c.resources(),
-		DataDir:         c.Runner.DataDir,
-		Kubeconfig:      c.Runner.Kubeconfig,
-		BinaryPath:      c.Runner.BinaryPath,
+		Mode:                  c.Runner.Mode,
+		Image:                 c.Runner.Image,
+		ImagePullPolicy:       corev1.PullPolicy(c.Runner.ImagePullPolicy),
+		StorageClass:          c.Runner.StorageClass,
+		Resources:             c.resources(),
+		DataDir:               c.Runner.DataDir,
+		Kubeconfig:            c.Runner.Kubeconfig,
+		BinaryPath:            c.Runner.BinaryPath,
+		ProviderNetworkMirror: c.Runner.ProviderNetworkMirror,
+		ProviderVolume:        volume,
 	}
 }
 
@@ -426,6 +454,8 @@ func controllerFlags(def *Config) (*pflag.FlagSet, *string) {
 	flags.String("runner-data-dir", def.Runner.DataDir, "folder of local runs' results, logs and plans")
 	flags.String("runner-kubeconfig", "", "kubeconfig local runs use for the kubernetes state backend")
 	flags.String("runner-binary-path", "", "tofu/terraform binary of local runs")
+	flags.String("runner-provider-network-mirror", "", "https:// URL of a provider network mirror runs install providers from, after the mirror folders (empty: none)")
+	flags.String("runner-provider-volume", "", `a volume source as JSON holding a provider mirror, mounted read-only into run Jobs and searched before the image's own, e.g. {"persistentVolumeClaim":{"claimName":"providers"}} (job mode; empty: none)`)
 	flags.String("log-level", def.Log.Level, "debug, info, warn or error")
 	flags.Bool("log-development", false, "readable console logs")
 	flags.Duration("testing-clock-skew", 0, "tests only: shift the times the agent writes for the hub, as if its clock ran this far ahead")

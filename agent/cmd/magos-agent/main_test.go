@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -167,6 +168,59 @@ func TestConfig(t *testing.T) {
 			name:    "unknown pull policy",
 			args:    []string{"--runner-image=x", "--runner-image-pull-policy=Sometimes"},
 			wantErr: `runner.imagePullPolicy: "Sometimes": want Always, IfNotPresent or Never`,
+		},
+		{
+			name: "provider mirrors: a network mirror and a volume",
+			args: []string{"--runner-image=x", "--runner-provider-network-mirror=https://mirror.example/providers/",
+				`--runner-provider-volume={"persistentVolumeClaim":{"claimName":"providers"}}`},
+			check: func(c *Config) string {
+				opts := c.runnerOptions()
+				if opts.ProviderNetworkMirror != "https://mirror.example/providers/" {
+					return "network mirror " + opts.ProviderNetworkMirror
+				}
+				if v := opts.ProviderVolume; v == nil || v.PersistentVolumeClaim == nil || v.PersistentVolumeClaim.ClaimName != "providers" {
+					return fmt.Sprintf("provider volume %+v", v)
+				}
+				return ""
+			},
+		},
+		{
+			name: "provider mirrors from the environment",
+			env: map[string]string{"MAGOS_RUNNER_PROVIDER_NETWORK_MIRROR": "https://mirror.example/",
+				"MAGOS_RUNNER_PROVIDER_VOLUME": `{"image":{"reference":"registry.example/providers:1"}}`},
+			args: []string{"--runner-image=x"},
+			check: func(c *Config) string {
+				opts := c.runnerOptions()
+				if opts.ProviderNetworkMirror != "https://mirror.example/" || opts.ProviderVolume == nil || opts.ProviderVolume.Image == nil {
+					return fmt.Sprintf("network mirror %q, volume %+v", opts.ProviderNetworkMirror, opts.ProviderVolume)
+				}
+				return ""
+			},
+		},
+		{
+			name:    "a network mirror over http",
+			args:    []string{"--runner-image=x", "--runner-provider-network-mirror=http://mirror.example/"},
+			wantErr: `runner.providerNetworkMirror: "http://mirror.example/": want an https:// URL with a host`,
+		},
+		{
+			name:    "a network mirror that is not a URL",
+			args:    []string{"--runner-image=x", "--runner-provider-network-mirror=mirror.example"},
+			wantErr: `runner.providerNetworkMirror: "mirror.example": want an https:// URL with a host`,
+		},
+		{
+			name:    "a provider volume of two sources",
+			args:    []string{"--runner-image=x", `--runner-provider-volume={"emptyDir":{},"hostPath":{"path":"/p"}}`},
+			wantErr: "runner.providerVolume: 2 volume sources set (emptyDir, hostPath): want exactly one",
+		},
+		{
+			name:    "a provider volume that is not JSON",
+			args:    []string{"--runner-image=x", "--runner-provider-volume=providers"},
+			wantErr: "runner.providerVolume: not a volume source",
+		},
+		{
+			name:    "a provider volume in local mode",
+			args:    []string{"--runner-mode=local", `--runner-provider-volume={"emptyDir":{}}`},
+			wantErr: "runner.providerVolume: is mounted into run Jobs only: local runs read MAGOS_PROVIDER_MIRROR from the agent's environment",
 		},
 		{
 			name: "Secret namespaces",

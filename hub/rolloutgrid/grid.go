@@ -133,8 +133,9 @@ type Workspace struct {
 	Late bool `json:"late,omitempty"`
 	// RunID is the Workspace's current or last run.
 	RunID string `json:"runID,omitempty"`
-	// Drift is the result of the Workspace's last drift check (status.drift.result: Checking,
-	// NoDrift, Drifted or Failed; "" before any), and Drifted whether it drifted at the commit
+	// Drift is the result of the Workspace's last drift check of the commit it applied
+	// (status.drift.result: NoDrift, Drifted or Failed; Checking while a check runs; "" before
+	// any, and while the last check is of an older commit), and Drifted whether it drifted at the commit
 	// it applied (pkg/decision's Workspace.Drifted: a check of an older commit is stale).
 	Drift   string `json:"drift,omitempty"`
 	Drifted bool   `json:"drifted,omitempty"`
@@ -233,7 +234,12 @@ func Build(r *magosv1.Rollout, clusters []magosv1.Cluster, mirrors []magosv1.Wor
 				Revision: ws.Status.ObservedRevision, RunID: ws.Status.CurrentRunID, Preview: previewOf[w.Key.String()],
 				Drifted: w.Drifted,
 			}
-			if d := ws.Status.Drift; d != nil {
+			switch d := ws.Status.Drift; {
+			case d == nil:
+			case d.CheckingRunID != "":
+				cell.Drift = magosv1.DriftResultChecking
+			case d.Revision == ws.Status.ObservedRevision:
+				// A check of an older commit says nothing of the one applied now.
 				cell.Drift = d.Result
 			}
 			if s.Status != nil && s.Status.TargetsRecordedAt != nil && !slices.Contains(s.Status.Targets, w.Key.String()) {

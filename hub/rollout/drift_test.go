@@ -8,11 +8,13 @@ import (
 	"testing"
 	"time"
 
+	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/cluster"
 	mcmanager "sigs.k8s.io/multicluster-runtime/pkg/manager"
@@ -86,6 +88,15 @@ func (f *driftFleet) driftEvents(t *testing.T, rolloutName string) []string {
 // setAcceptances writes the Rollout's spec.driftAcceptances and returns its new generation.
 func (f *driftFleet) setAcceptances(t *testing.T, name string, as ...magosv1.DriftAcceptance) int64 {
 	t.Helper()
+	// The hub's admission policy takes an acceptance only in its writer's own name.
+	review, err := kubernetes.NewForConfigOrDie(f.h.Fleet.Hub.Config).AuthenticationV1().SelfSubjectReviews().Create(
+		context.Background(), &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("asking the hub who the test is: %v", err)
+	}
+	for i := range as {
+		as[i].AcceptedBy = review.Status.UserInfo.Username
+	}
 	var gen int64
 	testenv.Eventually(t, 0, func() error {
 		var ro magosv1.Rollout

@@ -10,6 +10,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -61,6 +62,45 @@ output "endpoint" {
   value = "https://edge.${var.region}.example.com"
 }
 `
+
+// ConfigMap names the ConfigMap (namespace default) that LocalModule manages in each region's
+// own cluster.
+const ConfigMap = "cdn-edge"
+
+// ConfigMapResources are the resources that manage, through the kubectl provider (which the
+// runner installs from its provider mirror, docs/providers.md), the ConfigMap of release in the
+// region's own cluster: a real object that anyone can change behind tofu's back with kubectl.
+// They go in a module that declares the variable region.
+func ConfigMapResources(release string) string {
+	return strings.NewReplacer("@RELEASE@", release, "@NAME@", ConfigMap).Replace(`
+terraform {
+  required_providers {
+    kubectl = {
+      source  = "gavinbunney/kubectl"
+      version = "1.19.0"
+    }
+  }
+}
+
+provider "kubectl" {}
+
+resource "kubectl_manifest" "edge_config" {
+  yaml_body = yamlencode({
+    apiVersion = "v1"
+    kind       = "ConfigMap"
+    metadata   = { name = "@NAME@", namespace = "default" }
+    data       = { region = var.region, release = "@RELEASE@" }
+  })
+}
+`)
+}
+
+// LocalModuleAt is the module of the local demo (make demo) at release: Module, with that
+// release, plus the ConfigMap of ConfigMapResources. The real-node demo applies Module alone:
+// its runner Jobs' ServiceAccount manages no ConfigMaps unless an operator grants it.
+func LocalModuleAt(release string) string {
+	return strings.Replace(Module, `release = "v1"`, `release = "`+release+`"`, 1) + ConfigMapResources(release)
+}
 
 // SpokeObjects are a spoke's VariableSet and Workspace (in namespace default) for the region,
 // the Workspace tracking source; unhealthy marks the region so that its plan fails.

@@ -60,7 +60,8 @@ type Options struct {
 	// PlanFirst sets the Rollout's spec.planFirst: every region plans before the first applies,
 	// and the view shows the preview by step and cluster.
 	PlanFirst bool
-	// Module is the root module of the first commit (default: the demo's module). It must
+	// Module is the root module of the first commit (default: demoscenario.LocalModuleAt("v1"), which
+	// manages a ConfigMap in each region through the kubectl provider). It must
 	// declare the variables region and healthy, which the demo's VariableSet sets.
 	Module string
 	// PollIntervals sets the magosproject.io/git-poll-interval annotation of the Workspace in
@@ -116,7 +117,7 @@ func (o Options) withDefaults() Options {
 		o.Out = io.Discard
 	}
 	if o.Module == "" {
-		o.Module = demoscenario.Module
+		o.Module = demoscenario.LocalModuleAt("v1")
 	}
 	return o
 }

@@ -19,43 +19,11 @@ import (
 	"github.com/magosfleet/magos/tools/devfleet"
 )
 
-// DriftConfigMap is the ConfigMap (namespace default) the drift demo's module manages in each
-// region's own cluster.
-const DriftConfigMap = "cdn-edge"
-
-// DriftResources are the drift demo's resources for release: a ConfigMap in the region's own
-// cluster, managed through the kubectl provider that the runner installs from its provider
-// mirror. Anyone can change it behind tofu's back with kubectl. Added to a module that declares
-// the variable region.
-func DriftResources(release string) string {
-	return strings.NewReplacer("@RELEASE@", release, "@NAME@", DriftConfigMap).Replace(`
-terraform {
-  required_providers {
-    kubectl = {
-      source  = "gavinbunney/kubectl"
-      version = "1.19.0"
-    }
-  }
-}
-
-provider "kubectl" {}
-
-resource "kubectl_manifest" "edge_config" {
-  yaml_body = yamlencode({
-    apiVersion = "v1"
-    kind       = "ConfigMap"
-    metadata   = { name = "@NAME@", namespace = "default" }
-    data       = { region = var.region, release = "@RELEASE@" }
-  })
-}
-`)
-}
-
 // DriftOptions configures RunDrift.
 type DriftOptions struct {
 	Options
-	// Module is the root module of each release (default: the demo's module and
-	// DriftResources).
+	// Module is the root module of each release (default: demoscenario.LocalModuleAt, which
+	// manages the ConfigMap demoscenario.ConfigMap in each region).
 	Module func(release string) string
 	// WhileHeld, when set, runs while the drifted region's step holds the new release, before
 	// the drift is accepted (tests observe the hold here).
@@ -82,9 +50,7 @@ type DriftSummary struct {
 func RunDrift(ctx context.Context, fleet *devfleet.Fleet, opts DriftOptions) (DriftSummary, error) {
 	opts.Options = opts.Options.withDefaults()
 	if opts.Module == nil {
-		opts.Module = func(release string) string {
-			return strings.Replace(demoscenario.Module, `release = "v1"`, `release = "`+release+`"`, 1) + DriftResources(release)
-		}
+		opts.Module = demoscenario.LocalModuleAt
 	}
 	if len(fleet.Order) < 2 {
 		return DriftSummary{}, fmt.Errorf("the drift demo needs at least two spokes (have %s)", strings.Join(fleet.Order, ", "))
@@ -113,7 +79,7 @@ func RunDrift(ctx context.Context, fleet *devfleet.Fleet, opts DriftOptions) (Dr
 		return sum, err
 	}
 	fmt.Fprintf(out, "demo: edited ConfigMap %s in %s by hand (as `kubectl --kubeconfig %s edit configmap %s` would)\n",
-		DriftConfigMap, sum.Region, fleet.Kubeconfig(sum.Region), DriftConfigMap)
+		demoscenario.ConfigMap, sum.Region, fleet.Kubeconfig(sum.Region), demoscenario.ConfigMap)
 	if err := waitDrift(ctx, fleet, sum.Region, magosv1.DriftResultDrifted); err != nil {
 		return sum, err
 	}
@@ -166,7 +132,7 @@ func RunDrift(ctx context.Context, fleet *devfleet.Fleet, opts DriftOptions) (Dr
 func editByHand(ctx context.Context, fleet *devfleet.Fleet, region string) error {
 	c := fleet.Client(region)
 	var cm corev1.ConfigMap
-	if err := c.Get(ctx, client.ObjectKey{Namespace: corev1.NamespaceDefault, Name: DriftConfigMap}, &cm); err != nil {
+	if err := c.Get(ctx, client.ObjectKey{Namespace: corev1.NamespaceDefault, Name: demoscenario.ConfigMap}, &cm); err != nil {
 		return fmt.Errorf("reading the ConfigMap of %s: %w", region, err)
 	}
 	cm.Data["release"] = "edited-by-hand"

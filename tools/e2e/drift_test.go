@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/magosfleet/magos/pkg/demoscenario"
 	"github.com/magosfleet/magos/tools/demo"
 	"github.com/magosfleet/magos/tools/devfleet"
 )
@@ -18,13 +19,15 @@ import (
 // driftModule is ledgerModule (the observer every apply of a new release appends to) plus the
 // drift demo's ConfigMap in the region's own cluster, managed by the real kubectl provider.
 func driftModule(ledger string) func(release string) string {
-	return func(release string) string { return ledgerModule(release, ledger) + demo.DriftResources(release) }
+	return func(release string) string {
+		return ledgerModule(release, ledger) + demoscenario.ConfigMapResources(release)
+	}
 }
 
 // configMapRelease reads the release the region's ConfigMap says, as kubectl would.
 func configMapRelease(ctx context.Context, f *devfleet.Fleet, cluster string) (string, error) {
 	var cm corev1.ConfigMap
-	if err := f.Client(cluster).Get(ctx, client.ObjectKey{Namespace: corev1.NamespaceDefault, Name: demo.DriftConfigMap}, &cm); err != nil {
+	if err := f.Client(cluster).Get(ctx, client.ObjectKey{Namespace: corev1.NamespaceDefault, Name: demoscenario.ConfigMap}, &cm); err != nil {
 		return "", err
 	}
 	return cm.Data["release"], nil

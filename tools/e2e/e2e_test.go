@@ -19,6 +19,7 @@ import (
 
 	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
 	"github.com/magosfleet/magos/hub/cli"
+	"github.com/magosfleet/magos/pkg/demoscenario"
 	"github.com/magosfleet/magos/pkg/keys"
 	"github.com/magosfleet/magos/pkg/testenv"
 	"github.com/magosfleet/magos/tools/demo"
@@ -75,7 +76,8 @@ func rolloutOf(t *testing.T, ctx context.Context, f *devfleet.Fleet) *magosv1.Ro
 
 // TestRegionByRegion: the multi-region sequential pattern with each region in its own cluster.
 // Every region is applied, in step order, each with one plan and one apply of one commit, and
-// state kept in its own cluster.
+// state kept in its own cluster; the demo's module made, through the kubectl provider, the
+// region's ConfigMap in the region's own cluster.
 func TestRegionByRegion(t *testing.T) {
 	f, ctx := start(t)
 	s, err := demo.Run(ctx, f, demo.Options{})
@@ -112,6 +114,12 @@ func TestRegionByRegion(t *testing.T) {
 		}
 		if !slices.ContainsFunc(secrets.Items, func(s corev1.Secret) bool { return strings.HasPrefix(s.Name, "tfstate-default-") }) {
 			t.Errorf("%s: no state Secret in the spoke", cluster)
+		}
+		var cm corev1.ConfigMap
+		if err := f.Client(cluster).Get(ctx, client.ObjectKey{Namespace: corev1.NamespaceDefault, Name: demoscenario.ConfigMap}, &cm); err != nil {
+			t.Errorf("%s: the demo's ConfigMap: %v", cluster, err)
+		} else if cm.Data["region"] != cluster || cm.Data["release"] != "v1" {
+			t.Errorf("%s: the demo's ConfigMap holds %v, want region %s and release v1", cluster, cm.Data, cluster)
 		}
 	}
 }

@@ -192,10 +192,11 @@ func TestWatcher(t *testing.T) {
 		t.Fatal(err)
 	}
 	ws.Spec.Source.TargetRevision = "dev"
+	// Taken before the update: the watcher may poll dev and mark "a" before Update returns.
+	moved := now()
 	if err := c.Update(ctx, ws); err != nil {
 		t.Fatal(err)
 	}
-	moved := now()
 	testenv.Eventually(t, 30*time.Second, func() error {
 		if d := annotation(t, c, ns, "a"); d != dev {
 			return fmt.Errorf("a: detected-revision %q, want dev's %s", d, dev)

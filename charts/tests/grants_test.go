@@ -66,20 +66,9 @@ func TestOnlyGrantHoldersGrantOnASpoke(t *testing.T) {
 	}
 
 	// The policy is in force once the API server's admission has loaded it: the first refusal.
-	deadline := time.Now().Add(time.Minute)
-	for {
-		err := asEditor.Create(ctx, workspace("granted", map[string]string{"magosproject.io/execution-allowed": "true"}))
-		if err != nil && strings.Contains(err.Error(), "needs the verb grant") {
-			break
-		}
-		if err == nil {
-			t.Fatal("an editor created a Workspace carrying execution-allowed: true")
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("creating a Workspace with a grant as an editor: %v, want a refusal naming the verb grant", err)
-		}
-		<-time.After(200 * time.Millisecond) // polling the API server's admission, with a deadline
-	}
+	untilRefused(t, "an editor creating a Workspace carrying execution-allowed: true", "needs the verb grant", func() error {
+		return asEditor.Create(ctx, workspace("granted", map[string]string{"magosproject.io/execution-allowed": "true"}))
+	})
 
 	ws := workspace("cdn", map[string]string{"team": "payments"})
 	if err := asEditor.Create(ctx, ws); err != nil {
@@ -131,5 +120,26 @@ func TestPoliciesNameEveryGrantKey(t *testing.T) {
 				t.Errorf("%s does not name the grant key %s", path, k)
 			}
 		}
+	}
+}
+
+// untilRefused repeats write until the API server refuses it with an error that says want: an
+// admission policy is in force only once the API server has loaded it. A write that is accepted,
+// or still not refused so after a minute, fails the test; what names the write.
+func untilRefused(t *testing.T, what, want string, write func() error) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		err := write()
+		if err != nil && strings.Contains(err.Error(), want) {
+			return
+		}
+		if err == nil {
+			t.Fatalf("%s was accepted, want a refusal saying %q", what, want)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: %v, want a refusal saying %q", what, err, want)
+		}
+		<-time.After(200 * time.Millisecond) // polling the API server's admission, with a deadline
 	}
 }

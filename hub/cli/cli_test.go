@@ -124,7 +124,14 @@ func (f fixture) workspace(t *testing.T, name string) *magosv1.Workspace {
 
 func (f fixture) mirror(t *testing.T, cluster, name, project string, phase magosv1.Phase, rev string) {
 	t.Helper()
-	spoke := &magosv1.Workspace{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name, Labels: map[string]string{"region": cluster}}}
+	f.mirrorOf(t, cluster, name, project, map[string]string{"region": cluster}, magosv1.WorkspaceStatus{Phase: phase, ObservedRevision: rev})
+}
+
+// mirrorOf creates the hub's mirror of the spoke Workspace default/<name> of cluster, with labels,
+// in Project project, and writes status on it (its observedGeneration and origin filled in).
+func (f fixture) mirrorOf(t *testing.T, cluster, name, project string, labels map[string]string, status magosv1.WorkspaceStatus) {
+	t.Helper()
+	spoke := &magosv1.Workspace{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name, Labels: labels}}
 	m := &magosv1.Workspace{
 		ObjectMeta: metav1.ObjectMeta{Namespace: mirror.Namespace(cluster), Name: mirror.Name("default", name), Labels: mirror.Labels(cluster, spoke)},
 		Spec: magosv1.WorkspaceSpec{ProjectRef: magosv1.ProjectReference{Name: project},
@@ -132,8 +139,9 @@ func (f fixture) mirror(t *testing.T, cluster, name, project string, phase magos
 			Terraform: magosv1.TerraformSpec{Version: "1.10.6"}},
 	}
 	f.create(t, m)
-	m.Status = magosv1.WorkspaceStatus{Phase: phase, ObservedRevision: rev, ObservedGeneration: 1,
-		Origin: &magosv1.WorkspaceOrigin{Cluster: cluster, Namespace: "default", Name: name, Generation: 1}}
+	m.Status = status
+	m.Status.ObservedGeneration = 1
+	m.Status.Origin = &magosv1.WorkspaceOrigin{Cluster: cluster, Namespace: "default", Name: name, Generation: 1}
 	if err := f.hub.Client.Status().Update(f.ctx, m); err != nil {
 		t.Fatal(err)
 	}
@@ -519,19 +527,8 @@ func TestRolloutAcceptDrift(t *testing.T) {
 	const applied, older = "0123456789abcdef0123456789abcdef01234567", "fedcba9876543210fedcba9876543210fedcba98"
 	driftMirror := func(cluster, name, project string, drift *magosv1.DriftStatus) {
 		t.Helper()
-		spoke := &magosv1.Workspace{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name, Labels: map[string]string{"env": "prod"}}}
-		m := &magosv1.Workspace{
-			ObjectMeta: metav1.ObjectMeta{Namespace: mirror.Namespace(cluster), Name: mirror.Name("default", name), Labels: mirror.Labels(cluster, spoke)},
-			Spec: magosv1.WorkspaceSpec{ProjectRef: magosv1.ProjectReference{Name: project},
-				Source:    magosv1.Source{RepoURL: "file:///repo", TargetRevision: "main"},
-				Terraform: magosv1.TerraformSpec{Version: "1.10.6"}},
-		}
-		f.create(t, m)
-		m.Status = magosv1.WorkspaceStatus{Phase: magosv1.PhaseApplied, ObservedRevision: applied, ObservedGeneration: 1, Drift: drift,
-			Origin: &magosv1.WorkspaceOrigin{Cluster: cluster, Namespace: "default", Name: name, Generation: 1}}
-		if err := f.hub.Client.Status().Update(f.ctx, m); err != nil {
-			t.Fatal(err)
-		}
+		f.mirrorOf(t, cluster, name, project, map[string]string{"env": "prod"},
+			magosv1.WorkspaceStatus{Phase: magosv1.PhaseApplied, ObservedRevision: applied, Drift: drift})
 	}
 	drifted := func(rev, digest string) *magosv1.DriftStatus {
 		return &magosv1.DriftStatus{Result: magosv1.DriftResultDrifted, Drifted: true, Revision: rev, PlanDigest: digest}

@@ -121,12 +121,7 @@ func (r *Reconciler) observeDrift(ctx context.Context, ws *magosv1.Workspace, sc
 		return step{}, nil
 	case execution.StateNotFound:
 		log.FromContext(ctx).Info("the drift check is gone; starting another", "runID", runID)
-		d := ws.Status.Drift.DeepCopy()
-		d.CheckingRunID, d.CheckingSince = "", nil
-		if d.CheckedAt == nil && d.Result == magosv1.DriftResultChecking {
-			d = nil
-		}
-		ws.Status.Drift = d
+		ws.Status.Drift = withoutCheck(ws.Status.Drift)
 		return step{again: true}, r.commit(ctx, ws, sched, ws.Status.Phase)
 	}
 	return r.endDriftCheck(ctx, ws, sched, runID, &finishedRun{op: runner.OperationPlan, status: st}, "")
@@ -207,6 +202,20 @@ func (r *Reconciler) endDriftCheck(ctx context.Context, ws *magosv1.Workspace, s
 		log.FromContext(ctx).Error(err, "forgetting the drift check's run", "runID", runID)
 	}
 	return step{}, nil
+}
+
+// withoutCheck is d without the check that runs (checkingRunID, checkingSince): what the last
+// check that ended found, or nil when none ended.
+func withoutCheck(d *magosv1.DriftStatus) *magosv1.DriftStatus {
+	if d == nil || d.CheckingRunID == "" {
+		return d
+	}
+	if d.CheckedAt == nil {
+		return nil
+	}
+	d = d.DeepCopy()
+	d.CheckingRunID, d.CheckingSince = "", nil
+	return d
 }
 
 // driftRecord is the reason and message of a drift check's record in status.runs.

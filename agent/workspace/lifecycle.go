@@ -139,15 +139,8 @@ func (r *Reconciler) mintRun(ws *magosv1.Workspace, trigger string) {
 	ws.Status.PlanDigest, ws.Status.PlanOnly = "", false
 	ws.Status.PolicyViolations = nil
 	ws.Status.Policies = nil
-	if d := ws.Status.Drift; d != nil && d.CheckingRunID != "" {
-		// The check would describe the commit the Workspace is leaving: abandon it.
-		d = d.DeepCopy()
-		d.CheckingRunID, d.CheckingSince = "", nil
-		if d.CheckedAt == nil {
-			d = nil
-		}
-		ws.Status.Drift = d
-	}
+	// A drift check running would describe the commit the Workspace is leaving: abandon it.
+	ws.Status.Drift = withoutCheck(ws.Status.Drift)
 }
 
 // reset starts a new run: the current run's record is closed with why's reason and message

@@ -72,7 +72,9 @@ func (r *Reconciler) stepDrift(ctx context.Context, ws *magosv1.Workspace, sched
 func (r *Reconciler) startDriftCheck(ctx context.Context, ws *magosv1.Workspace, sched Schedule) (step, error) {
 	now := r.opts.Now()
 	runID := runner.NewRunID(now)
-	run, err := r.prepare(ctx, ws, runner.OperationPlan, ws.Status.ObservedRevision)
+	// A check applies nothing, so no policy gates it (none is read); it must not hold the state
+	// lock against a run that starts meanwhile.
+	run, err := r.prepareRun(ctx, ws, runner.OperationPlan, ws.Status.ObservedRevision, false)
 	if err != nil {
 		if fail, ok := asRunFailure(err); ok {
 			return r.endDriftCheck(ctx, ws, sched, runID, nil, fail.message)
@@ -80,9 +82,6 @@ func (r *Reconciler) startDriftCheck(ctx context.Context, ws *magosv1.Workspace,
 		return step{}, err
 	}
 	run.Spec.RunID = runID
-	// A check applies nothing, so no policy gates it; it must not hold the state lock against a
-	// run that starts meanwhile.
-	run.Spec.Policies = nil
 	run.Spec.NoStateLock = true
 	d := ws.Status.Drift.DeepCopy()
 	if d == nil {

@@ -34,9 +34,16 @@ var (
 
 // prepare builds the run of op for the Workspace's current run ID at revision, the commit the
 // caller decided (a starting plan's granted commit, runStart; a started run's commit,
-// startedRevision), resolved when empty (resolveRevision). prepare reads no grant. A *runFailure
-// error is the user's to fix; any other error is transient.
+// startedRevision), resolved when empty (resolveRevision). A plan or a destroy is checked
+// against the Workspace's policies (spec.Policies). prepare reads no grant. A *runFailure error
+// is the user's to fix; any other error is transient.
 func (r *Reconciler) prepare(ctx context.Context, ws *magosv1.Workspace, op runner.Operation, revision string) (*execution.Run, error) {
+	return r.prepareRun(ctx, ws, op, revision, op == runner.OperationPlan || op == runner.OperationDestroy)
+}
+
+// prepareRun is prepare, with the Workspace's policies resolved into the run only when checked:
+// a run that applies nothing (a drift check) needs none, and reads none.
+func (r *Reconciler) prepareRun(ctx context.Context, ws *magosv1.Workspace, op runner.Operation, revision string, checked bool) (*execution.Run, error) {
 	creds, err := credentials.Find(ctx, r.client, ws.Namespace, ws.Spec.Source.RepoURL)
 	if err != nil {
 		return nil, transient(ReasonAPIError, err)
@@ -81,7 +88,7 @@ func (r *Reconciler) prepare(ctx context.Context, ws *magosv1.Workspace, op runn
 	if op == runner.OperationPlan {
 		overrides = ws.Spec.Plan
 	}
-	if op == runner.OperationPlan || op == runner.OperationDestroy {
+	if checked {
 		// A destroy is checked against the same policies as a plan: the runner plans it and
 		// destroys only if the destroy plan passes them.
 		if spec.Policies, err = r.policies(ctx, ws, project); err != nil {

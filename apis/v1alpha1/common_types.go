@@ -5,19 +5,22 @@ import (
 )
 
 // Phase is the coarse state of any Magos object. The same enum is used on every kind.
-// +kubebuilder:validation:Enum=Pending;Reconciling;Ready;Idle;Planning;Planned;Applying;Applied;Failed;ValidationFailed;Deleting
+// +kubebuilder:validation:Enum=Pending;Reconciling;Ready;Idle;Planning;Planned;Applying;Verifying;Applied;Failed;ValidationFailed;Deleting
 type Phase string
 
 // The phases. Idle is accepted for compatibility with upstream but never written. What each
 // phase means is its row in phaseInfos (PhaseInfo): a new phase needs one.
 const (
-	PhasePending          Phase = "Pending"
-	PhaseReconciling      Phase = "Reconciling"
-	PhaseReady            Phase = "Ready"
-	PhaseIdle             Phase = "Idle"
-	PhasePlanning         Phase = "Planning"
-	PhasePlanned          Phase = "Planned"
-	PhaseApplying         Phase = "Applying"
+	PhasePending     Phase = "Pending"
+	PhaseReconciling Phase = "Reconciling"
+	PhaseReady       Phase = "Ready"
+	PhaseIdle        Phase = "Idle"
+	PhasePlanning    Phase = "Planning"
+	PhasePlanned     Phase = "Planned"
+	PhaseApplying    Phase = "Applying"
+	// PhaseVerifying (Workspace): the apply succeeded, and the step's verification
+	// (RolloutStep.Verification) runs.
+	PhaseVerifying        Phase = "Verifying"
 	PhaseApplied          Phase = "Applied"
 	PhaseFailed           Phase = "Failed"
 	PhaseValidationFailed Phase = "ValidationFailed"

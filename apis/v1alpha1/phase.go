@@ -11,10 +11,11 @@ import (
 //
 // +kubebuilder:object:generate=false
 type PhaseInfo struct {
-	// Running (Workspace): a run executes now: Planning or Applying.
+	// Running (Workspace): a run executes now: Planning, Applying or Verifying (its apply's
+	// checks).
 	Running bool
 	// InFlight (Workspace): a run started and has not ended: Planning, Planned (a plan waiting
-	// for approval or for the grant of its apply) or Applying.
+	// for approval or for the grant of its apply), Applying or Verifying.
 	InFlight bool
 	// Settled (Workspace): the Workspace waits for the schedule, a new revision, a spec change or
 	// a request before a new run: Applied, Failed, ValidationFailed or Planned.
@@ -61,6 +62,7 @@ var phaseInfos = map[Phase]PhaseInfo{
 	PhasePlanning:         {Running: true, InFlight: true, Ready: metav1.ConditionUnknown},
 	PhasePlanned:          {InFlight: true, Settled: true, Ready: metav1.ConditionTrue},
 	PhaseApplying:         {Running: true, InFlight: true, Ready: metav1.ConditionUnknown},
+	PhaseVerifying:        {Running: true, InFlight: true, Ready: metav1.ConditionUnknown},
 	PhaseApplied:          {Settled: true, Ended: true, Succeeded: true, Ready: metav1.ConditionTrue},
 	PhaseFailed:           {Settled: true, Ended: true, RunFailed: true, Failed: true, Ready: metav1.ConditionFalse},
 	PhaseValidationFailed: {Settled: true, Ended: true, RunFailed: true, Failed: true, Ready: metav1.ConditionFalse},

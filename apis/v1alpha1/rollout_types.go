@@ -1,6 +1,8 @@
 package v1alpha1
 
 import (
+	"time"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 )
@@ -155,6 +157,72 @@ type RolloutStep struct {
 	// +optional
 	// +kubebuilder:validation:Enum=block;warn;ignore
 	Drift string `json:"drift,omitempty"`
+
+	// Verification proves each Workspace of the step healthy after its apply, before it counts
+	// as done: the Workspace stays in phase Verifying while its checks run, becomes Applied when
+	// they pass, and Failed with reason VerificationFailed when one fails, which counts against
+	// maxFailures and halts the Rollout as a failed apply does. The soak (minSuccessTime) starts
+	// once the step's Workspaces passed. Checks run only after an apply that a grant of this
+	// step allowed, and once per run.
+	// +optional
+	Verification *StepVerification `json:"verification,omitempty"`
+}
+
+// StepVerification is what a step checks on each of its Workspaces after the apply: a CEL
+// expression over the Workspace's outputs, a Job, or both (the expression first).
+// +kubebuilder:validation:XValidation:rule="has(self.expression) || has(self.job)",message="verification needs an expression, a job, or both"
+type StepVerification struct {
+	// Expression is a CEL expression over `outputs` (the apply's non-sensitive outputs, by
+	// name, as their JSON values) that must be true, such as
+	// "outputs.healthy_replicas >= 3". An output it names that the module does not have fails
+	// the check.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=2048
+	Expression string `json:"expression,omitempty"`
+	// Job runs a container in the Workspace's own cluster and namespace, with the outputs as
+	// environment; it passes when the container exits 0 within the timeout.
+	// +optional
+	Job *VerificationJob `json:"job,omitempty"`
+}
+
+// VerificationJob is a check run as a Kubernetes Job beside the Workspace. Its container gets,
+// as environment, MAGOS_OUTPUTS (the outputs as one JSON object), OUTPUT_<NAME> per output
+// (the name upper-cased, '-' as '_'; a string as is, other values as JSON), MAGOS_WORKSPACE,
+// MAGOS_NAMESPACE, MAGOS_RUN_ID and MAGOS_REVISION.
+type VerificationJob struct {
+	// Image is the container image.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=512
+	Image string `json:"image"`
+	// Command is the container's entrypoint (default: the image's).
+	// +optional
+	// +kubebuilder:validation:MaxItems=64
+	// +listType=atomic
+	Command []string `json:"command,omitempty"`
+	// Args are its arguments.
+	// +optional
+	// +kubebuilder:validation:MaxItems=64
+	// +listType=atomic
+	Args []string `json:"args,omitempty"`
+	// Timeout bounds the check (a Go duration, at most 1h); a check still running then fails.
+	// Default: 5m.
+	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:XValidation:rule="duration(self) > duration('0s') && duration(self) <= duration('1h')",message="timeout must be a duration above 0s and at most 1h"
+	Timeout *metav1.Duration `json:"timeout,omitempty"`
+}
+
+// DefaultVerificationTimeout bounds a verification Job whose timeout is unset.
+const DefaultVerificationTimeout = 5 * time.Minute
+
+// TimeoutOrDefault is the Job's timeout, defaulted.
+func (j *VerificationJob) TimeoutOrDefault() time.Duration {
+	if j == nil || j.Timeout == nil || j.Timeout.Duration <= 0 {
+		return DefaultVerificationTimeout
+	}
+	return j.Timeout.Duration
 }
 
 // Values of a step's drift (RolloutStep.Drift).

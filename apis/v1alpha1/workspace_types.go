@@ -577,6 +577,11 @@ type WorkspaceStatus struct {
 	// +optional
 	Drift *DriftStatus `json:"drift,omitempty"`
 
+	// Verification is the verification of the current run's apply, when the step that granted
+	// the apply asks for one (the Rollout's steps[].verification).
+	// +optional
+	Verification *VerificationStatus `json:"verification,omitempty"`
+
 	// Origin is set on the hub's mirrors: where the Workspace really lives.
 	// +optional
 	Origin *WorkspaceOrigin `json:"origin,omitempty"`
@@ -618,4 +623,38 @@ type WorkspaceList struct {
 	metav1.TypeMeta `json:",inline"`
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []Workspace `json:"items"`
+}
+
+// Results of a verification (status.verification.result).
+const (
+	// VerificationRunning: the checks run (the Workspace's phase is Verifying).
+	VerificationRunning = "Running"
+	// VerificationPassed: every check passed.
+	VerificationPassed = "Passed"
+	// VerificationFailed: a check failed (the Workspace's phase is Failed with reason
+	// VerificationFailed).
+	VerificationFailed = "Failed"
+)
+
+// ReasonVerificationFailed: the apply succeeded, and a check of the step's verification failed.
+const ReasonVerificationFailed = "VerificationFailed"
+
+// VerificationStatus is the verification of one run's apply.
+type VerificationStatus struct {
+	// RunID is the run whose apply is verified.
+	RunID string `json:"runID"`
+	// Spec is the verification, as the grant of the apply carried it.
+	Spec StepVerification `json:"spec"`
+	// Result is Running, Passed or Failed.
+	// +optional
+	// +kubebuilder:validation:Enum=Running;Passed;Failed
+	Result string `json:"result,omitempty"`
+	// Message says what failed (the expression's value or error, the Job's exit or timeout).
+	// +optional
+	Message string `json:"message,omitempty"`
+	// StartedAt and FinishedAt are when the checks started and ended.
+	// +optional
+	StartedAt *metav1.Time `json:"startedAt,omitempty"`
+	// +optional
+	FinishedAt *metav1.Time `json:"finishedAt,omitempty"`
 }

@@ -12,13 +12,16 @@
 package grant
 
 import (
+	"encoding/json"
+	"fmt"
+
 	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
 	"github.com/magosfleet/magos/pkg/keys"
 )
 
 // Keys are the annotations of a grant, which only the hub's controllers write. A revocation
 // removes them all.
-var Keys = []string{keys.ExecutionAllowed, keys.GrantedRun, keys.GrantedBy, keys.GrantedRevision, keys.GrantedOperation, keys.GrantedPlan}
+var Keys = []string{keys.ExecutionAllowed, keys.GrantedRun, keys.GrantedBy, keys.GrantedRevision, keys.GrantedOperation, keys.GrantedPlan, keys.GrantedVerification}
 
 // Grant is the grant a Workspace carries, as its annotations say. The zero Grant is no grant.
 type Grant struct {
@@ -35,6 +38,9 @@ type Grant struct {
 	PlanOnly bool
 	// Plan is magosproject.io/granted-plan: the plan digest an apply grant is bound to.
 	Plan string
+	// Verification is magosproject.io/granted-verification: the verification (JSON, see
+	// EncodeVerification) the agent runs after the apply this grant allows.
+	Verification string
 
 	// emptyRun, emptyRevision and emptyPlan record that granted-run, granted-revision or
 	// granted-plan is present with an empty value (Parse sets them): a present key means
@@ -52,6 +58,8 @@ func Parse(annotations map[string]string) Grant {
 		Revision: annotations[keys.GrantedRevision],
 		PlanOnly: annotations[keys.GrantedOperation] == keys.GrantedOperationPlan,
 		Plan:     annotations[keys.GrantedPlan],
+
+		Verification: annotations[keys.GrantedVerification],
 	}
 	g.emptyRun = presentEmpty(annotations, keys.GrantedRun)
 	g.emptyRevision = presentEmpty(annotations, keys.GrantedRevision)
@@ -102,6 +110,9 @@ func (g Grant) Annotations() map[string]string {
 	if g.Plan != "" {
 		a[keys.GrantedPlan] = g.Plan
 	}
+	if g.Verification != "" {
+		a[keys.GrantedVerification] = g.Verification
+	}
 	return a
 }
 
@@ -126,10 +137,10 @@ func (g Grant) Equal(h Grant) bool {
 	return g.Allowed == h.Allowed && g.Run == h.Run && g.By == h.By && g.SameTerms(h)
 }
 
-// SameTerms reports whether g and h allow the same operation of the same commit and plan:
-// equal Revision, PlanOnly and Plan.
+// SameTerms reports whether g and h allow the same operation of the same commit and plan, with
+// the same verification: equal Revision, PlanOnly, Plan and Verification.
 func (g Grant) SameTerms(h Grant) bool {
-	return g.Revision == h.Revision && g.PlanOnly == h.PlanOnly && g.Plan == h.Plan
+	return g.Revision == h.Revision && g.PlanOnly == h.PlanOnly && g.Plan == h.Plan && g.Verification == h.Verification
 }
 
 // Exists reports whether the grant says anything a revocation is due for: execution-allowed
@@ -193,4 +204,33 @@ func (g Grant) AllowsPlan(run string) bool { return g.AllowsRun(run) }
 // same reading (its OtherPlan check before an apply).
 func (g Grant) AllowsApply(run, digest string) bool {
 	return g.AllowsRun(run) && !g.PlanOnly && !g.OtherPlan(digest)
+}
+
+// EncodeVerification is the value of granted-verification for a step's verification: its
+// JSON, "" for none. The hub writes it and compares grants by it; the agent reads it back with
+// DecodeVerification.
+func EncodeVerification(v *magosv1.StepVerification) string {
+	if v == nil {
+		return ""
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return "" // a struct of strings always marshals
+	}
+	return string(b)
+}
+
+// DecodeVerification reads granted-verification: nil for "".
+func DecodeVerification(s string) (*magosv1.StepVerification, error) {
+	if s == "" {
+		return nil, nil
+	}
+	v := &magosv1.StepVerification{}
+	if err := json.Unmarshal([]byte(s), v); err != nil {
+		return nil, fmt.Errorf("annotation %s: %w", keys.GrantedVerification, err)
+	}
+	if v.Expression == "" && v.Job == nil {
+		return nil, fmt.Errorf("annotation %s: a verification needs an expression or a job", keys.GrantedVerification)
+	}
+	return v, nil
 }

@@ -54,6 +54,10 @@ const (
 	// GrantedPlan binds an apply grant to one plan: the run applies only when its plan has this
 	// digest (status.planDigest). The hub sets it when a step's approval names the plan.
 	GrantedPlan = Prefix + "granted-plan"
+	// GrantedVerification carries, on an apply grant of a step with a verification, that
+	// verification (the step's RolloutStep.Verification as JSON): the agent runs it after the
+	// apply, before the Workspace counts as Applied.
+	GrantedVerification = Prefix + "granted-verification"
 )
 
 // GrantedOperationPlan is the value of GrantedOperation on a grant that allows a plan only.

@@ -46,6 +46,10 @@ type Run struct {
 	PodAnnotations map[string]string
 	// ServiceAccountName is the Job's identity.
 	ServiceAccountName string
+	// Check is, for a verify operation (runner.OperationVerify), the check to run in place of
+	// the runner: its image, command and arguments, with Env as its environment and Timeout
+	// (the check's timeout) as its bound.
+	Check *magosv1.VerificationJob
 }
 
 // Ref names one operation of one run of a Workspace.

@@ -323,7 +323,7 @@ func decided(g grant.Grant, leader string) map[string]any {
 // granted is the grant the change c decided by by (keys.GrantedByRollout or
 // keys.GrantedByProject) writes.
 func granted(c decision.Change, by string) grant.Grant {
-	return grant.Grant{Allowed: true, Run: c.Run, By: by, Revision: c.Revision, PlanOnly: c.PlanOnly, Plan: c.Plan}
+	return grant.Grant{Allowed: true, Run: c.Run, By: by, Revision: c.Revision, PlanOnly: c.PlanOnly, Plan: c.Plan, Verification: c.Verification}
 }
 
 // carries reports whether ws already carries the decision: the exact grant (grant.Equal), or

@@ -221,7 +221,15 @@ func (r *Registry) Start(ctx context.Context) error {
 		}
 		failures = 0
 	}
+	// The configuration in force was read when the hub started, which for a standby replica
+	// can be long before it leads: read the file again now that its directory is watched, so
+	// that an edit made in between is not lost until the next one.
+	r.reload(ctx)
 	applyNow(nil)
+	// A file event can still be missed (a network file system, a watch that failed above): the
+	// file is read again every Resync too, which costs one read when nothing changed.
+	recheck := time.NewTicker(r.opts.Resync)
+	defer recheck.Stop()
 	for {
 		select {
 		case <-ctx.Done():
@@ -240,6 +248,8 @@ func (r *Registry) Start(ctx context.Context) error {
 				return nil
 			}
 			log.Error(err, "watching the config file")
+		case <-recheck.C:
+			debounce.Reset(0)
 		case <-debounce.C:
 			if changed, ok := r.reload(ctx); ok {
 				applyNow(changed)

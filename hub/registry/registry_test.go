@@ -488,6 +488,26 @@ func TestHotReloadAddsRemovesAndReaddsClusters(t *testing.T) {
 	}
 }
 
+// TestConfigEditedBeforeTheHubLeads edits the config file after the hub read it and before its
+// registry starts, as happens to a standby replica whose ConfigMap changes while another leads
+// (and happened in CI to a hub whose registry started late): the edit takes effect without a
+// further one. Before the registry read the file again on starting, the added cluster was
+// never registered.
+func TestConfigEditedBeforeTheHubLeads(t *testing.T) {
+	cfg := newConfigDir(t, clusterYAML(agentEntry("lead-a", "")))
+	startHub(t, cfg.file(), func(*app.Options) {
+		cfg.write(clusterYAML(agentEntry("lead-a", ""), agentEntry("lead-b", "")))
+	})
+	testenv.Eventually(t, 60*time.Second, func() error {
+		for _, n := range []string{"lead-a", "lead-b"} {
+			if err := wantCondition(n, magosv1.ConditionEngaged, metav1.ConditionTrue, magosv1.ReasonEngaged)(); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
 // reloads is the hub's count of config reloads with the given result.
 func reloads(t *testing.T, result string) float64 {
 	t.Helper()

@@ -36,6 +36,9 @@ type member struct {
 	// approval, a plan only, or the apply of the approved plan.
 	planOnly bool
 	plan     string
+	// verification is the current step's verification, encoded (Change.Verification): the
+	// apply it grants is checked before the member counts as Applied.
+	verification string
 	// approved is set on a member whose plan waits for approval (Workspace.AwaitingApproval)
 	// when the current step does not require one, or its approval covers the plan: it may
 	// apply.
@@ -63,7 +66,7 @@ func approvalDigest(w Workspace) string {
 
 // change is the grant the decision wants the member to hold.
 func (m *member) change() Change {
-	return Change{Key: m.ws.Key, Run: m.ws.RunID, Revision: m.revision, PlanOnly: m.planOnly, Plan: m.plan}
+	return Change{Key: m.ws.Key, Run: m.ws.RunID, Revision: m.revision, PlanOnly: m.planOnly, Plan: m.plan, Verification: m.verification}
 }
 
 // grantable reports whether the member waits for a grant: its run waits to plan (or destroy),

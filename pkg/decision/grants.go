@@ -6,6 +6,7 @@ import (
 	"time"
 
 	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
+	"github.com/magosfleet/magos/pkg/grant"
 )
 
 // approvals prepares the grants of the current step s for its approval. Without
@@ -17,9 +18,13 @@ import (
 // returns why the step's approval no longer holds ("" when it holds or there is none).
 func approvals(s *step, ms []member, ro *magosv1.Rollout) (voided string) {
 	s.plans = s.plans[:0]
+	verification := grant.EncodeVerification(s.spec.Verification)
 	for _, i := range s.matched {
 		m := &ms[i]
 		m.holdDestroy = false
+		if !m.ws.DestroyPending() {
+			m.verification = verification // a destroy leaves nothing to verify
+		}
 		switch {
 		case s.spec.RequireApproval && m.ws.DestroyPending() && m.ws.Grantable():
 			// A destroy is a change like an apply: it waits for the step's approval, and keeps

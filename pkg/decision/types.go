@@ -164,6 +164,9 @@ type Change struct {
 	Spent bool
 	// Plan binds the grant to the plan of this digest: the step's approval names it.
 	Plan string
+	// Verification is the step's verification (grant.EncodeVerification), which the agent runs
+	// after the apply: set on the grants of the current step's runs, but for destroys.
+	Verification string
 }
 
 // Decision is the result of Decide.

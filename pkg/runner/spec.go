@@ -50,6 +50,10 @@ const (
 	OperationPlan    Operation = "plan"
 	OperationApply   Operation = "apply"
 	OperationDestroy Operation = "destroy"
+	// OperationVerify is the check of a step's verification that runs after an apply, under
+	// the apply's run ID: the user's container (or, from the LocalLauncher, command), not the
+	// runner. Its Result comes from how the check exited.
+	OperationVerify Operation = "verify"
 )
 
 // Spec is the input of one run.
@@ -160,6 +164,11 @@ type Result struct {
 	Violations []Violation `json:"violations,omitempty"`
 	// Message is a short human-readable summary (the error, for a failure).
 	Message string `json:"message,omitempty"`
+	// Outputs are, after a successful apply, the module's non-sensitive outputs by name (their
+	// JSON values, as `tofu output -json` gives them): what a step's verification checks.
+	Outputs map[string]json.RawMessage `json:"outputs,omitempty"`
+	// OutputsDropped says the outputs did not fit in MaxResultBytes and were left out.
+	OutputsDropped bool `json:"outputsDropped,omitempty"`
 }
 
 // Violation is one failed policy rule: Policy (its name) and Message.

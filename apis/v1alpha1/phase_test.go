@@ -143,6 +143,7 @@ var wantInfos = map[Phase]want{
 	PhasePlanning:         {"RI", unk},
 	PhasePlanned:          {"IS", tru},
 	PhaseApplying:         {"RI", unk},
+	PhaseVerifying:        {"RI", unk}, // added with verification: a run's checks, in flight
 	PhaseApplied:          {"SED", tru},
 	PhaseFailed:           {"SEXF", fal},
 	PhaseValidationFailed: {"SEXF", fal},
@@ -200,6 +201,7 @@ func TestReadyCondition(t *testing.T) {
 		{PhaseReconciling, ReasonLevelProgressing, unk},
 		{PhasePlanning, ReasonPlanJobCreated, unk},
 		{PhaseApplying, ReasonApplyJobCreated, unk},
+		{PhaseFailed, ReasonVerificationFailed, fal},
 		{"", "", unk},
 	} {
 		c := ReadyCondition(tc.phase, tc.reason, "m", 7)

@@ -17,6 +17,8 @@ const (
 	ReasonWaitingForClusters = "WaitingForClusters"
 	ReasonPaused             = "Paused"
 	ReasonInvalidSelector    = "InvalidSelector"
+	// ReasonInvalidVerification: a step's verification expression does not compile.
+	ReasonInvalidVerification = "InvalidVerification"
 	// ReasonSoaking: the current step is all Applied and soaks for its minSuccessTime before
 	// the next step starts.
 	ReasonSoaking = "Soaking"

@@ -9,6 +9,7 @@ import (
 
 	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
 	"github.com/magosfleet/magos/pkg/changewindow"
+	"github.com/magosfleet/magos/pkg/policy"
 )
 
 // Status messages. NoWorkspacesFound keeps upstream's wording.
@@ -235,8 +236,8 @@ type window struct {
 	closes, opens time.Time
 }
 
-// validate halts the Rollout Failed when it cannot be decided: a step's selector or the change
-// windows do not parse, or a step is empty while the hub knows every cluster it may select in
+// validate halts the Rollout Failed when it cannot be decided: a step's selector, a step's
+// verification expression or the change windows do not parse, or a step is empty while the hub knows every cluster it may select in
 // and all answer. Otherwise it returns the change windows' state at in.Now and ok.
 func validate(d *Decision, steps []step, in Input) (win window, ok bool) {
 	for i := range steps {
@@ -244,6 +245,16 @@ func validate(d *Decision, steps []step, in Input) (win window, ok bool) {
 			halt(d, steps, i, magosv1.PhaseFailed, magosv1.ReasonInvalidSelector, steps[i].invalid)
 			steps[i].phase = magosv1.StepFailed
 			return window{}, false
+		}
+	}
+	for i := range steps {
+		if v := steps[i].spec.Verification; v != nil && v.Expression != "" {
+			if err := policy.CheckOutputsExpression(v.Expression); err != nil {
+				halt(d, steps, i, magosv1.PhaseFailed, magosv1.ReasonInvalidVerification,
+					fmt.Sprintf("Invalid verification expression in step %s: %v", steps[i].spec.Name, err))
+				steps[i].phase = magosv1.StepFailed
+				return window{}, false
+			}
 		}
 	}
 	windows, err := changewindow.Parse(in.Rollout.Spec.ChangeWindows)

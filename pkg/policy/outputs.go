@@ -38,9 +38,30 @@ func outputsEnvironment() (*cel.Env, error) {
 // verification.expression) and says why it cannot be used: it does not compile, or it returns
 // something other than a bool. The hub calls it before it grants, the agent before it evaluates.
 func CheckOutputsExpression(expression string) error {
-	_, err := compileOutputs(expression)
+	checkedMu.Lock()
+	err, ok := checked[expression]
+	checkedMu.Unlock()
+	if ok {
+		return err
+	}
+	_, err = compileOutputs(expression)
+	checkedMu.Lock()
+	if len(checked) >= maxChecked {
+		clear(checked)
+	}
+	checked[expression] = err
+	checkedMu.Unlock()
 	return err
 }
+
+// checked remembers what CheckOutputsExpression found for the last expressions it compiled
+// (the hub checks every step's expression at every decision), at most maxChecked of them.
+var (
+	checkedMu sync.Mutex
+	checked   = map[string]error{}
+)
+
+const maxChecked = 1024
 
 func compileOutputs(expression string) (cel.Program, error) {
 	e, err := outputsEnvironment()

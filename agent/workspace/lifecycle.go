@@ -396,6 +396,9 @@ func (r *Reconciler) launch(ctx context.Context, ws *magosv1.Workspace, sched Sc
 			return step{}, r.commit(ctx, ws, sched, from)
 		case runner.OperationApply:
 			return r.failRun(ctx, ws, sched, from, &runFailure{phase: magosv1.PhaseFailed, reason: magosv1.ReasonApplyFailed, message: err.Error()})
+		case runner.OperationVerify:
+			r.verificationFailed(ws, "the check Job cannot start: "+err.Error())
+			return step{}, r.commit(ctx, ws, sched, from)
 		default:
 			return r.failRun(ctx, ws, sched, from, &runFailure{phase: magosv1.PhaseFailed, reason: magosv1.ReasonPlanFailed, message: err.Error()})
 		}
@@ -436,6 +439,19 @@ func (r *Reconciler) startApply(ctx context.Context, ws *magosv1.Workspace, sche
 			"The inputs of run %s changed since its plan (inputs %s, planned %s: repository, path, tfvarsPath, binary, version or variables, or the key of planned inputs); not applying it, waiting for a grant to plan again",
 			ws.Status.CurrentRunID, got, message.Or(ws.Status.PlannedInputs, "unknown"))})
 	}
+	verification, err := grantedVerification(ws)
+	if err != nil {
+		// The hub wrote a verification this agent cannot read (a newer hub?): applying without
+		// it would skip the check the step asks for.
+		r.recorder.Eventf(ws, nil, corev1.EventTypeWarning, ReasonVerificationInvalid, "Apply", "not applying run %s: %v", ws.Status.CurrentRunID, err)
+		next, ferr := r.failRun(ctx, ws, sched, from, &runFailure{phase: magosv1.PhaseFailed, reason: magosv1.ReasonApplyFailed,
+			message: fmt.Sprintf("The grant's verification cannot be read, so nothing was applied: %v", err)})
+		if ferr == nil {
+			plan.record(ws)
+		}
+		return next, ferr
+	}
+	startVerification(ws, verification)
 	msg := fmt.Sprintf("Applying commit %s (run %s)", short(ws.Status.CurrentRevision), ws.Status.CurrentRunID)
 	if !ws.Spec.AutoApplies() && ws.Annotations[keys.Approved] != "true" {
 		msg += ", approved on the hub by " + message.Or(ws.Annotations[keys.RequestedBy], "an unnamed user")
@@ -493,6 +509,16 @@ func opOf(phase magosv1.Phase) runner.Operation {
 	return runner.OperationPlan
 }
 
+// appliedMessage is the message of an Applied Workspace: the commit and run, and what the apply
+// changed.
+func appliedMessage(ws *magosv1.Workspace) string {
+	msg := fmt.Sprintf("Applied commit %s (run %s)", short(ws.Status.CurrentRevision), ws.Status.CurrentRunID)
+	if rc := ws.Status.ResourceChanges; rc != nil {
+		msg += fmt.Sprintf(": %d added, %d changed, %d destroyed", rc.Add, rc.Change, rc.Destroy)
+	}
+	return msg
+}
+
 // finishedRun is a run that ended, recorded in the metrics once its end is written.
 type finishedRun struct {
 	op     runner.Operation
@@ -514,6 +540,9 @@ func (f *finishedRun) record(ws *magosv1.Workspace) {
 // is not started again and a successful plan is not applied.
 func (r *Reconciler) observe(ctx context.Context, ws *magosv1.Workspace, sched Schedule, deleting bool) (step, error) {
 	from := ws.Status.Phase
+	if from == magosv1.PhaseVerifying {
+		return r.observeVerify(ctx, ws, sched, deleting)
+	}
 	op := opOf(from)
 	ref := execution.Ref{Namespace: ws.Namespace, Name: ws.Name, RunID: ws.Status.CurrentRunID, Operation: op}
 	st, err := r.opts.Launcher.Status(ctx, ref)
@@ -637,15 +666,22 @@ func (r *Reconciler) observe(ctx context.Context, ws *magosv1.Workspace, sched S
 	if res.Outcome == runner.OutcomeSucceeded {
 		recordApplied(ws, ws.Status.CurrentRevision)
 		ws.Status.ObservedRevision = ws.Status.CurrentRevision
-		msg := fmt.Sprintf("Applied commit %s (run %s)", short(ws.Status.CurrentRevision), ws.Status.CurrentRunID)
-		if rc := ws.Status.ResourceChanges; rc != nil {
-			msg += fmt.Sprintf(": %d added, %d changed, %d destroyed", rc.Add, rc.Change, rc.Destroy)
+		applied, check := r.verifyApplied(ctx, ws, res)
+		if applied {
+			msg := appliedMessage(ws)
+			if v := pendingVerification(ws); v != nil {
+				msg += "; verification passed"
+			}
+			setPhase(ws, magosv1.PhaseApplied, magosv1.ReasonApplySucceeded, msg)
 		}
-		setPhase(ws, magosv1.PhaseApplied, magosv1.ReasonApplySucceeded, msg)
 		if err := r.commit(ctx, ws, sched, from); err != nil {
 			return step{}, err
 		}
 		done.record(ws)
+		if check != nil {
+			// The step's check Job runs; the Workspace is Applied once it passes (observeVerify).
+			return r.launch(ctx, ws, sched, check)
+		}
 		remove := map[string]string{}
 		if d := ws.Annotations[keys.DetectedRevision]; d != "" && d == ws.Status.ObservedRevision {
 			consumeDetection(ws, remove)

@@ -1,6 +1,7 @@
 package decision
 
 import (
+	"encoding/json"
 	"fmt"
 	"math/rand"
 	"reflect"
@@ -21,7 +22,7 @@ import (
 var (
 	randomPhases = []magosv1.Phase{
 		"", magosv1.PhasePending, magosv1.PhasePending, magosv1.PhasePending, magosv1.PhasePlanning,
-		magosv1.PhasePlanned, magosv1.PhaseApplying, magosv1.PhaseApplied, magosv1.PhaseApplied,
+		magosv1.PhasePlanned, magosv1.PhaseApplying, magosv1.PhaseVerifying, magosv1.PhaseApplied, magosv1.PhaseApplied,
 		magosv1.PhaseApplied, magosv1.PhaseFailed, magosv1.PhaseValidationFailed, magosv1.PhaseDeleting,
 	}
 	randomSelectors = []magosv1.LabelSelector{
@@ -231,6 +232,14 @@ func randomInput(rng *rand.Rand) Input {
 			s.ClusterSelector = &cs
 		}
 		if rng.Intn(3) == 0 {
+			s.Verification = pick(rng, []*magosv1.StepVerification{
+				{Expression: "outputs.ready"}, {Job: &magosv1.VerificationJob{Image: "check:1"}},
+				{Expression: "size(outputs) > 0", Job: &magosv1.VerificationJob{Image: "check:2"}}})
+			if rng.Intn(40) == 0 {
+				s.Verification = &magosv1.StepVerification{Expression: "outputs.ready &&"} // does not compile
+			}
+		}
+		if rng.Intn(3) == 0 {
 			s.MaxConcurrency = intOrPercent(pick(rng, []string{"1", "2", "3", "30%", "50%", "0%", "x"}))
 		}
 		if rng.Intn(2) == 0 {
@@ -367,7 +376,7 @@ func TestDecideInvariants(t *testing.T) {
 	t.Logf("outcomes of the random cases: %v", reasons)
 	// The generator must reach every outcome, or the invariants were checked on too little.
 	for _, r := range []string{
-		magosv1.ReasonDefaultParallel, magosv1.ReasonNoSteps, magosv1.ReasonInvalidSelector,
+		magosv1.ReasonDefaultParallel, magosv1.ReasonNoSteps, magosv1.ReasonInvalidSelector, magosv1.ReasonInvalidVerification, verifiedGrants,
 		magosv1.ReasonNoWorkspacesFound, magosv1.ReasonPaused, magosv1.ReasonRolloutCompleted,
 		magosv1.ReasonStepFailed, magosv1.ReasonLevelProgressing, magosv1.ReasonWaitingForClusters,
 		magosv1.ReasonSoaking, magosv1.ReasonProgressDeadlineExceeded, magosv1.ReasonOutsideChangeWindow, destroyGranted(false), destroyGranted(true), toleratedPassed, concurrencyBound,
@@ -399,6 +408,7 @@ const (
 	approvedApplies  = "applies granted under an approval"
 	approvalVoided   = "an approval voided"
 	planOnlyGrants   = "plan-only grants"
+	verifiedGrants   = "grants carrying their step's verification"
 	lateHeldBack     = "late Workspaces held back by frozen targets"
 	previewGrants    = "plan-only grants to later steps for the preview"
 	previewApplies   = "applies granted once the preview is complete"
@@ -477,7 +487,7 @@ func checkInvariants(t *testing.T, in Input, d Decision) (tags []string) {
 	// with digest and commit, every plan of the step that waits for approval and is of the
 	// commit rolled out.
 	var cur *magosv1.RolloutStep
-	if in.Rollout != nil && d.CurrentStep < len(in.Rollout.Spec.Strategy.Steps) && d.Reason != magosv1.ReasonInvalidSelector {
+	if in.Rollout != nil && d.CurrentStep < len(in.Rollout.Spec.Strategy.Steps) && d.Reason != magosv1.ReasonInvalidSelector && d.Reason != magosv1.ReasonInvalidVerification {
 		cur = &in.Rollout.Spec.Strategy.Steps[d.CurrentStep]
 	}
 	gated := cur != nil && cur.RequireApproval
@@ -498,7 +508,7 @@ func checkInvariants(t *testing.T, in Input, d Decision) (tags []string) {
 	}
 	hasPlan := func(w Workspace) bool {
 		rev := revisionOf(d.Revisions, w.Source)
-		return w.PlanDigest != "" && (w.Phase == magosv1.PhasePlanned || w.Phase == magosv1.PhaseApplying) &&
+		return w.PlanDigest != "" && (w.Phase == magosv1.PhasePlanned || w.Phase == magosv1.PhaseApplying || w.Phase == magosv1.PhaseVerifying) &&
 			(rev == "" || w.CurrentRevision == rev)
 	}
 	// A failure counts only when it is of the commit rolled out: a member that failed on an
@@ -529,12 +539,18 @@ func checkInvariants(t *testing.T, in Input, d Decision) (tags []string) {
 		case !parked(w) && (gated || planFirst):
 			c.PlanOnly = !destroyWaits(w)
 		}
+		// The current step's verification rides on the grants of its own members' runs, but
+		// for destroys; a later step's preview grant carries none.
+		if cur != nil && cur.Verification != nil && inStep(t, in, *cur, w) && !destroyWaits(w) {
+			raw, _ := json.Marshal(cur.Verification)
+			c.Verification = string(raw)
+		}
 		return c
 	}
 	held := func(w Workspace) bool {
 		c := wantChange(w)
 		return w.Grant.Allowed && w.Grant.Run == w.RunID && w.RunID != "" && w.Grant.Revision == c.Revision &&
-			w.Grant.PlanOnly == c.PlanOnly && w.Grant.Plan == c.Plan
+			w.Grant.PlanOnly == c.PlanOnly && w.Grant.Plan == c.Plan && w.Grant.Verification == c.Verification
 	}
 	waitsForApproval := func(w Workspace) bool { return parked(w) || gated && destroyWaits(w) }
 	approvalHolds := false
@@ -649,6 +665,9 @@ func checkInvariants(t *testing.T, in Input, d Decision) (tags []string) {
 		w := byKey[g.Key]
 		if want := wantChange(w); g != want {
 			t.Fatalf("grant %+v to %s/%s (plan %q, grant %+v), want %+v", g, w.Phase, w.Reason, w.PlanDigest, w.Grant, want)
+		}
+		if g.Verification != "" {
+			tags = append(tags, verifiedGrants)
 		}
 		switch {
 		case g.PlanOnly:
@@ -1043,7 +1062,7 @@ func checkInvariants(t *testing.T, in Input, d Decision) (tags []string) {
 
 	// With planFirst, each step's preview lists the members it holds, in key order, each with
 	// where it stands with the change.
-	if planFirst && d.Reason != magosv1.ReasonInvalidSelector && len(in.Rollout.Spec.Strategy.Steps) > 0 {
+	if planFirst && d.Reason != magosv1.ReasonInvalidSelector && d.Reason != magosv1.ReasonInvalidVerification && len(in.Rollout.Spec.Strategy.Steps) > 0 {
 		for j, st := range in.Rollout.Spec.Strategy.Steps {
 			var want []string
 			for _, key := range members {
@@ -1077,7 +1096,7 @@ func checkInvariants(t *testing.T, in Input, d Decision) (tags []string) {
 
 	// Every step whose drift is not ignore lists its drifted members (unaccepted), in key order,
 	// at most 100; and, with planFirst, each preview entry shows its Workspace's drift.
-	if in.Rollout != nil && len(d.Steps) > 0 && d.Reason != magosv1.ReasonInvalidSelector {
+	if in.Rollout != nil && len(d.Steps) > 0 && d.Reason != magosv1.ReasonInvalidSelector && d.Reason != magosv1.ReasonInvalidVerification {
 		for j, st := range in.Rollout.Spec.Strategy.Steps {
 			var want []string
 			for _, key := range members {

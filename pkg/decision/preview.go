@@ -11,11 +11,11 @@ import (
 const maxPreviewListed = 4000
 
 // plannedChange reports whether the member has a plan of the change that waits or applies:
-// Planned or Applying with a plan digest, of the commit the Rollout rolls out for it (any commit
+// Planned, Applying or Verifying (its apply's checks run) with a plan digest, of the commit the Rollout rolls out for it (any commit
 // while that is unknown).
 func (m *member) plannedChange() bool {
 	w := m.ws
-	return w.PlanDigest != "" && (w.Phase == magosv1.PhasePlanned || w.Phase == magosv1.PhaseApplying) &&
+	return w.PlanDigest != "" && (w.Phase == magosv1.PhasePlanned || w.Phase == magosv1.PhaseApplying || w.Phase == magosv1.PhaseVerifying) &&
 		(m.revision == "" || w.CurrentRevision == m.revision)
 }
 

@@ -178,9 +178,10 @@ func (w Workspace) GrantSpent() bool {
 }
 
 // Holds reports whether the Workspace carries exactly the grant c for its current run (same
-// commit, same plan-only flag, same plan), so granting c again would change nothing.
+// commit, same plan-only flag, same plan, same verification), so granting c again would change
+// nothing.
 func (w Workspace) Holds(c Change) bool {
-	return w.grantedCurrentRun() && w.Grant.SameTerms(Grant{Revision: c.Revision, PlanOnly: c.PlanOnly, Plan: c.Plan})
+	return w.grantedCurrentRun() && w.Grant.SameTerms(Grant{Revision: c.Revision, PlanOnly: c.PlanOnly, Plan: c.Plan, Verification: c.Verification})
 }
 
 // grantedCurrentRun reports whether the Workspace carries a grant (of any kind) for its current

@@ -548,6 +548,9 @@ func TestRunStalePlan(t *testing.T) {
 
 	first.Operation = runner.OperationApply
 	res := f.run(t, first, runner.OutcomeStalePlan)
+	if res.Outputs != nil || res.OutputsDropped {
+		t.Errorf("stale apply outputs = %v (dropped %v); want none: nothing was applied", res.Outputs, res.OutputsDropped)
+	}
 	if !strings.Contains(res.Message, "stale") || fileExists(first.PlanFile) {
 		t.Errorf("stale apply = %+v, plan file exists %v; want StalePlan saying so and the plan file gone", res, fileExists(first.PlanFile))
 	}

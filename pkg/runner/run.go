@@ -23,8 +23,8 @@ type Options struct {
 	Binaries map[string]string
 	// WorkDir is where each run makes its temporary folder (default os.TempDir()).
 	WorkDir string
-	// Stdout and Stderr receive the tool's output (default: discarded). The plan JSON is never
-	// written to them.
+	// Stdout and Stderr receive the tool's output (default: discarded). The plan JSON and the
+	// outputs' JSON (`output -json`) are never written to them.
 	Stdout, Stderr io.Writer
 	// Auth are the git credentials.
 	Auth gitrepo.Auth
@@ -44,7 +44,10 @@ type Options struct {
 // tool's last error lines (never the environment).
 //
 // Plan removes any previous plan file first and removes the new one when policies reject it,
-// so a rejected plan can never be applied. Apply removes the plan file once it ran. The run's
+// so a rejected plan can never be applied. Apply removes the plan file once it ran; when it
+// succeeded, the module's non-sensitive outputs are read into Result.Outputs (`output -json`,
+// whose output never reaches the run's log), and outputs that cannot be read leave Outputs nil
+// and say so in the message without failing the apply. The run's
 // folder is removed at the end; the plan file and the local state (Backend.LocalPath) live
 // outside it.
 func Run(ctx context.Context, spec Spec, opts Options) Result {
@@ -81,7 +84,8 @@ func Run(ctx context.Context, spec Spec, opts Options) Result {
 	r := &run{spec: spec, opts: opts, dir: dir, log: logger}
 	res = r.execute(ctx, res)
 	logger.Info("Run finished", "outcome", res.Outcome, "revision", res.Revision,
-		"add", res.Add, "change", res.Change, "destroy", res.Destroy, "violations", len(res.Violations))
+		"add", res.Add, "change", res.Change, "destroy", res.Destroy, "violations", len(res.Violations),
+		"outputs", len(res.Outputs))
 	return res
 }
 
@@ -177,6 +181,15 @@ func (r *run) execute(ctx context.Context, res Result) Result {
 			return fail(err)
 		}
 		res.Outcome, res.Message = OutcomeSucceeded, "Apply complete."
+		// The apply stands whatever happens next: outputs that cannot be read leave Outputs
+		// nil, and the message says why, for a verification that needs them.
+		outputs, err := r.readOutputs(ctx, t)
+		if err != nil {
+			r.log.Error(err, "Reading the outputs after the apply")
+			res.Message += " The outputs could not be read: " + err.Error()
+			return res
+		}
+		res.Outputs = outputs
 		return res
 	default: // OperationDestroy
 		if len(spec.Policies) > 0 {

@@ -217,7 +217,10 @@ func TestRunKubernetesBackendKeepsState(t *testing.T) {
 		t.Fatalf("first plan = %+v; want add 1", res)
 	}
 	spec.Operation = runner.OperationApply
-	f.run(t, spec, runner.OutcomeSucceeded)
+	// The outputs are read back from the state in the Secret.
+	if res := f.run(t, spec, runner.OutcomeSucceeded); len(res.Outputs) != 1 || string(res.Outputs["input"]) != `"one"` {
+		t.Fatalf("apply = %+v; want the output input = \"one\"", res)
+	}
 
 	secret := &corev1.Secret{}
 	if err := spoke.Client.Get(ctx, client.ObjectKey{Namespace: "team-a", Name: "tfstate-default-network"}, secret); err != nil {
@@ -548,6 +551,9 @@ func TestRunStalePlan(t *testing.T) {
 
 	first.Operation = runner.OperationApply
 	res := f.run(t, first, runner.OutcomeStalePlan)
+	if res.Outputs != nil || res.OutputsDropped {
+		t.Errorf("stale apply outputs = %v (dropped %v); want none: nothing was applied", res.Outputs, res.OutputsDropped)
+	}
 	if !strings.Contains(res.Message, "stale") || fileExists(first.PlanFile) {
 		t.Errorf("stale apply = %+v, plan file exists %v; want StalePlan saying so and the plan file gone", res, fileExists(first.PlanFile))
 	}

@@ -174,8 +174,10 @@ type Result struct {
 // Violation is one failed policy rule: Policy (its name) and Message.
 type Violation = policy.Violation
 
-// Encode renders the Result as JSON of at most MaxResultBytes, shortening the message and
-// dropping violations beyond what fits (the count stays in the message).
+// Encode renders the Result as JSON of at most MaxResultBytes. When it does not fit, the
+// outputs are left out first (OutputsDropped, and the message says how big the result was with
+// them); then violations beyond what fits are dropped (the count stays in the message) and the
+// messages shortened.
 func (r Result) Encode() ([]byte, error) {
 	for {
 		b, err := json.Marshal(r)
@@ -186,6 +188,14 @@ func (r Result) Encode() ([]byte, error) {
 			return b, nil
 		}
 		switch {
+		case len(r.Outputs) > 0:
+			r.Outputs, r.OutputsDropped = nil, true
+			note := fmt.Sprintf("outputs left out: %d bytes exceed the result's %d bytes", len(b), MaxResultBytes)
+			if r.Message == "" {
+				r.Message = note
+			} else {
+				r.Message = fmt.Sprintf("%s (%s)", r.Message, note)
+			}
 		case len(r.Violations) > 1:
 			dropped := len(r.Violations) / 2
 			r.Violations = r.Violations[:len(r.Violations)-dropped]

@@ -71,6 +71,9 @@ type Options struct {
 	DriftInterval time.Duration
 	// StepDrift, when set, is every step's drift (block, warn or ignore).
 	StepDrift string
+	// Verification, when set, is every step's verification (the checks each region passes
+	// after its apply before the next region starts).
+	Verification *magosv1.StepVerification
 }
 
 // StepTime is when a step completed, from the start of the Rollout.
@@ -329,6 +332,7 @@ func applyHub(ctx context.Context, fleet *devfleet.Fleet, opts Options) error {
 	ro.Spec.Paused, ro.Spec.PlanFirst = opts.Paused, opts.PlanFirst
 	for i := range ro.Spec.Strategy.Steps {
 		ro.Spec.Strategy.Steps[i].Drift = opts.StepDrift
+		ro.Spec.Strategy.Steps[i].Verification = opts.Verification
 	}
 	return demoscenario.Create(ctx, fleet.Client("hub"), "on the hub", p, ro)
 }

@@ -544,6 +544,73 @@ output "big" {
 		})
 	})
 
+	t.Run("a step's verification runs as a Job on the kubelet: a passing check lets its Workspace be Applied, a failing one fails it and halts the Rollout", func(t *testing.T) {
+		const checkImage = "magos.local/envcheck:1"
+		if err := spoke.Node.LoadImage(ctx, scratchImage(t, ctx, checkImage, "envcheck", envcheckProgram, `["/usr/local/bin/envcheck"]`)); err != nil {
+			t.Fatalf("loading %s into %s: %v", checkImage, spoke.Node.Name, err)
+		}
+		gitRepo(t, repos, "verified.git", map[string]string{"main.tf": module + `
+output "region" {
+  value = var.region
+}
+`})
+		verifiedURL := strings.TrimSuffix(repoURL, "/infra.git") + "/verified.git"
+		mustCreate(t, ctx, hub.Client, &magosv1.Project{ObjectMeta: metav1.ObjectMeta{Name: "verified", Namespace: "default"}})
+		mustCreate(t, ctx, hub.Client, &magosv1.Rollout{
+			ObjectMeta: metav1.ObjectMeta{Name: "verified", Namespace: "default"},
+			Spec: magosv1.RolloutSpec{ProjectRef: "verified", Strategy: magosv1.RolloutStrategy{Steps: []magosv1.RolloutStep{{
+				Name:     "checked",
+				Selector: magosv1.LabelSelector{MatchExpressions: []magosv1.LabelSelectorRequirement{{Key: "region", Operator: "In", Values: []string{"ok", "bad"}}}},
+				Verification: &magosv1.StepVerification{
+					Expression: `outputs.region in ["ok", "bad"]`,
+					Job:        &magosv1.VerificationJob{Image: checkImage, Args: []string{"OUTPUT_REGION=ok", "MAGOS_NAMESPACE=default"}, Timeout: &metav1.Duration{Duration: 2 * time.Minute}},
+				},
+			}}}},
+		})
+		for _, region := range []string{"ok", "bad"} {
+			w := workspace("checked-"+region, verifiedURL, region)
+			w.Spec.ProjectRef.Name = "verified"
+			mustCreate(t, ctx, spoke.Client, variables(w.Name, map[string]string{"region": region}, nil))
+			mustCreate(t, ctx, spoke.Client, w)
+		}
+		ok := waitApplied(t, ctx, spoke, "checked-ok", "")
+		if v := ok.Status.Verification; v == nil || v.Result != magosv1.VerificationPassed {
+			t.Fatalf("checked-ok is Applied with verification %+v, want Passed", v)
+		}
+		bad := waitFailed(t, ctx, spoke, "checked-bad")
+		if bad.Status.Reason != magosv1.ReasonVerificationFailed || !strings.Contains(bad.Status.Message, "code 3") {
+			t.Fatalf("checked-bad: %s/%s %q, want VerificationFailed naming exit code 3", bad.Status.Phase, bad.Status.Reason, bad.Status.Message)
+		}
+		// The kubelet's own account: one verify Job per Workspace, of the check image, which
+		// succeeded for ok and failed for bad.
+		for _, w := range []*magosv1.Workspace{ok, bad} {
+			jobs := &batchv1.JobList{}
+			if err := spoke.Client.List(ctx, jobs, client.InNamespace("default"), client.MatchingLabels{"magosproject.io/run-id": w.Status.CurrentRunID, "magosproject.io/job-type": "verify"}); err != nil {
+				t.Fatal(err)
+			}
+			if len(jobs.Items) != 1 {
+				t.Fatalf("%s: %d verify Jobs for run %s, want 1", w.Name, len(jobs.Items), w.Status.CurrentRunID)
+			}
+			j := jobs.Items[0]
+			if img := j.Spec.Template.Spec.Containers[0].Image; img != checkImage {
+				t.Errorf("%s: the verify Job runs %s, want %s", w.Name, img, checkImage)
+			}
+			wantOK := w.Name == "checked-ok"
+			if (j.Status.Succeeded == 1) != wantOK || (j.Status.Failed > 0) == wantOK {
+				t.Errorf("%s: verify Job succeeded=%d failed=%d", w.Name, j.Status.Succeeded, j.Status.Failed)
+			}
+			stats.jobs++
+			stats.pods++
+		}
+		poll(t, ctx, 2*time.Minute, "the Rollout verified halts at its step", func(ctx context.Context) (bool, string) {
+			r := &magosv1.Rollout{}
+			if err := hub.Client.Get(ctx, client.ObjectKey{Namespace: "default", Name: "verified"}, r); err != nil {
+				return false, err.Error()
+			}
+			return r.Status.Phase == magosv1.PhaseFailed && r.Status.Reason == magosv1.ReasonStepFailed, fmt.Sprintf("rollout %s %s: %s", r.Status.Phase, r.Status.Reason, r.Status.Message)
+		})
+	})
+
 	t.Run("a runner that exits 0 without a result: the plan Job completes, the run is Failed, nothing applied", func(t *testing.T) {
 		// The agent upgraded to run its Jobs with a runner that exits 0 and writes nothing, the
 		// kubelet's own account of that Job: Complete, and no termination message. The agent
@@ -896,12 +963,48 @@ func jobComplete(j *batchv1.Job) bool {
 	return false
 }
 
-// silentRunnerImage builds, with the Docker Engine's legacy builder from scratch (nothing
-// pulled), an image named ref whose runner exits 0 and writes nothing: no result file, so
-// no termination message. It sits where the runner image has the real one
+// silentRunnerImage builds an image named ref whose runner exits 0 and writes nothing: no
+// result file, so no termination message. It sits where the runner image has the real one
 // (/usr/local/bin/magos-agent, which the Job's command [magos-agent, runner] finds on the
 // PATH). It returns the image saved as a tarball, for Node.LoadImage.
 func silentRunnerImage(t *testing.T, ctx context.Context, ref string) string {
+	t.Helper()
+	return scratchImage(t, ctx, ref, "magos-agent",
+		"// Command magos-agent is a silent runner: it exits 0 and writes nothing.\npackage main\n\nfunc main() {}\n",
+		`["/usr/local/bin/magos-agent", "runner"]`)
+}
+
+// envcheckProgram is the check a step's verification Job runs in the real-node test: every
+// argument NAME=VALUE must be the value of NAME in its environment; it prints what it saw and
+// exits 3 on the first mismatch.
+const envcheckProgram = `// Command envcheck compares its environment with its arguments NAME=VALUE.
+package main
+
+import (
+	"fmt"
+	"os"
+	"strings"
+)
+
+func main() {
+	for _, arg := range os.Args[1:] {
+		name, want, _ := strings.Cut(arg, "=")
+		got := os.Getenv(name)
+		fmt.Printf("envcheck: %s=%q\n", name, got)
+		if got != want {
+			fmt.Printf("envcheck: %s is %q, want %q\n", name, got, want)
+			os.Exit(3)
+		}
+	}
+	fmt.Println("envcheck: ok for", os.Getenv("MAGOS_WORKSPACE"), "run", os.Getenv("MAGOS_RUN_ID"))
+}
+`
+
+// scratchImage builds, with the Docker Engine's legacy builder from scratch (nothing pulled),
+// an image named ref holding one static program, built from the Go source program, at
+// /usr/local/bin/<binary>, with entrypoint (a JSON array) as its ENTRYPOINT. It returns the
+// image saved as a tarball, for Node.LoadImage.
+func scratchImage(t *testing.T, ctx context.Context, ref, binary, program, entrypoint string) string {
 	t.Helper()
 	dir := t.TempDir()
 	src, bctx := filepath.Join(dir, "src"), filepath.Join(dir, "context")
@@ -911,19 +1014,19 @@ func silentRunnerImage(t *testing.T, ctx context.Context, ref string) string {
 		}
 	}
 	files := map[string]string{
-		filepath.Join(src, "main.go"):     "// Command magos-agent is a silent runner: it exits 0 and writes nothing.\npackage main\n\nfunc main() {}\n",
-		filepath.Join(bctx, "Dockerfile"): "FROM scratch\nCOPY magos-agent /usr/local/bin/magos-agent\nENV PATH=/usr/local/bin\nUSER 65532:65532\nENTRYPOINT [\"/usr/local/bin/magos-agent\", \"runner\"]\n",
+		filepath.Join(src, "main.go"):     program,
+		filepath.Join(bctx, "Dockerfile"): "FROM scratch\nCOPY " + binary + " /usr/local/bin/" + binary + "\nENV PATH=/usr/local/bin\nUSER 65532:65532\nENTRYPOINT " + entrypoint + "\n",
 	}
 	for p, content := range files {
 		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
-	build := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags=-s -w", "-o", filepath.Join(bctx, "magos-agent"), "main.go")
+	build := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags=-s -w", "-o", filepath.Join(bctx, binary), "main.go")
 	build.Dir = src
 	build.Env = append(os.Environ(), "CGO_ENABLED=0", "GOWORK=off", "GOFLAGS=")
 	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("building the silent runner: %v\n%s", err, out)
+		t.Fatalf("building %s: %v\n%s", binary, err, out)
 	}
 	img := exec.CommandContext(ctx, "docker", "build", "-q", "-t", ref, bctx)
 	img.Env = append(os.Environ(), "DOCKER_BUILDKIT=0")
@@ -931,7 +1034,7 @@ func silentRunnerImage(t *testing.T, ctx context.Context, ref string) string {
 		t.Fatalf("docker build %s: %v\n%s", ref, err, out)
 	}
 	t.Cleanup(func() { _, _ = docker(context.WithoutCancel(ctx), "rmi", ref) })
-	tarball := filepath.Join(dir, "magos-silent-runner.tar")
+	tarball := filepath.Join(dir, binary+".tar")
 	if _, err := docker(ctx, "save", "-o", tarball, ref); err != nil {
 		t.Fatal(err)
 	}

@@ -43,6 +43,8 @@ import (
 const (
 	// ContainerName is the runner container of a Job.
 	ContainerName = "runner"
+	// CheckContainerName is the container of a verify run's Job: the user's check.
+	CheckContainerName = "check"
 	// DataMountPath holds the Workspace's data volume (the saved plan).
 	DataMountPath = "/workspace-data"
 	// DataVolumeSize is the size of a Workspace's data volume.
@@ -162,16 +164,18 @@ func (l *JobLauncher) Sources() []source.Source {
 	}
 }
 
-// Start creates the Workspace's data volume (if missing), the Secret of the run's sensitive
-// values (when it has any) and then the run's Job (if missing): the Job is never created
-// before the Secret it reads.
+// Start creates the Workspace's data volume (if missing; a verify run mounts none), the Secret
+// of the run's sensitive values (when it has any) and then the run's Job (if missing): the Job
+// is never created before the Secret it reads. A verify run without its check is an error.
 func (l *JobLauncher) Start(ctx context.Context, run *Run) error {
-	if err := l.ensureClaim(ctx, run.Workspace); err != nil {
-		return err
-	}
 	job, secret, err := l.build(run)
 	if err != nil {
 		return err
+	}
+	if run.Spec.Operation != runner.OperationVerify {
+		if err := l.ensureClaim(ctx, run.Workspace); err != nil {
+			return err
+		}
 	}
 	// A Job whose ServiceAccount is missing never gets a Pod and would sit until its deadline
 	// (upstream's bug): refuse to start it, saying what to create.
@@ -291,6 +295,15 @@ func EnvSecretName(workspace string, op runner.Operation, runID string) string {
 // providers take hundreds of megabytes each) until it filled the volume (DataVolumeSize) the
 // saved plans need. Proof: TestRunWritesOnlyToTmpAndTheDataVolume in pkg/runner runs a plan
 // and an apply with only those two folders writable.
+//
+// A verify run's Job (runner.OperationVerify) runs the user's check in place of the runner: one
+// container, CheckContainerName, of Run.Check's image, command (the image's entrypoint when
+// empty) and arguments, with Run.Env as its whole environment (sensitive literals through the
+// run's Secret, as above) and the runner's resources. It has no run spec, no data volume and no
+// provider mirror; it keeps the runner's security context (non-root, no privilege, read-only
+// root file system with an emptyDir at /tmp) and the Kubernetes default grace period. Its
+// activeDeadlineSeconds is the check's timeout (Run.Timeout). A verify run without its check is
+// an error.
 func (l *JobLauncher) Job(run *Run) (*batchv1.Job, error) {
 	job, _, err := l.build(run)
 	return job, err
@@ -305,42 +318,50 @@ func (l *JobLauncher) Secret(run *Run) (*corev1.Secret, error) {
 	return secret, err
 }
 
-// build builds the Job of a run and the Secret of its sensitive values (nil when none).
+// build builds the Job of a run and the Secret of its sensitive values (nil when none). A
+// verify run's Job runs the check (see checkContainer) and the rest is the runner's: name,
+// labels, ownership, ServiceAccount, Pod annotations, the Secret of sensitive values, and one
+// Pod that is never replaced.
 func (l *JobLauncher) build(run *Run) (*batchv1.Job, *corev1.Secret, error) {
+	if err := validate(run); err != nil {
+		return nil, nil, err
+	}
 	ws := run.Workspace
 	spec := run.Spec
-	spec.PlanFile = path.Join(DataMountPath, spec.RunID+".tfplan")
-	if spec.Backend.Kubernetes == nil && spec.Backend.LocalPath == "" {
-		spec.Backend.Kubernetes = &runner.KubernetesBackend{Namespace: ws.Namespace, SecretSuffix: ws.Name}
-	}
-	raw, err := json.Marshal(spec)
-	if err != nil {
-		return nil, nil, fmt.Errorf("encoding run spec: %w", err)
-	}
-	timeout := run.Timeout
-	if timeout <= 0 {
-		timeout = DefaultTimeout
-	}
+	verify := spec.Operation == runner.OperationVerify
+	timeout := timeoutOf(run)
 	labels := map[string]string{
 		keys.Workspace: ws.Name,
 		keys.JobType:   string(spec.Operation),
 		keys.RunID:     spec.RunID,
 	}
 	// The runner's own entries come last and no user entry has their names, so nothing a
-	// VariableSet holds (one stored under an older CRD included) can replace them.
-	own := []corev1.EnvVar{
-		{Name: runner.EnvSpec, Value: string(raw)},
-		{Name: "HOME", Value: "/tmp"},
-		{Name: "TMPDIR", Value: "/tmp"},
-		// Kubernetes providers that read it (gavinbunney/kubectl) use the Pod's
-		// ServiceAccount (in-cluster configuration) unless the module configures them.
-		{Name: runner.EnvKubeLoadConfigFile, Value: "false"},
-	}
-	if l.opts.ProviderVolume != nil {
-		own = append(own, corev1.EnvVar{Name: runner.EnvProviderMirror, Value: ProviderMirrorMountPath + ":" + runner.ImageProviderMirror})
-	}
-	if l.opts.ProviderNetworkMirror != "" {
-		own = append(own, corev1.EnvVar{Name: runner.EnvProviderNetworkMirror, Value: l.opts.ProviderNetworkMirror})
+	// VariableSet holds (one stored under an older CRD included) can replace them. A check has
+	// none: its environment is the run's.
+	var own []corev1.EnvVar
+	if !verify {
+		spec.PlanFile = path.Join(DataMountPath, spec.RunID+".tfplan")
+		if spec.Backend.Kubernetes == nil && spec.Backend.LocalPath == "" {
+			spec.Backend.Kubernetes = &runner.KubernetesBackend{Namespace: ws.Namespace, SecretSuffix: ws.Name}
+		}
+		raw, err := json.Marshal(spec)
+		if err != nil {
+			return nil, nil, fmt.Errorf("encoding run spec: %w", err)
+		}
+		own = []corev1.EnvVar{
+			{Name: runner.EnvSpec, Value: string(raw)},
+			{Name: "HOME", Value: "/tmp"},
+			{Name: "TMPDIR", Value: "/tmp"},
+			// Kubernetes providers that read it (gavinbunney/kubectl) use the Pod's
+			// ServiceAccount (in-cluster configuration) unless the module configures them.
+			{Name: runner.EnvKubeLoadConfigFile, Value: "false"},
+		}
+		if l.opts.ProviderVolume != nil {
+			own = append(own, corev1.EnvVar{Name: runner.EnvProviderMirror, Value: ProviderMirrorMountPath + ":" + runner.ImageProviderMirror})
+		}
+		if l.opts.ProviderNetworkMirror != "" {
+			own = append(own, corev1.EnvVar{Name: runner.EnvProviderNetworkMirror, Value: l.opts.ProviderNetworkMirror})
+		}
 	}
 	name := JobName(ws.Name, spec.Operation, spec.RunID)
 	var secret *corev1.Secret
@@ -369,6 +390,69 @@ func (l *JobLauncher) build(run *Run) (*batchv1.Job, *corev1.Secret, error) {
 	if sa == "" {
 		sa = magosv1.DefaultServiceAccountName
 	}
+	// Non-root, no privilege escalation, no capabilities, a read-only root file system: the
+	// runner's, and a check's too (it may write to /tmp).
+	containerSecurity := &corev1.SecurityContext{
+		RunAsNonRoot:             ptr.To(true),
+		AllowPrivilegeEscalation: ptr.To(false),
+		Privileged:               ptr.To(false),
+		ReadOnlyRootFilesystem:   ptr.To(true),
+		Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+	}
+	tmp := corev1.Volume{Name: "tmp", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}
+	pod := corev1.PodSpec{
+		RestartPolicy:      corev1.RestartPolicyNever,
+		ServiceAccountName: sa,
+		SecurityContext: &corev1.PodSecurityContext{
+			RunAsNonRoot:   ptr.To(true),
+			RunAsUser:      ptr.To(l.opts.RunAsUser),
+			RunAsGroup:     ptr.To(l.opts.RunAsUser),
+			FSGroup:        ptr.To(l.opts.RunAsUser),
+			SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+		},
+	}
+	if verify {
+		pod.Containers = []corev1.Container{{
+			Name:            CheckContainerName,
+			Image:           run.Check.Image,
+			Command:         slices.Clone(run.Check.Command),
+			Args:            slices.Clone(run.Check.Args),
+			Env:             env,
+			Resources:       l.opts.Resources,
+			SecurityContext: containerSecurity,
+			VolumeMounts:    []corev1.VolumeMount{{Name: tmp.Name, MountPath: "/tmp"}},
+		}}
+		pod.Volumes = []corev1.Volume{tmp}
+	} else {
+		// A stopped runner interrupts the tool and gives it runner.InterruptGrace to persist
+		// its state and release its lock, then writes its result: the Pod waits that long and
+		// a little more before it is killed.
+		pod.TerminationGracePeriodSeconds = ptr.To(int64((runner.InterruptGrace + TerminationMargin).Seconds()))
+		pod.Containers = []corev1.Container{{
+			Name:                     ContainerName,
+			Image:                    l.opts.Image,
+			ImagePullPolicy:          l.opts.ImagePullPolicy,
+			Command:                  []string{"magos-agent", "runner"},
+			Env:                      env,
+			Resources:                l.opts.Resources,
+			SecurityContext:          containerSecurity,
+			TerminationMessagePath:   runner.DefaultResultFile,
+			TerminationMessagePolicy: corev1.TerminationMessageReadFile,
+			VolumeMounts: []corev1.VolumeMount{
+				{Name: "workspace-data", MountPath: DataMountPath},
+				{Name: tmp.Name, MountPath: "/tmp"},
+			},
+		}}
+		pod.Volumes = []corev1.Volume{
+			{Name: "workspace-data", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: DataClaimName(ws.Name)}}},
+			tmp,
+		}
+		if l.opts.ProviderVolume != nil {
+			pod.Volumes = append(pod.Volumes, corev1.Volume{Name: providerVolumeName, VolumeSource: *l.opts.ProviderVolume.DeepCopy()})
+			pod.Containers[0].VolumeMounts = append(pod.Containers[0].VolumeMounts,
+				corev1.VolumeMount{Name: providerVolumeName, MountPath: ProviderMirrorMountPath, ReadOnly: true})
+		}
+	}
 	job := &batchv1.Job{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:      name,
@@ -391,54 +475,9 @@ func (l *JobLauncher) build(run *Run) (*batchv1.Job, *corev1.Secret, error) {
 			ActiveDeadlineSeconds: ptr.To(int64(timeout.Seconds())),
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: maps.Clone(labels), Annotations: maps.Clone(run.PodAnnotations)},
-				Spec: corev1.PodSpec{
-					RestartPolicy:      corev1.RestartPolicyNever,
-					ServiceAccountName: sa,
-					// A stopped runner interrupts the tool and gives it runner.InterruptGrace to
-					// persist its state and release its lock, then writes its result: the Pod
-					// waits that long and a little more before it is killed.
-					TerminationGracePeriodSeconds: ptr.To(int64((runner.InterruptGrace + TerminationMargin).Seconds())),
-					SecurityContext: &corev1.PodSecurityContext{
-						RunAsNonRoot:   ptr.To(true),
-						RunAsUser:      ptr.To(l.opts.RunAsUser),
-						RunAsGroup:     ptr.To(l.opts.RunAsUser),
-						FSGroup:        ptr.To(l.opts.RunAsUser),
-						SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
-					},
-					Containers: []corev1.Container{{
-						Name:            ContainerName,
-						Image:           l.opts.Image,
-						ImagePullPolicy: l.opts.ImagePullPolicy,
-						Command:         []string{"magos-agent", "runner"},
-						Env:             env,
-						Resources:       l.opts.Resources,
-						SecurityContext: &corev1.SecurityContext{
-							RunAsNonRoot:             ptr.To(true),
-							AllowPrivilegeEscalation: ptr.To(false),
-							Privileged:               ptr.To(false),
-							ReadOnlyRootFilesystem:   ptr.To(true),
-							Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
-						},
-						TerminationMessagePath:   runner.DefaultResultFile,
-						TerminationMessagePolicy: corev1.TerminationMessageReadFile,
-						VolumeMounts: []corev1.VolumeMount{
-							{Name: "workspace-data", MountPath: DataMountPath},
-							{Name: "tmp", MountPath: "/tmp"},
-						},
-					}},
-					Volumes: []corev1.Volume{
-						{Name: "workspace-data", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: DataClaimName(ws.Name)}}},
-						{Name: "tmp", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
-					},
-				},
+				Spec:       pod,
 			},
 		},
-	}
-	if l.opts.ProviderVolume != nil {
-		pod := &job.Spec.Template.Spec
-		pod.Volumes = append(pod.Volumes, corev1.Volume{Name: providerVolumeName, VolumeSource: *l.opts.ProviderVolume.DeepCopy()})
-		pod.Containers[0].VolumeMounts = append(pod.Containers[0].VolumeMounts,
-			corev1.VolumeMount{Name: providerVolumeName, MountPath: ProviderMirrorMountPath, ReadOnly: true})
 	}
 	if err := controllerutil.SetControllerReference(ws, job, l.cache.GetScheme()); err != nil {
 		return nil, nil, fmt.Errorf("owning Job: %w", err)
@@ -473,6 +512,9 @@ func (l *JobLauncher) build(run *Run) (*batchv1.Job, *corev1.Secret, error) {
 // A runner stopped by its Pod's deletion or deadline is interrupted first (SIGTERM) and
 // usually writes a Failed result saying the tool was interrupted: that result's message then
 // starts with the sentence saying why the runner was stopped.
+//
+// A verify run's check writes no result: its Result is derived from how its Job and its check
+// container ended (see checkStatus).
 func (l *JobLauncher) Status(ctx context.Context, ref Ref) (Status, error) {
 	job := &batchv1.Job{}
 	key := client.ObjectKey{Namespace: ref.Namespace, Name: JobName(ref.Name, ref.Operation, ref.RunID)}
@@ -516,7 +558,10 @@ func (l *JobLauncher) Status(ctx context.Context, ref Ref) (Status, error) {
 	if job.Status.CompletionTime != nil {
 		st.FinishedAt = job.Status.CompletionTime.Time
 	}
-	pod, term, err := l.runnerPod(ctx, job)
+	if ref.Operation == runner.OperationVerify {
+		return l.checkStatus(ctx, job, done, st)
+	}
+	pod, term, err := l.jobPod(ctx, job, ContainerName)
 	if err != nil {
 		return Status{}, err
 	}
@@ -556,6 +601,57 @@ func (l *JobLauncher) Status(ctx context.Context, ref Ref) (Status, error) {
 		st.Result.Message = fmt.Sprintf("Job %s failed (%s): %s; no result (%s)", job.Name, done.Reason, done.Message, unusable)
 	}
 	log.FromContext(ctx).Info("run ended without a usable result", "job", job.Name, "reason", unusable, "jobReason", done.Reason)
+	return st, nil
+}
+
+// checkStatus completes the Status of a verify run's finished Job from how its check ended,
+// since the check writes no result: Succeeded when the Job completed; otherwise Failed, saying
+// (checked in this order)
+//
+//   - "the check did not finish within <timeout>" when the Job failed with reason
+//     DeadlineExceeded (its activeDeadlineSeconds, the check's timeout, passed);
+//   - "the check exited with code N" when the Pod is there and its check container
+//     terminated with a non-zero code (and OOMKilled when the kernel killed it at its memory
+//     limit), unless the Pod was evicted or deleted and the code is a kill's (137 or 143);
+//   - that the check's Pod was evicted or deleted before the check ended;
+//   - otherwise how the Job failed, and that the check's exit code is unknown.
+func (l *JobLauncher) checkStatus(ctx context.Context, job *batchv1.Job, done *batchv1.JobCondition, st Status) (Status, error) {
+	st.Result = runner.Result{Operation: runner.OperationVerify, RunID: job.Labels[keys.RunID], Outcome: runner.OutcomeSucceeded}
+	if done.Type == batchv1.JobComplete {
+		return st, nil
+	}
+	st.Result.Outcome = runner.OutcomeFailed
+	if done.Reason == batchv1.JobReasonDeadlineExceeded {
+		if s := job.Spec.ActiveDeadlineSeconds; s != nil {
+			st.Result.Message = checkTimedOut(time.Duration(*s) * time.Second)
+		} else {
+			st.Result.Message = "the check did not finish within its timeout"
+		}
+		return st, nil
+	}
+	pod, term, err := l.jobPod(ctx, job, CheckContainerName)
+	if err != nil {
+		return Status{}, err
+	}
+	stopped := done.Reason == batchv1.JobReasonPodFailurePolicy ||
+		pod != nil && (disruption(pod) != nil || pod.Status.Reason == ReasonEvicted || pod.DeletionTimestamp != nil)
+	killed := term != nil && (term.ExitCode == 128+9 || term.ExitCode == 128+15)
+	jobFailed := fmt.Sprintf("Job %s failed (%s: %s)", job.Name, message.Or(done.Reason, "no reason"), message.Or(done.Message, "no message"))
+	switch {
+	case term != nil && term.ExitCode != 0 && !(stopped && killed):
+		st.Result.Message = checkExited(int(term.ExitCode))
+		if term.Reason == ReasonOOMKilled {
+			st.Result.Message += " (OOMKilled at its memory limit: a check has the runner's resources, the agent's --runner-memory-limit)"
+		}
+	case stopped:
+		st.Result.Message = "the check's Pod was evicted or deleted before the check ended: " + jobFailed
+	case pod == nil:
+		st.Result.Message = "the check failed and its exit code is unknown: " + jobFailed + " and its Pod is gone"
+	case term == nil:
+		st.Result.Message = "the check failed and its exit code is unknown: " + jobFailed + " and its check container did not terminate"
+	default:
+		st.Result.Message = "the check exited with code 0, yet " + jobFailed
+	}
 	return st, nil
 }
 
@@ -635,10 +731,11 @@ func runnerMemoryLimit(pod *corev1.Pod) *resource.Quantity {
 	return nil
 }
 
-// runnerPod returns the Job's Pod and the terminated state of its runner container: the newest
-// Pod whose runner terminated, else the newest Pod (term nil), else nothing (the Pod is gone).
-// A Pod missing from the cache is looked up on the API server before giving up.
-func (l *JobLauncher) runnerPod(ctx context.Context, job *batchv1.Job) (pod *corev1.Pod, term *corev1.ContainerStateTerminated, err error) {
+// jobPod returns the Job's Pod and the terminated state of its container of that name (the
+// runner's, or a verify run's check): the newest Pod whose container terminated, else the
+// newest Pod (term nil), else nothing (the Pod is gone). A Pod missing from the cache is looked
+// up on the API server before giving up.
+func (l *JobLauncher) jobPod(ctx context.Context, job *batchv1.Job, container string) (pod *corev1.Pod, term *corev1.ContainerStateTerminated, err error) {
 	for _, r := range []client.Reader{l.client, l.reader} {
 		pods := &corev1.PodList{}
 		if err := r.List(ctx, pods, client.InNamespace(job.Namespace), client.MatchingLabels{JobNameLabel: job.Name}); err != nil {
@@ -651,7 +748,7 @@ func (l *JobLauncher) runnerPod(ctx context.Context, job *batchv1.Job) (pod *cor
 		for i := range pods.Items {
 			p := &pods.Items[i]
 			for _, cs := range p.Status.ContainerStatuses {
-				if cs.Name == ContainerName && cs.State.Terminated != nil {
+				if cs.Name == container && cs.State.Terminated != nil {
 					return p, cs.State.Terminated, nil
 				}
 			}
@@ -663,8 +760,8 @@ func (l *JobLauncher) runnerPod(ctx context.Context, job *batchv1.Job) (pod *cor
 	return pod, nil, nil
 }
 
-// Output streams the log of the runner container of the run's Job, through the API server
-// (which reads it from the kubelet).
+// Output streams the log of the runner container of the run's Job (the check container of a
+// verify run's), through the API server (which reads it from the kubelet).
 func (l *JobLauncher) Output(ctx context.Context, ref Ref) (io.ReadCloser, error) {
 	job := &batchv1.Job{}
 	key := client.ObjectKey{Namespace: ref.Namespace, Name: JobName(ref.Name, ref.Operation, ref.RunID)}
@@ -674,14 +771,18 @@ func (l *JobLauncher) Output(ctx context.Context, ref Ref) (io.ReadCloser, error
 	if job.Labels[keys.RunID] != ref.RunID {
 		return nil, fmt.Errorf("job %s belongs to run %s, not %s", key, job.Labels[keys.RunID], ref.RunID)
 	}
-	pod, _, err := l.runnerPod(ctx, job)
+	container := ContainerName
+	if ref.Operation == runner.OperationVerify {
+		container = CheckContainerName
+	}
+	pod, _, err := l.jobPod(ctx, job, container)
 	if err != nil {
 		return nil, err
 	}
 	if pod == nil {
 		return nil, fmt.Errorf("job %s has no Pod left to read the log of", key)
 	}
-	rc, err := l.pods.Pods(pod.Namespace).GetLogs(pod.Name, &corev1.PodLogOptions{Container: ContainerName}).Stream(ctx)
+	rc, err := l.pods.Pods(pod.Namespace).GetLogs(pod.Name, &corev1.PodLogOptions{Container: container}).Stream(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("reading the log of Pod %s/%s: %w", pod.Namespace, pod.Name, err)
 	}

@@ -6,12 +6,17 @@
 //     container's termination message;
 //   - LocalLauncher, for development and tests: a child process of the agent, the result read
 //     from a file in the agent's data folder.
+//
+// The verify operation (runner.OperationVerify) is the exception: it runs the user's check
+// (Run.Check) in place of the runner, and its result is derived from how the check ended (its
+// exit code, or its timeout), since the check writes none.
 package execution
 
 import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"io"
 	"strings"
 	"time"
@@ -40,7 +45,8 @@ type Run struct {
 	// a Secret of the run that the Job reads (see JobLauncher.Job). The runner gets the same
 	// environment either way.
 	Sensitive []string
-	// Timeout bounds the run (DefaultTimeout if zero).
+	// Timeout bounds the run (if zero: DefaultTimeout, or the check's TimeoutOrDefault for a
+	// verify run).
 	Timeout time.Duration
 	// PodAnnotations annotate the Job's Pod.
 	PodAnnotations map[string]string
@@ -50,6 +56,36 @@ type Run struct {
 	// the runner: its image, command and arguments, with Env as its environment and Timeout
 	// (the check's timeout) as its bound.
 	Check *magosv1.VerificationJob
+}
+
+// validate refuses a run no launcher can start: a verify run without its check, which is a
+// programming error of the caller.
+func validate(run *Run) error {
+	if run.Spec.Operation == runner.OperationVerify && run.Check == nil {
+		return fmt.Errorf("the verify of run %s of Workspace %s/%s has no check to run (Run.Check is nil)",
+			run.Spec.RunID, run.Workspace.Namespace, run.Workspace.Name)
+	}
+	return nil
+}
+
+// timeoutOf is the bound of a run: run.Timeout, else the check's own default for a verify run
+// (magosv1.DefaultVerificationTimeout), else DefaultTimeout.
+func timeoutOf(run *Run) time.Duration {
+	switch {
+	case run.Timeout > 0:
+		return run.Timeout
+	case run.Spec.Operation == runner.OperationVerify:
+		return run.Check.TimeoutOrDefault()
+	}
+	return DefaultTimeout
+}
+
+// checkExited is the message of a check that failed with an exit code.
+func checkExited(code int) string { return fmt.Sprintf("the check exited with code %d", code) }
+
+// checkTimedOut is the message of a check stopped at its timeout.
+func checkTimedOut(timeout time.Duration) string {
+	return fmt.Sprintf("the check did not finish within %s", timeout)
 }
 
 // Ref names one operation of one run of a Workspace.

@@ -56,6 +56,17 @@ type LocalOptions struct {
 // they survive an agent restart: a result file means the run finished, a running process
 // means it is running (a process a killed agent left behind included: its pid file names it),
 // and neither means it was lost (and Status says NotFound).
+//
+// A verify run (runner.OperationVerify) is the development stand-in for the check's Job: it
+// runs Run.Check's Command and Args as a child process, in the run folder, and ignores the
+// check's Image (nothing here runs containers). Its environment is the run's (Run.Env, Secret
+// and ConfigMap references resolved as for the runner) after the agent's PATH, and nothing
+// else of the agent's; Run.Timeout bounds it (its process group is stopped then); its stdout
+// and stderr are its output (Output). The check writes no result: the launcher writes it from
+// how the check ended (see checkResult), to the same result file as a runner's, so it survives
+// an agent restart too. The check runs under /bin/sh (checkWrapper), which records its exit
+// code in the run folder, so that an agent restarted while the check ran (the check outlives
+// it, as a runner does) still learns how it ended. A check without a command fails at once.
 type LocalLauncher struct {
 	opts   LocalOptions
 	events chan event.GenericEvent
@@ -156,14 +167,24 @@ func (l *LocalLauncher) pidPath(ref Ref) string {
 	return l.ResultPath(ref) + ".pid"
 }
 
+// exitPath is where the wrapper of a verify run's check writes the check's exit code
+// (checkWrapper).
+func (l *LocalLauncher) exitPath(ref Ref) string {
+	return filepath.Join(l.dir(ref.Namespace, ref.Name), ref.RunID+"-"+string(ref.Operation)+".exit")
+}
+
 // LogPath is where the output of a run is written.
 func (l *LocalLauncher) LogPath(ref Ref) string {
 	return filepath.Join(l.dir(ref.Namespace, ref.Name), ref.RunID+"-"+string(ref.Operation)+".log")
 }
 
 // Start starts the run as a child process, unless it is running (an earlier agent process's run
-// included) or has a result.
+// included) or has a result. A verify run without its check is an error; a verify run whose
+// check has no command fails at once (a Failed result, no process).
 func (l *LocalLauncher) Start(ctx context.Context, run *Run) error {
+	if err := validate(run); err != nil {
+		return err
+	}
 	ref := RefOf(run)
 	l.mu.Lock()
 	_, own := l.procs[ref]
@@ -190,12 +211,23 @@ func (l *LocalLauncher) Start(ctx context.Context, run *Run) error {
 	l.procs[ref] = p // reserve: a concurrent Start sees it running
 	l.mu.Unlock()
 
-	cmd, logFile, err := l.command(ctx, run, ref)
+	if run.Spec.Operation == runner.OperationVerify && len(run.Check.Command) == 0 {
+		return l.failAtOnce(ref, p, "a verification job run locally needs a command: the local launcher runs the check's command, "+
+			"not its image ("+run.Check.Image+")")
+	}
+	var cmd *exec.Cmd
+	var logFile *os.File
+	var err error
+	if run.Spec.Operation == runner.OperationVerify {
+		cmd, logFile, err = l.checkCommand(ctx, run, ref)
+	} else {
+		cmd, logFile, err = l.command(ctx, run, ref)
+	}
 	if err == nil {
 		p.cmd = cmd
 		err = cmd.Start()
 		if err != nil {
-			err = fmt.Errorf("starting the runner %s: %w", l.opts.Command[0], err)
+			err = fmt.Errorf("starting the %s of run %s (%s): %w", ref.Operation, ref.RunID, cmd.Path, err)
 		}
 	}
 	if err != nil {
@@ -212,13 +244,113 @@ func (l *LocalLauncher) Start(ctx context.Context, run *Run) error {
 		l.opts.Logger.Error(err, "writing the pid file of a run", "path", l.pidPath(ref))
 	}
 	l.opts.Logger.V(1).Info("started local run", "workspace", ref.Namespace+"/"+ref.Name, "runID", ref.RunID, "operation", ref.Operation, "pid", cmd.Process.Pid)
-	timeout := run.Timeout
-	if timeout <= 0 {
-		timeout = DefaultTimeout
-	}
 	l.wg.Add(1)
-	go l.wait(ref, p, logFile, timeout)
+	go l.wait(ref, p, logFile, timeoutOf(run))
 	return nil
+}
+
+// failAtOnce ends a run reserved by Start without a process: its result is Failed with msg, and
+// its output is msg too.
+func (l *LocalLauncher) failAtOnce(ref Ref, p *localProc, msg string) error {
+	err := os.MkdirAll(l.dir(ref.Namespace, ref.Name), 0o700)
+	if err == nil {
+		err = os.WriteFile(l.LogPath(ref), []byte(msg+"\n"), 0o600)
+	}
+	if err == nil {
+		err = l.writeResult(l.ResultPath(ref), runner.Result{Operation: ref.Operation, RunID: ref.RunID, Outcome: runner.OutcomeFailed, Message: msg})
+	}
+	l.mu.Lock()
+	delete(l.procs, ref)
+	if err == nil {
+		l.started[ref] = p.started
+		if !l.stopping {
+			l.wg.Add(1)
+			go func() {
+				defer l.wg.Done()
+				l.notify(ref)
+			}()
+		}
+	}
+	l.mu.Unlock()
+	close(p.done)
+	if err != nil {
+		return fmt.Errorf("ending the %s of run %s: %w", ref.Operation, ref.RunID, err)
+	}
+	return nil
+}
+
+// checkWrapper runs a verify run's check under /bin/sh, as
+// sh -c checkWrapper magos-check <exit file> <command> <args>...: it runs the check, writes its
+// exit code to the exit file (with shell built-ins only, whatever the check's PATH), and exits
+// with it. Its command line also tells a check's process from another that reused its pid
+// (LocalLauncher.runs).
+const checkWrapper = `exitfile=$1; shift; "$@"; code=$?; printf '%d\n' "$code" > "$exitfile"; exit "$code"`
+
+// checkShell runs checkWrapper.
+var checkShell = []string{"/bin/sh", "-c", checkWrapper}
+
+// checkCommand prepares the process of a verify run: Run.Check's command and arguments under
+// checkWrapper, with the agent's PATH and the run's environment, in the run folder, its output
+// to the run's log.
+func (l *LocalLauncher) checkCommand(ctx context.Context, run *Run, ref Ref) (*exec.Cmd, *os.File, error) {
+	dir := l.dir(ref.Namespace, ref.Name)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, nil, fmt.Errorf("creating run folder: %w", err)
+	}
+	resolved, err := variables.Resolve(ctx, l.opts.Reader, ref.Namespace, run.Env)
+	if err != nil {
+		return nil, nil, err
+	}
+	var env []string
+	if path, ok := os.LookupEnv("PATH"); ok {
+		env = append(env, "PATH="+path) // first: a PATH of the run's replaces it
+	}
+	env = append(env, resolved...)
+
+	_ = os.Remove(l.ResultPath(ref))
+	_ = os.Remove(l.exitPath(ref))
+	logFile, err := os.OpenFile(l.LogPath(ref), os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
+	if err != nil {
+		return nil, nil, fmt.Errorf("creating run log: %w", err)
+	}
+	args := append(slices.Clone(checkShell[1:]), "magos-check", l.exitPath(ref))
+	args = append(args, run.Check.Command...)
+	args = append(args, run.Check.Args...)
+	cmd := exec.Command(checkShell[0], args...)
+	cmd.Env = env
+	cmd.Dir = dir
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	cmd.SysProcAttr = sysProcAttr()
+	return cmd, logFile, nil
+}
+
+// checkResult is the result of a verify run whose check exited with code.
+func checkResult(ref Ref, code int) runner.Result {
+	res := runner.Result{Operation: ref.Operation, RunID: ref.RunID, Outcome: runner.OutcomeSucceeded}
+	if code != 0 {
+		res.Outcome = runner.OutcomeFailed
+		res.Message = checkExited(code)
+	}
+	return res
+}
+
+// exitCode is a process's exit code, 128 plus the signal's number for a process a signal
+// killed (as a shell and the kubelet report it).
+func exitCode(ps *os.ProcessState) int {
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return 128 + int(ws.Signal())
+	}
+	return ps.ExitCode()
+}
+
+// readExit reads the exit code checkWrapper wrote.
+func readExit(path string) (int, bool) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, false
+	}
+	code, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	return code, err == nil
 }
 
 func (l *LocalLauncher) command(ctx context.Context, run *Run, ref Ref) (*exec.Cmd, *os.File, error) {
@@ -307,20 +439,29 @@ func (l *LocalLauncher) wait(ref Ref, p *localProc, logFile *os.File, timeout ti
 	killed, timedOut := p.killed, p.timedOut
 	l.mu.Unlock()
 	path := l.ResultPath(ref)
+	verify := ref.Operation == runner.OperationVerify
 	switch {
 	case killed:
 		// Stopped with the agent: lost, so the next agent runs it again.
 		_ = os.Remove(path)
+		_ = os.Remove(l.exitPath(ref))
+	case timedOut && verify:
+		_ = l.writeResult(path, runner.Result{Operation: ref.Operation, RunID: ref.RunID, Outcome: runner.OutcomeFailed, Message: checkTimedOut(timeout)})
 	case timedOut:
-		l.writeResult(path, runner.Result{Operation: ref.Operation, RunID: ref.RunID, Outcome: runner.OutcomeFailed,
+		_ = l.writeResult(path, runner.Result{Operation: ref.Operation, RunID: ref.RunID, Outcome: runner.OutcomeFailed,
 			Message: fmt.Sprintf("the run exceeded its timeout of %s and was stopped", timeout)})
+	case verify:
+		// The wrapper exits with the check's code (see checkWrapper).
+		if err := l.writeResult(path, checkResult(ref, exitCode(p.cmd.ProcessState))); err == nil {
+			_ = os.Remove(l.exitPath(ref))
+		}
 	default:
 		if _, err := readResult(path); err != nil {
 			msg := fmt.Sprintf("the runner ended without a result (%v)", waitErr)
 			if tail := logTail(l.LogPath(ref), 800); tail != "" {
 				msg += ": " + tail
 			}
-			l.writeResult(path, runner.Result{Operation: ref.Operation, RunID: ref.RunID, Outcome: runner.OutcomeFailed, Message: msg})
+			_ = l.writeResult(path, runner.Result{Operation: ref.Operation, RunID: ref.RunID, Outcome: runner.OutcomeFailed, Message: msg})
 		}
 	}
 	l.opts.Logger.V(1).Info("local run ended", "workspace", ref.Namespace+"/"+ref.Name, "runID", ref.RunID, "operation", ref.Operation, "error", fmt.Sprint(waitErr))
@@ -334,6 +475,11 @@ func (l *LocalLauncher) wait(ref Ref, p *localProc, logFile *os.File, timeout ti
 	if killed {
 		return
 	}
+	l.notify(ref)
+}
+
+// notify wakes the Workspace controller for the run's Workspace (unless the launcher stops).
+func (l *LocalLauncher) notify(ref Ref) {
 	ws := &magosv1.Workspace{ObjectMeta: metav1.ObjectMeta{Namespace: ref.Namespace, Name: ref.Name}}
 	select {
 	case l.events <- event.GenericEvent{Object: ws}:
@@ -354,19 +500,22 @@ func (l *LocalLauncher) stop(p *localProc) {
 	}
 }
 
-func (l *LocalLauncher) writeResult(path string, res runner.Result) {
+// writeResult writes a run's result file (atomically), logging and returning what failed.
+func (l *LocalLauncher) writeResult(path string, res runner.Result) error {
 	b, err := res.Encode()
 	if err != nil {
 		l.opts.Logger.Error(err, "encoding run result", "path", path)
-		return
+		return err
 	}
 	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o600); err == nil {
+	err = os.WriteFile(tmp, b, 0o600)
+	if err == nil {
 		err = os.Rename(tmp, path)
-		if err != nil {
-			l.opts.Logger.Error(err, "writing run result", "path", path)
-		}
 	}
+	if err != nil {
+		l.opts.Logger.Error(err, "writing run result", "path", path)
+	}
+	return err
 }
 
 func readResult(path string) (runner.Result, error) {
@@ -423,9 +572,21 @@ func (l *LocalLauncher) Status(_ context.Context, ref Ref) (Status, error) {
 			// result itself. Starting it again would run it twice.
 			return Status{State: StateRunning, StartedAt: started}, nil
 		}
-		// No result (or an unreadable one) and no process writes it: the run is lost; start it
-		// again.
-		return Status{State: StateNotFound}, nil
+		code, ended := 0, false
+		if ref.Operation == runner.OperationVerify {
+			code, ended = readExit(l.exitPath(ref))
+		}
+		if !ended {
+			// No result (or an unreadable one) and no process writes it: the run is lost;
+			// start it again.
+			return Status{State: StateNotFound}, nil
+		}
+		// A check an earlier agent process started ended after that agent did: its wrapper
+		// wrote its exit code, the result is the launcher's to write.
+		res = checkResult(ref, code)
+		if err := l.writeResult(path, res); err == nil {
+			_ = os.Remove(l.exitPath(ref))
+		}
 	}
 	st := Status{State: StateFinished, Result: res}
 	if fi, err := os.Stat(path); err == nil {
@@ -447,7 +608,7 @@ func (l *LocalLauncher) orphan(ref Ref) (time.Time, bool) {
 		return time.Time{}, false
 	}
 	pid, err := strconv.Atoi(strings.TrimSpace(string(raw)))
-	if err != nil || pid <= 0 || !l.runs(pid) {
+	if err != nil || pid <= 0 || !l.runs(pid, l.commandOf(ref)) {
 		return time.Time{}, false
 	}
 	var started time.Time
@@ -467,9 +628,18 @@ func (l *LocalLauncher) orphan(ref Ref) (time.Time, bool) {
 	return started, true
 }
 
-// runs reports whether pid is a live process running the runner command (not a process that
-// reused the pid of one that ended).
-func (l *LocalLauncher) runs(pid int) bool {
+// commandOf is how the command line of the run's process starts: the runner command, or for a
+// verify run the check's wrapper.
+func (l *LocalLauncher) commandOf(ref Ref) []string {
+	if ref.Operation == runner.OperationVerify {
+		return checkShell
+	}
+	return l.opts.Command
+}
+
+// runs reports whether pid is a live process whose command line starts with command (the
+// run's: not a process that reused the pid of one that ended).
+func (l *LocalLauncher) runs(pid int, command []string) bool {
 	if err := syscall.Kill(pid, 0); err != nil && !errors.Is(err, syscall.EPERM) {
 		return false
 	}
@@ -478,7 +648,7 @@ func (l *LocalLauncher) runs(pid int) bool {
 		return false
 	}
 	args := strings.Split(strings.TrimRight(string(cmdline), "\x00"), "\x00")
-	return len(args) >= len(l.opts.Command) && slices.Equal(args[:len(l.opts.Command)], l.opts.Command)
+	return len(args) >= len(command) && slices.Equal(args[:len(command)], command)
 }
 
 // watchOrphan waits for the run's orphaned process to end, then wakes the Workspace controller.
@@ -486,7 +656,7 @@ func (l *LocalLauncher) watchOrphan(ref Ref, pid int) {
 	defer l.wg.Done()
 	tick := time.NewTicker(500 * time.Millisecond)
 	defer tick.Stop()
-	for l.runs(pid) {
+	for l.runs(pid, l.commandOf(ref)) {
 		select {
 		case <-l.stopCh:
 			return
@@ -497,11 +667,7 @@ func (l *LocalLauncher) watchOrphan(ref Ref, pid int) {
 	l.mu.Lock()
 	delete(l.orphans, ref)
 	l.mu.Unlock()
-	ws := &magosv1.Workspace{ObjectMeta: metav1.ObjectMeta{Namespace: ref.Namespace, Name: ref.Name}}
-	select {
-	case l.events <- event.GenericEvent{Object: ws}:
-	case <-l.stopCh:
-	}
+	l.notify(ref)
 }
 
 // Prune removes the files of the Workspace's other runs.
@@ -542,10 +708,11 @@ func (l *LocalLauncher) Prune(_ context.Context, ws *magosv1.Workspace, keepRunI
 	return nil
 }
 
-// runIDOf returns the run ID a run file is named after (<runID>-<op>.<ext> or <runID>.tfplan).
+// runIDOf returns the run ID a run file is named after (<runID>-<op>.<ext>, such as
+// r-plan.json.pid, or <runID>.tfplan; run IDs have no dot).
 func runIDOf(file string) string {
-	base := strings.TrimSuffix(file, filepath.Ext(file))
-	for _, op := range []runner.Operation{runner.OperationPlan, runner.OperationApply, runner.OperationDestroy} {
+	base, _, _ := strings.Cut(file, ".")
+	for _, op := range []runner.Operation{runner.OperationPlan, runner.OperationApply, runner.OperationDestroy, runner.OperationVerify} {
 		if s, ok := strings.CutSuffix(base, "-"+string(op)); ok {
 			return s
 		}

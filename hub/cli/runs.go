@@ -195,25 +195,25 @@ func newPlanCommand(o *Options) *cobra.Command {
 func newLogsCommand(o *Options) *cobra.Command {
 	var cluster, run, operation string
 	cmd := &cobra.Command{
-		Use:   "logs WORKSPACE [--run ID] [--operation plan|apply] [--cluster CLUSTER]",
+		Use:   "logs WORKSPACE [--run ID] [--operation plan|apply|verify] [--cluster CLUSTER]",
 		Short: "Show the log of a Workspace's run",
 		Long: "Show the log of a Workspace's run: the end of what its plan or apply printed (at most\n" +
-			"128 KiB, marked when cut). Without --run, the newest recorded run that ran; without\n" +
+			"128 KiB, marked when cut), or of its verification's check Job. Without --run, the newest recorded run that ran; without\n" +
 			"--operation, the run's last operation. From the hub it reads the agent's copy, as\n" +
 			"magosctl plan does.",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			switch operation {
-			case "", string(runner.OperationPlan), string(runner.OperationApply):
+			case "", string(runner.OperationPlan), string(runner.OperationApply), string(runner.OperationVerify):
 			default:
-				return fmt.Errorf("--operation %q: want plan or apply", operation)
+				return fmt.Errorf("--operation %q: want plan, apply or verify", operation)
 			}
 			return o.showOutput(cmd, args[0], cluster, run, operation, false)
 		},
 	}
 	cmd.Flags().StringVar(&cluster, "cluster", "", "the registered cluster the Workspace lives in (from the hub)")
 	cmd.Flags().StringVar(&run, "run", "", "the run ID (default: the newest run that ran)")
-	cmd.Flags().StringVar(&operation, "operation", "", "plan or apply (default: the run's last operation)")
+	cmd.Flags().StringVar(&operation, "operation", "", "plan, apply or verify (default: the run's last operation)")
 	return cmd
 }
 

@@ -169,7 +169,7 @@ func TestRuns(t *testing.T) {
 	}{
 		{[]string{"plan", "local", "--run", "20260101T000000-cccccccc"}, "has no recorded run 20260101T000000-cccccccc (its runs: " + runNew + ", " + runOld + ")"},
 		{[]string{"logs", "local", "--run", runOld, "--operation", "apply"}, "run " + runOld + " of workspace default/local has no apply that kept output"},
-		{[]string{"logs", "local", "--operation", "destroy"}, `--operation "destroy": want plan or apply`},
+		{[]string{"logs", "local", "--operation", "destroy"}, `--operation "destroy": want plan, apply or verify`},
 		{[]string{"plan", "nowhere"}, "workspace default/nowhere not found here, nor mirrored on a hub here"},
 	} {
 		if _, err := run(t, f.hub.Kubeconfig, append(tc.args, "-n", "default")...); err == nil || !strings.Contains(err.Error(), tc.want) {

@@ -17,6 +17,11 @@ const (
 	ReasonWaitingForClusters = "WaitingForClusters"
 	ReasonPaused             = "Paused"
 	ReasonInvalidSelector    = "InvalidSelector"
+	// ReasonRollingBack: spec.rollback rolls its commits back out, step by step in reverse
+	// order.
+	ReasonRollingBack = "RollingBack"
+	// ReasonRolledBack: every step is back at the commits spec.rollback names.
+	ReasonRolledBack = "RolledBack"
 	// ReasonInvalidVerification: a step's verification expression does not compile.
 	ReasonInvalidVerification = "InvalidVerification"
 	// ReasonSoaking: the current step is all Applied and soaks for its minSuccessTime before
@@ -469,6 +474,66 @@ type RolloutSpec struct {
 	// +listType=map
 	// +listMapKey=workspace
 	DriftAcceptances []DriftAcceptance `json:"driftAcceptances,omitempty"`
+
+	// Rollback, when set, rolls the commits it names back out: every Workspace of a named source
+	// that is not at its commit runs it again, step by step in reverse order (the last step
+	// first), through the same grants, previews, approvals and verification as a change. The
+	// Rollout holds the sources at those commits, whatever their refs point at, until Rollback
+	// is removed; then it rolls the refs' newest commits out again in step order. Written by
+	// magosctl rollout rollback, or by the hub when a step fails and onFailure is Rollback.
+	// +optional
+	Rollback *RolloutRollback `json:"rollback,omitempty"`
+
+	// OnFailure is what the Rollout does when a step fails beyond its maxFailures: Halt (the
+	// default: it stops and waits for a person) or Rollback (the hub writes spec.rollback with,
+	// for each source, the newest commit every Workspace of it had applied before the one
+	// being rolled out, and rolls it back out in reverse step order). A failure during a
+	// rollback halts.
+	// +optional
+	// +kubebuilder:validation:Enum=Halt;Rollback
+	OnFailure string `json:"onFailure,omitempty"`
+}
+
+// Values of spec.onFailure.
+const (
+	// OnFailureHalt: a failed step stops the Rollout.
+	OnFailureHalt = "Halt"
+	// OnFailureRollback: a failed step rolls the last commit every Workspace applied back out.
+	OnFailureRollback = "Rollback"
+)
+
+// RolloutRollback names the commits a Rollout rolls back to.
+type RolloutRollback struct {
+	// Commits are the commits to roll back to, one per source the Rollout rolls out.
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=32
+	// +listType=atomic
+	Commits []RollbackCommit `json:"commits"`
+	// RequestedBy is who asked for the rollback (a user, or the hub for onFailure).
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=256
+	RequestedBy string `json:"requestedBy"`
+	// RequestedAt is when.
+	RequestedAt metav1.Time `json:"requestedAt"`
+	// Reason says why, for the Rollout's Events and status.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	Reason string `json:"reason,omitempty"`
+}
+
+// RollbackCommit is the commit one source rolls back to.
+type RollbackCommit struct {
+	// RepoURL and TargetRevision name the source as Workspaces write it (spec.source); they
+	// are compared in their canonical spelling.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=2048
+	RepoURL string `json:"repoURL"`
+	// +optional
+	// +kubebuilder:validation:MaxLength=256
+	TargetRevision string `json:"targetRevision,omitempty"`
+	// Commit is the full commit SHA to roll back to.
+	// +kubebuilder:validation:Pattern=`^([0-9a-f]{40}|[0-9a-f]{64})$`
+	Commit string `json:"commit"`
 }
 
 // StepStatus tells where one step stands.

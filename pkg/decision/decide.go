@@ -49,6 +49,36 @@ type member struct {
 	// driftHold: the member's step blocks on drift, and the grant it would get allows more than
 	// a plan and is not held yet: it gets none (holdForDrift).
 	driftHold bool
+	// rollback: spec.rollback rolls the member's source back to revision.
+	rollback bool
+}
+
+// failed reports whether the member's run failed in a way its step counts: any failure, but
+// under a rollback only one at the commit rolled back to (a run that failed at the commit
+// rolled back from is what the rollback replaces: it is retried, not counted).
+func (m *member) failed() bool {
+	return m.ws.Failed() && (!m.rollback || m.ws.CurrentRevision == m.revision)
+}
+
+// rolledBack reports whether a member of a source under spec.rollback is at the commit rolled
+// back to: it applied that commit for its current spec, and has no run in flight or failed
+// since. A run its agent minted because the ref has moved on (trigger revision), waiting for a
+// grant, does not count: the Rollout holds the source at the commit rolled back to.
+func (m *member) rolledBack() bool {
+	w := m.ws
+	if w.ObservedRevision != m.revision || w.ObservedGeneration != w.Generation || w.ReconcileRequested {
+		return false
+	}
+	return w.Phase == magosv1.PhaseApplied || w.Grantable() && !w.DestroyPending() && w.Trigger == magosv1.TriggerRevision
+}
+
+// needsRetry reports whether the member, under a rollback, must be asked for a new run before
+// the commit rolled back to can be granted to it: its current run ended (applied or failed) at
+// another commit, and no retry of that run was asked yet.
+func (m *member) needsRetry() bool {
+	w := m.ws
+	return m.rollback && !m.done && m.available && w.RunID != "" && w.info().Ended && !m.failed() &&
+		w.RetryRequested != w.RunID
 }
 
 // DestroyDigest stands for the plan digest of a destroy in status.steps[].plans and in an
@@ -73,7 +103,7 @@ func (m *member) change() Change {
 // grantable reports whether the member waits for a grant: its run waits to plan (or destroy),
 // or its plan waits for an approval it has; and its step's drift does not hold it.
 func (m *member) grantable() bool {
-	return (m.ws.Grantable() && !m.holdDestroy || m.approved) && !m.driftHold
+	return (m.ws.Grantable() && !m.holdDestroy || m.approved) && !m.driftHold && !m.done
 }
 
 // Decide decides, for one Project, the status of its Rollout (or of the Project in parallel
@@ -107,12 +137,20 @@ func Decide(in Input) Decision {
 		return d
 	}
 	d.Revisions = fleetRevisions(in.Rollout.Status.Revisions, ms, in.Now)
+	rollback := rollbackCommits(in.Rollout.Spec.Rollback)
 	for i := range ms {
 		m := &ms[i]
 		if !m.ws.DestroyPending() { // a destroy runs at the commit last applied, never the Rollout's
 			m.revision = revisionOf(d.Revisions, m.ws.Source)
+			if c, ok := rollback[m.ws.Source]; ok {
+				m.revision, m.rollback = c, true
+			}
 		}
-		m.done = m.available && m.ws.AppliedForCurrent() && (m.revision == "" || m.ws.ObservedRevision == m.revision)
+		if m.rollback {
+			m.done = m.available && m.rolledBack()
+		} else {
+			m.done = m.available && m.ws.AppliedForCurrent() && (m.revision == "" || m.ws.ObservedRevision == m.revision)
+		}
 	}
 	decideRollout(&d, in, ms)
 	progress(&d, in.Rollout, in.Now)
@@ -205,6 +243,12 @@ func decideParallel(d *Decision, ms []member) {
 func decideRollout(d *Decision, in Input, ms []member) {
 	steps := evaluateSteps(in, ms, d.Revisions)
 	countSelected(d, ms)
+	rollingBack := in.Rollout.Spec.Rollback != nil
+	if rollingBack {
+		// A rollback goes through the steps from the last to the first: decided on the steps
+		// reversed, and the status put back in the spec's order below.
+		slices.Reverse(steps)
+	}
 	if win, ok := validate(d, steps, in); ok {
 		current := currentStep(steps, in.Now)
 		switch gate(d, steps, current, ms, in, win) {
@@ -212,9 +256,49 @@ func decideRollout(d *Decision, in Input, ms []member) {
 			keepHeld(&steps[current], ms, in.Rollout)
 		case progressing:
 			progressStep(d, steps, current, ms, in.Rollout, in.Clusters)
+			if rollingBack {
+				retries(d, &steps[current], ms)
+			}
 		}
 	}
 	renderSteps(d, steps, ms, in.Rollout)
+	if rollingBack {
+		inSpecOrder(d, in.Rollout)
+	}
+}
+
+// retries asks the members of the current step s that need it (member.needsRetry) for a new
+// run, in key order.
+func retries(d *Decision, s *step, ms []member) {
+	for _, i := range s.matched {
+		if m := &ms[i]; m.needsRetry() {
+			d.Retries = append(d.Retries, Change{Key: m.ws.Key, Run: m.ws.RunID})
+		}
+	}
+	sortChanges(d.Retries)
+}
+
+// inSpecOrder puts the status of a Rollout decided on its steps reversed (a rollback) back in
+// the spec's order, and says that it rolls back.
+func inSpecOrder(d *Decision, ro *magosv1.Rollout) {
+	slices.Reverse(d.Steps)
+	if n := len(d.Steps); d.CurrentStep < n {
+		d.CurrentStep = n - 1 - d.CurrentStep
+	}
+	to := rollbackSummary(ro.Spec.Rollback)
+	switch d.Reason {
+	case magosv1.ReasonLevelProgressing:
+		d.Reason, d.Message = magosv1.ReasonRollingBack, fmt.Sprintf("Rolling back to %s, last step first: %s", to, d.Message)
+	case magosv1.ReasonRolloutCompleted:
+		d.Reason, d.Message = magosv1.ReasonRolledBack, fmt.Sprintf("Rolled back to %s in every step (requested by %s); remove spec.rollback to roll the refs out again", to, ro.Spec.Rollback.RequestedBy)
+	default:
+		d.Message = fmt.Sprintf("Rolling back to %s: %s", to, d.Message)
+	}
+}
+
+// sortChanges sorts changes by key.
+func sortChanges(cs []Change) {
+	slices.SortFunc(cs, func(a, b Change) int { return compareKeys(a.Key, b.Key) })
 }
 
 // countSelected counts the distinct members the steps select, and those of them that are Done.

@@ -102,7 +102,7 @@ func tolerated(steps []step, ms []member, current int) map[string][]Key {
 			out = map[string][]Key{}
 		}
 		for _, mi := range s.matched {
-			if ms[mi].ws.Failed() {
+			if ms[mi].failed() {
 				out[s.spec.Name] = append(out[s.spec.Name], ms[mi].ws.Key)
 			}
 		}
@@ -134,7 +134,7 @@ func failedNames(s *step, ms []member) string {
 	listed := 0
 	for _, i := range s.matched {
 		w := ms[i].ws
-		if !w.Failed() {
+		if !ms[i].failed() {
 			continue
 		}
 		if listed == maxListed {

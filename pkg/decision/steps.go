@@ -207,7 +207,7 @@ func recount(steps []step, ms []member) {
 				s.applied++
 			case m.ws.InFlight() && !m.ws.AwaitingApproval():
 				s.running++
-			case m.ws.Failed():
+			case m.failed():
 				s.failed++
 			}
 		}

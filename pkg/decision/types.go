@@ -98,6 +98,13 @@ type Workspace struct {
 	// status.drift.resourceChanges: what it would put back), set only when Drifted.
 	DriftDigest  string
 	DriftChanges magosv1.ResourceChanges
+	// Trigger is status.currentRunTrigger: why the current run was minted.
+	Trigger string
+	// RetryRequested is the magosproject.io/retry-run annotation: the run a retry was asked of.
+	RetryRequested string
+	// Applied are the commits of Source the Workspace applied (status.appliedRevisions), oldest
+	// first.
+	Applied []string
 }
 
 // Cluster is what a decision needs to know of a registered cluster.
@@ -196,6 +203,10 @@ type Decision struct {
 	Grants []Change
 	// Revokes are the grants to remove, sorted by key; each says whether its grant is Spent.
 	Revokes []Change
+	// Retries ask Workspaces for a new run (magosproject.io/retry-run naming Run), sorted by
+	// key: under spec.rollback, the members of the current step whose run ended at another
+	// commit than the one rolled back to, so that a new run can be granted that commit.
+	Retries []Change
 	// Revisions are the commits the Rollout rolls out, one per Source its members track,
 	// sorted by repository and ref (nil in parallel mode and without steps).
 	Revisions []magosv1.RolloutRevision

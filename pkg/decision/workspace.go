@@ -44,6 +44,10 @@ func FromWorkspace(cluster string, ws *magosv1.Workspace) Workspace {
 		Changes:            ptr.Deref(ws.Status.ResourceChanges, magosv1.ResourceChanges{}),
 		PolicyViolations:   int32(len(ws.Status.PolicyViolations)),
 	}
+	w.Trigger, w.RetryRequested = ws.Status.CurrentRunTrigger, ann[keys.RetryRun]
+	if a := ws.Status.AppliedRevisions; a != nil && src.RepoURL != "" && a.Source == gitrepo.SourceKey(src.RepoURL, src.Ref) {
+		w.Applied = a.Commits
+	}
 	if d := ws.Status.Drift; d.DriftedAt(ws.Status.ObservedRevision) {
 		w.Drifted, w.DriftDigest = true, d.PlanDigest
 		w.DriftChanges = ptr.Deref(d.ResourceChanges, magosv1.ResourceChanges{})
@@ -214,4 +218,4 @@ func (w Workspace) Reported() (commit string, seen time.Time) {
 }
 
 // HasWrites reports whether the decision has grants or revocations to write.
-func (d Decision) HasWrites() bool { return len(d.Grants) > 0 || len(d.Revokes) > 0 }
+func (d Decision) HasWrites() bool { return len(d.Grants) > 0 || len(d.Revokes) > 0 || len(d.Retries) > 0 }

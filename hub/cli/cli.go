@@ -16,7 +16,6 @@ import (
 	"strings"
 	"time"
 
-	authenticationv1 "k8s.io/api/authentication/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -26,6 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
+	"github.com/magosfleet/magos/hub/decider"
 	"github.com/magosfleet/magos/pkg/scheme"
 )
 
@@ -103,15 +103,8 @@ func (o *Options) clientInNamespace() (client.Client, string, error) {
 	return c, ns, err
 }
 
-// whoAmI returns the user name the API server knows the caller by (a SelfSubjectReview): the
-// name approvals and requests are written in, which the hub's admission policies check.
-func whoAmI(ctx context.Context, c client.Client) (string, error) {
-	review := &authenticationv1.SelfSubjectReview{}
-	if err := c.Create(ctx, review); err != nil {
-		return "", fmt.Errorf("finding out who you are (SelfSubjectReview): %w", err)
-	}
-	return review.Status.UserInfo.Username, nil
-}
+// whoAmI returns the user name the API server knows the caller by (decider.WhoAmI).
+func whoAmI(ctx context.Context, c client.Client) (string, error) { return decider.WhoAmI(ctx, c) }
 
 // Namespace returns the namespace of -n or of the current context.
 func (o *Options) Namespace() (string, error) {

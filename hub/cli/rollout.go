@@ -129,7 +129,34 @@ func newRolloutCommand(o *Options) *cobra.Command {
 	acceptDrift.Flags().StringVar(&driftStep, "step", "", "accept the drift of every Workspace the step lists as drifted")
 	acceptDrift.MarkFlagsOneRequired("workspace", "step")
 	acceptDrift.MarkFlagsMutuallyExclusive("workspace", "step")
-	cmd.AddCommand(status, pause, resume, approve, acceptDrift)
+	var to, reason string
+	var cancel bool
+	rollback := &cobra.Command{
+		Use:   "rollback ROLLOUT [--to COMMIT] [--reason TEXT] | --cancel",
+		Short: "Roll an earlier commit back out, last step first",
+		Long: "Roll an earlier commit back out (spec.rollback): every Workspace of the Rollout that is not\n" +
+			"at it runs it again, step by step in reverse order (the last step first), through the same\n" +
+			"grants, previews, approvals and verification as a change; the agents plan the commit named,\n" +
+			"not their ref's head. Without --to, each source goes back to the newest commit every one of\n" +
+			"its Workspaces had applied before the one rolled out now, as the hub's mirrors record them.\n" +
+			"--to names a commit (a full SHA, or a prefix of at least 7 characters) that some Workspace\n" +
+			"applied. The Rollout holds the sources at that commit until --cancel, which removes\n" +
+			"spec.rollback: the refs' newest commits then roll out again in step order.",
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if cancel {
+				if to != "" || reason != "" {
+					return fmt.Errorf("--cancel takes neither --to nor --reason")
+				}
+				return o.cancelRollback(cmd, args[0])
+			}
+			return o.rollback(cmd, args[0], to, reason)
+		},
+	}
+	rollback.Flags().StringVar(&to, "to", "", "the commit to roll back to (default: the last one every Workspace applied)")
+	rollback.Flags().StringVar(&reason, "reason", "", "why, for the Rollout's status and Events")
+	rollback.Flags().BoolVar(&cancel, "cancel", false, "stop holding the sources at the commit rolled back to")
+	cmd.AddCommand(status, pause, resume, approve, acceptDrift, rollback)
 	return cmd
 }
 
@@ -331,6 +358,77 @@ func driftAcceptance(ctx context.Context, c client.Client, r *magosv1.Rollout, k
 	return magosv1.DriftAcceptance{Workspace: key, Digest: w.DriftDigest}, nil
 }
 
+// rollback writes spec.rollback on Rollout name: the commits of decision.RollbackTargets, from
+// the hub's mirrors of the Rollout's Workspaces, in the caller's user name.
+func (o *Options) rollback(cmd *cobra.Command, name, to, reason string) error {
+	c, ns, err := o.clientInNamespace()
+	if err != nil {
+		return err
+	}
+	ctx := contextFor(cmd)
+	var r magosv1.Rollout
+	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &r); err != nil {
+		return fmt.Errorf("rollout %s/%s: %w", ns, name, err)
+	}
+	if rb := r.Spec.Rollback; rb != nil {
+		return fmt.Errorf("rollout %s/%s already rolls back (requested by %s at %s): magosctl rollout rollback %s --cancel first",
+			ns, name, rb.RequestedBy, rb.RequestedAt.UTC().Format(time.RFC3339), name)
+	}
+	var mirrors magosv1.WorkspaceList
+	if err := c.List(ctx, &mirrors, client.InNamespace(""), client.MatchingLabelsSelector{Selector: mirror.OnlyMirrors()}); err != nil {
+		return fmt.Errorf("listing the hub's mirrors: %w", err)
+	}
+	in := decision.Input{Namespace: ns, Project: r.Spec.ProjectRef, Clusters: map[string]decision.Cluster{}}
+	for i := range mirrors.Items {
+		cluster, ok := mirror.ClusterOf(mirrors.Items[i].Namespace)
+		if !ok {
+			continue
+		}
+		in.Clusters[cluster] = decision.Cluster{Name: cluster}
+		in.Workspaces = append(in.Workspaces, decision.FromWorkspace(cluster, &mirrors.Items[i]))
+	}
+	targets, err := decision.RollbackTargets(in, r.Status.Revisions, to)
+	if err != nil {
+		return fmt.Errorf("rollout %s/%s: %w", ns, name, err)
+	}
+	user, err := whoAmI(ctx, c)
+	if err != nil {
+		return err
+	}
+	r.Spec.Rollback = &magosv1.RolloutRollback{Commits: targets, RequestedBy: user,
+		RequestedAt: metav1.NewTime(o.Now().Truncate(time.Second)), Reason: reason}
+	if err := updateRollout(ctx, c, &r, "asking for the rollback"); err != nil {
+		return err
+	}
+	fmt.Fprintf(o.Out, "rollout %s/%s: rolling back, last step first, as requested by %s:\n", ns, name, user)
+	for _, t := range targets {
+		fmt.Fprintf(o.Out, "  %s@%s  to commit %s\n", t.RepoURL, t.TargetRevision, t.Commit)
+	}
+	return nil
+}
+
+// cancelRollback removes spec.rollback from Rollout name.
+func (o *Options) cancelRollback(cmd *cobra.Command, name string) error {
+	c, ns, err := o.clientInNamespace()
+	if err != nil {
+		return err
+	}
+	ctx := contextFor(cmd)
+	var r magosv1.Rollout
+	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &r); err != nil {
+		return fmt.Errorf("rollout %s/%s: %w", ns, name, err)
+	}
+	if r.Spec.Rollback == nil {
+		return fmt.Errorf("rollout %s/%s does not roll back", ns, name)
+	}
+	r.Spec.Rollback = nil
+	if err := updateRollout(ctx, c, &r, "cancelling the rollback"); err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(o.Out, "rollout %s/%s: rollback cancelled; the refs' newest commits roll out again in step order\n", ns, name)
+	return err
+}
+
 func (o *Options) setPaused(cmd *cobra.Command, name string, paused bool) error {
 	c, ns, err := o.clientInNamespace()
 	if err != nil {
@@ -483,9 +581,19 @@ func renderRollout(r *magosv1.Rollout, clusters []magosv1.Cluster, mirrors []mag
 	if g.Message != "" {
 		fmt.Fprintf(&b, "  %s\n", g.Message)
 	}
+	if rb := r.Spec.Rollback; rb != nil {
+		for _, c := range rb.Commits {
+			fmt.Fprintf(&b, "  rolling back to commit %s of %s (%s), requested by %s at %s\n",
+				shortSHA(c.Commit), c.RepoURL, c.TargetRevision, rb.RequestedBy, rb.RequestedAt.UTC().Format(time.RFC3339))
+		}
+	}
 	for _, rev := range g.Revisions {
-		fmt.Fprintf(&b, "  rolling out commit %s of %s (%s) since %s\n",
-			shortSHA(rev.Commit), rev.RepoURL, rev.TargetRevision, rev.Since.UTC().Format(time.RFC3339))
+		verb := "rolling out"
+		if r.Spec.Rollback != nil {
+			verb = "the ref's commit:"
+		}
+		fmt.Fprintf(&b, "  %s commit %s of %s (%s) since %s\n",
+			verb, shortSHA(rev.Commit), rev.RepoURL, rev.TargetRevision, rev.Since.UTC().Format(time.RFC3339))
 		if len(rev.Spellings) > 1 {
 			fmt.Fprintf(&b, "    one source spelled %d ways by the Workspaces: %s\n", len(rev.Spellings), strings.Join(rev.Spellings, ", "))
 		}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 
+	authenticationv1 "k8s.io/api/authentication/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
@@ -150,4 +151,16 @@ func (c *Controller[T]) Reconcile(ctx context.Context, req mcreconcile.Request, 
 		return ctrl.Result{}, err
 	}
 	return res, nil
+}
+
+// WhoAmI returns the user name the API server knows the caller of c by (a SelfSubjectReview):
+// the name a request on a Workspace (magosproject.io/requested-by) and an approval are written
+// in, which the hub's admission policies check. magosctl and the hub's controllers both ask it
+// here.
+func WhoAmI(ctx context.Context, c client.Client) (string, error) {
+	review := &authenticationv1.SelfSubjectReview{}
+	if err := c.Create(ctx, review); err != nil {
+		return "", fmt.Errorf("finding out who you are (SelfSubjectReview): %w", err)
+	}
+	return review.Status.UserInfo.Username, nil
 }

@@ -50,6 +50,10 @@ type WriteOptions struct {
 	// Leader is the deciding hub replica's identity in the leader Lease (decider.ControllerOptions.Leader),
 	// written as keys.DecidedBy with every grant and revocation; empty writes none.
 	Leader string
+	// RequestedBy is the hub's own user name, which the retry requests of a rollback
+	// (decision.Decision.Retries) name as magosproject.io/requested-by: the magos-workspace-requests
+	// admission policy wants a request to name its writer.
+	RequestedBy string
 }
 
 // Outcome is what a write pass did.
@@ -57,6 +61,8 @@ type Outcome struct {
 	// Granted and Revoked are the changes actually written.
 	Granted []decision.Change
 	Revoked []decision.Change
+	// Retried are the retry requests actually written.
+	Retried []decision.Change
 	// Refused are the writes the API server refused as forbidden (RBAC, or an admission
 	// policy such as magos-workspace-requests that wants the verb grant), sorted by key.
 	Refused []WriteRefusal
@@ -113,6 +119,10 @@ func (s *Snapshot) Write(ctx context.Context, d decision.Decision, opts WriteOpt
 		opts.Concurrency = DefaultWriteConcurrency
 	}
 	noticeErr := s.writeNotices(ctx, opts)
+	var retryErr error
+	out0 := Outcome{}
+	out0.Retried, retryErr = s.writeRetries(ctx, d.Retries, opts)
+	noticeErr = errors.Join(noticeErr, retryErr)
 	type job struct {
 		change decision.Change
 		grant  bool
@@ -125,13 +135,13 @@ func (s *Snapshot) Write(ctx context.Context, d decision.Decision, opts WriteOpt
 		jobs = append(jobs, job{r, false})
 	}
 	if len(jobs) == 0 {
-		return Outcome{}, noticeErr
+		return out0, noticeErr
 	}
 	reacted := s.newestChange(d.Members)
 
 	var (
 		mu   sync.Mutex
-		out  Outcome
+		out  = out0
 		errs []error
 		wg   sync.WaitGroup
 		// written are the Workspaces as the patches returned them, for the Events.
@@ -184,6 +194,52 @@ func (s *Snapshot) Write(ctx context.Context, d decision.Decision, opts WriteOpt
 		recordEvent(opts, written[r.Key], corev1.EventTypeNormal, EventRevoked, "Revoke", "Revoked the grant of %s", r.Key.String())
 	}
 	return out, errors.Join(append(errs, noticeErr)...)
+}
+
+// EventRetryRequested is the reason of the Event on the Rollout for every retry request a
+// rollback writes.
+const EventRetryRequested = "RetryRequested"
+
+// writeRetries writes each retry request of a rollback (magosproject.io/retry-run naming the
+// run, and requested-by) on the Workspace as the hub sees it, fenced to the version it was
+// decided on: a Workspace that moved on meanwhile is decided again. A request already there is
+// not written again.
+func (s *Snapshot) writeRetries(ctx context.Context, retries []decision.Change, opts WriteOptions) ([]decision.Change, error) {
+	var (
+		done []decision.Change
+		errs []error
+	)
+	for _, r := range retries {
+		t, ok := s.Targets[r.Key]
+		if !ok {
+			errs = append(errs, fmt.Errorf("asking %s for a new run: the Workspace is not in the snapshot", r.Key))
+			continue
+		}
+		cl, ok := s.engaged[t.Cluster]
+		if !ok || t.Workspace.Annotations[keys.RetryRun] == r.Run || t.Workspace.Status.CurrentRunID != r.Run {
+			continue
+		}
+		body, err := json.Marshal(map[string]any{"metadata": map[string]any{
+			"resourceVersion": t.Workspace.ResourceVersion,
+			"annotations":     map[string]string{keys.RetryRun: r.Run, keys.RequestedBy: opts.RequestedBy},
+		}})
+		if err != nil {
+			return done, err
+		}
+		ws := &magosv1.Workspace{}
+		ws.Namespace, ws.Name = t.Namespace, t.Name
+		if err := cl.GetClient().Patch(ctx, ws, client.RawPatch(types.MergePatchType, body)); err != nil {
+			if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+				continue // gone or changed: that change triggers a new decision
+			}
+			errs = append(errs, fmt.Errorf("asking Workspace %s in cluster %s for a new run: %w", t.Name, t.Cluster, err))
+			continue
+		}
+		done = append(done, r)
+		recordEvent(opts, ws, corev1.EventTypeNormal, EventRetryRequested, "Retry",
+			"Asked %s for a new run to roll back: its run %s ended at another commit", r.Key.String(), r.Run)
+	}
+	return done, errors.Join(errs...)
 }
 
 // writeNotices tells what the hub refuses: a Warning Event on each refused Workspace and, where

@@ -33,6 +33,7 @@ import (
 	"github.com/magosfleet/magos/hub/fleetview"
 	decide "github.com/magosfleet/magos/pkg/decision"
 	"github.com/magosfleet/magos/pkg/keys"
+	"github.com/magosfleet/magos/pkg/message"
 )
 
 // ControllerName names the controller, its logger and its Events.
@@ -61,6 +62,70 @@ type Reconciler struct {
 
 	mu     sync.Mutex
 	active map[types.NamespacedName]bool
+	// self is the hub's own user name (decider.WhoAmI), asked once it is first needed.
+	self string
+}
+
+// EventRollbackStarted is the reason of the Event on a Rollout whose failed step wrote
+// spec.rollback (spec.onFailure Rollback).
+const EventRollbackStarted = "RollbackStarted"
+
+// identity returns the hub's own user name, the writer its retry requests name.
+func (r *Reconciler) identity(ctx context.Context) (string, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.self == "" {
+		name, err := decider.WhoAmI(ctx, r.Hub)
+		if err != nil {
+			return "", err
+		}
+		r.self = name
+	}
+	return r.self, nil
+}
+
+// rollbackOnFailure writes spec.rollback on a Rollout whose step failed beyond its maxFailures
+// when its spec.onFailure is Rollback and it is not rolling back already: for every source, the
+// newest commit all its Workspaces had applied before the one rolled out
+// (decision.RollbackTargets). It reports whether it wrote one.
+func (r *Reconciler) rollbackOnFailure(ctx context.Context, ro *magosv1.Rollout, in decide.Input, d decide.Decision) (bool, error) {
+	if d.Reason != magosv1.ReasonStepFailed || ro.Spec.OnFailure != magosv1.OnFailureRollback || ro.Spec.Rollback != nil {
+		return false, nil
+	}
+	targets, err := decide.RollbackTargets(in, d.Revisions, "")
+	if err != nil {
+		r.Recorder.Eventf(ro, nil, corev1.EventTypeWarning, EventRollbackStarted, "Rollback", "Step %s failed and onFailure is Rollback, but %v", d.CurrentStepName, err)
+		return false, nil
+	}
+	self, err := r.identity(ctx)
+	if err != nil {
+		return false, err
+	}
+	rb := &magosv1.RolloutRollback{Commits: targets, RequestedBy: self, RequestedAt: metav1.Now(),
+		Reason: "onFailure: " + message.Truncate(d.Message, 900)}
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"resourceVersion": ro.ResourceVersion}, "spec": map[string]any{"rollback": rb}})
+	if err != nil {
+		return false, err
+	}
+	if err := r.Hub.Patch(ctx, ro, client.RawPatch(types.MergePatchType, patch)); err != nil {
+		if apierrors.IsConflict(err) {
+			return false, nil // decided again on what it is now
+		}
+		return false, fmt.Errorf("writing spec.rollback: %w", err)
+	}
+	r.Recorder.Eventf(ro, nil, corev1.EventTypeWarning, EventRollbackStarted, "Rollback",
+		"Step %s failed and onFailure is Rollback: rolling back to %s, last step first", d.CurrentStepName, commitList(targets))
+	return true, nil
+}
+
+// commitList names rollback commits for an Event: "abc123def456 of <repo>@<ref>", comma
+// separated.
+func commitList(cs []magosv1.RollbackCommit) string {
+	out := make([]string, len(cs))
+	for i, c := range cs {
+		out[i] = fmt.Sprintf("%.12s of %s@%s", c.Commit, c.RepoURL, c.TargetRevision)
+	}
+	return strings.Join(out, ", ")
 }
 
 // NewReconciler returns a Rollout reconciler for the hub manager mgr, without registering a
@@ -116,16 +181,28 @@ func (r *Reconciler) reconcile(ctx context.Context, ro *magosv1.Rollout) (ctrl.R
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	d := decide.Decide(decide.Input{
+	in := decide.Input{
 		Namespace:  ro.Namespace,
 		Project:    ro.Spec.ProjectRef,
 		Rollout:    ro,
 		Workspaces: snap.Workspaces,
 		Clusters:   snap.Clusters,
 		Now:        time.Now(),
-	})
+	}
+	d := decide.Decide(in)
+	if started, err := r.rollbackOnFailure(ctx, ro, in, d); err != nil || started {
+		// The spec changed: the Rollout is decided again as it is now.
+		return ctrl.Result{RequeueAfter: decider.ConflictRecheck}, err
+	}
+	var self string
+	if len(d.Retries) > 0 {
+		var err error
+		if self, err = r.identity(ctx); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
 	out, writeErr := snap.Write(ctx, d, fleetview.WriteOptions{
-		By: keys.GrantedByRollout, Recorder: r.Recorder, Regarding: ro, Leader: r.Opts.Leader,
+		By: keys.GrantedByRollout, Recorder: r.Recorder, Regarding: ro, Leader: r.Opts.Leader, RequestedBy: self,
 	})
 	if len(out.Granted)+len(out.Revoked) > 0 {
 		ctrl.LoggerFrom(ctx).Info("wrote decisions", "step", d.CurrentStepName, "granted", len(out.Granted), "revoked", len(out.Revoked))

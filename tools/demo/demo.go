@@ -74,6 +74,8 @@ type Options struct {
 	// Verification, when set, is every step's verification (the checks each region passes
 	// after its apply before the next region starts).
 	Verification *magosv1.StepVerification
+	// OnFailure, when set, is the Rollout's spec.onFailure (Halt or Rollback).
+	OnFailure string
 }
 
 // StepTime is when a step completed, from the start of the Rollout.
@@ -329,7 +331,7 @@ func applyHub(ctx context.Context, fleet *devfleet.Fleet, opts Options) error {
 	if opts.Approval { // the last region waits for a person
 		ro.Spec.Strategy.Steps[len(ro.Spec.Strategy.Steps)-1].RequireApproval = true
 	}
-	ro.Spec.Paused, ro.Spec.PlanFirst = opts.Paused, opts.PlanFirst
+	ro.Spec.Paused, ro.Spec.PlanFirst, ro.Spec.OnFailure = opts.Paused, opts.PlanFirst, opts.OnFailure
 	for i := range ro.Spec.Strategy.Steps {
 		ro.Spec.Strategy.Steps[i].Drift = opts.StepDrift
 		ro.Spec.Strategy.Steps[i].Verification = opts.Verification

@@ -50,6 +50,7 @@ func run(ctx context.Context, args []string) error {
 	approval := fs.Bool("approval", false, "demo: the last region's step requires approval; the demo waits for magosctl rollout approve")
 	planFirst := fs.Bool("plan-first", false, "demo: the Rollout previews the change in every region (spec.planFirst) before the first applies")
 	drift := fs.Bool("drift", false, "demo: every step's drift is block; a ConfigMap edited by hand in the second region holds the next release until the drift is accepted")
+	rollback := fs.Bool("rollback", false, "demo: release v1 then v2 roll out region by region; then v1 is rolled back out, last region first (magosctl rollout rollback)")
 	timeout := fs.Duration("timeout", 10*time.Minute, "demo: give up after this long")
 	dashboard := fs.String("dashboard", "127.0.0.1:8480", "address of the hub's dashboard, host:port (empty turns it off)")
 	if err := fs.Parse(args[1:]); err != nil {
@@ -65,6 +66,9 @@ func run(ctx context.Context, args []string) error {
 	}
 	if *drift && (*failRegion != "" || *approval || *planFirst) {
 		return errors.New("demo: --drift runs a scenario of its own; leave out --fail-region, --approval and --plan-first")
+	}
+	if *rollback && (*drift || *failRegion != "" || *approval || *planFirst) {
+		return errors.New("demo: --rollback runs a scenario of its own; leave out --drift, --fail-region, --approval and --plan-first")
 	}
 	if *drift && len(*spokes) < 2 {
 		return errors.New("demo: --drift needs at least two spokes")
@@ -115,6 +119,15 @@ func run(ctx context.Context, args []string) error {
 		if !ds.Final.Completed {
 			return errors.New("demo: the Rollout did not complete after the drift was accepted")
 		}
+		return nil
+	}
+	if *rollback {
+		rs, err := demo.RunRollback(ctx, fleet, demo.RollbackOptions{Options: demo.Options{Out: os.Stdout, Timeout: *timeout}})
+		if err != nil {
+			return err
+		}
+		fmt.Printf("\ndemo: release v2 (%.12s) was rolled back to v1 (%.12s), last region first; total wall time %s (including start-up)\n",
+			rs.From, rs.To, time.Since(started).Round(time.Second))
 		return nil
 	}
 	summary, err := demo.Run(ctx, fleet, demo.Options{FailRegion: *failRegion, Approval: *approval, PlanFirst: *planFirst, Out: os.Stdout, Timeout: *timeout})

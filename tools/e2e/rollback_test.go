@@ -1,0 +1,103 @@
+package e2e_test
+
+import (
+	"bytes"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
+	"github.com/magosfleet/magos/tools/demo"
+)
+
+// releaseModule is ledgerModule with the release as an output, which a verification can read.
+func releaseModule(ledger string) func(release string) string {
+	return func(release string) string {
+		return ledgerModule(release, ledger) + "\noutput \"release\" {\n  value = local.release\n}\n"
+	}
+}
+
+// ledgerRegions is the ledger as "<release> <region>" lines, in the order of the applies.
+func ledgerRegions(t *testing.T, ledger string) []string {
+	t.Helper()
+	lines, err := readLedger(ledger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make([]string, len(lines))
+	for i, l := range lines {
+		out[i] = l.Release + " " + l.Region
+	}
+	return out
+}
+
+// applies is "<release> <region>" for each region, in order.
+func applies(release string, regions []string) []string {
+	out := make([]string, len(regions))
+	for i, r := range regions {
+		out[i] = release + " " + r
+	}
+	return out
+}
+
+// TestRollbackInReverseOrder: releases v1 and v2 roll out region by region over a hub and three
+// spokes; then magosctl rollout rollback rolls v1 back out, last region first. The module's
+// ledger, written by the applies themselves, shows v1 and v2 in step order, then v1 once per
+// region in reverse step order, and nothing else; every Workspace is back at v1's commit.
+func TestRollbackInReverseOrder(t *testing.T) {
+	f, ctx := start(t)
+	ledger := t.TempDir() + "/ledger"
+	var out bytes.Buffer
+	s, err := demo.RunRollback(ctx, f, demo.RollbackOptions{Options: demo.Options{Out: &out}, Module: releaseModule(ledger)})
+	t.Logf("demo output:\n%s", out.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := slices.Concat(applies("v1", f.Order), applies("v2", f.Order), applies("v1", reversedRegions(f.Order)))
+	if got := ledgerRegions(t, ledger); !slices.Equal(got, want) {
+		t.Fatalf("the ledger's applies are\n  %s\nwant\n  %s", strings.Join(got, "\n  "), strings.Join(want, "\n  "))
+	}
+	for _, cluster := range f.Order {
+		if ws := workspace(t, ctx, f, cluster); ws.Status.ObservedRevision != s.To || ws.Status.ObservedRevision == s.From {
+			t.Errorf("%s is at %s, want v1 (%s)", cluster, shortRev(ws.Status.ObservedRevision), shortRev(s.To))
+		}
+	}
+}
+
+// TestOnFailureRollsBack: release v2's verification fails in the second region, and the
+// Rollout's onFailure is Rollback: the hub writes spec.rollback itself, and v1 goes back out to
+// the regions that applied v2, last first. The ledger shows v1 in step order, v2 in the first
+// two regions, then v1 in the second and the first: the third region never ran v2.
+func TestOnFailureRollsBack(t *testing.T) {
+	f, ctx := start(t)
+	ledger := t.TempDir() + "/ledger"
+	bad := f.Order[1]
+	var out bytes.Buffer
+	s, err := demo.RunRollback(ctx, f, demo.RollbackOptions{
+		Options: demo.Options{Out: &out, Verification: &magosv1.StepVerification{
+			Expression: fmt.Sprintf(`outputs.release != "v2" || !outputs.endpoint.contains(%q)`, bad)}},
+		Module: releaseModule(ledger), OnFailure: true})
+	t.Logf("demo output:\n%s", out.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(s.Failed, bad) {
+		t.Errorf("the rollback's reason %q does not name %s, whose check failed", s.Failed, bad)
+	}
+	want := slices.Concat(applies("v1", f.Order), applies("v2", f.Order[:2]), applies("v1", reversedRegions(f.Order[:2])))
+	if got := ledgerRegions(t, ledger); !slices.Equal(got, want) {
+		t.Fatalf("the ledger's applies are\n  %s\nwant\n  %s", strings.Join(got, "\n  "), strings.Join(want, "\n  "))
+	}
+	for _, cluster := range f.Order {
+		if ws := workspace(t, ctx, f, cluster); ws.Status.ObservedRevision != s.To {
+			t.Errorf("%s is at %s, want v1 (%s)", cluster, shortRev(ws.Status.ObservedRevision), shortRev(s.To))
+		}
+	}
+}
+
+func reversedRegions(xs []string) []string {
+	out := slices.Clone(xs)
+	slices.Reverse(out)
+	return out
+}

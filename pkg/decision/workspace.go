@@ -218,4 +218,6 @@ func (w Workspace) Reported() (commit string, seen time.Time) {
 }
 
 // HasWrites reports whether the decision has grants or revocations to write.
-func (d Decision) HasWrites() bool { return len(d.Grants) > 0 || len(d.Revokes) > 0 || len(d.Retries) > 0 }
+func (d Decision) HasWrites() bool {
+	return len(d.Grants) > 0 || len(d.Revokes) > 0 || len(d.Retries) > 0
+}

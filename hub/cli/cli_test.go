@@ -21,6 +21,7 @@ import (
 	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
 	"github.com/magosfleet/magos/hub/cli"
 	"github.com/magosfleet/magos/hub/registry"
+	"github.com/magosfleet/magos/pkg/gitrepo"
 	"github.com/magosfleet/magos/pkg/keys"
 	"github.com/magosfleet/magos/pkg/localcluster"
 	"github.com/magosfleet/magos/pkg/mirror"
@@ -608,5 +609,75 @@ func TestRolloutAcceptDrift(t *testing.T) {
 	}
 	if as := got.Spec.DriftAcceptances; len(as) != 1 || as[0].Digest != "d1g3st" {
 		t.Errorf("drift acceptances %+v, want guard-a's one", as)
+	}
+}
+
+// TestRolloutRollback: magosctl rollout rollback writes spec.rollback in the caller's name,
+// with, by default, the newest commit every Workspace of the source applied before the one
+// rolled out (from the hub's mirrors); --to picks another by its prefix; the command refuses a
+// commit nobody applied, a Rollout that rolls back already, and --cancel with --to; --cancel
+// removes it; rollout status says it rolls back.
+func TestRolloutRollback(t *testing.T) {
+	f := setup(t)
+	const v1, v2, v3 = "1111111111111111111111111111111111111111", "2222222222222222222222222222222222222222", "3333333333333333333333333333333333333333"
+	for _, m := range []struct {
+		cluster, name string
+		applied       []string
+	}{{"us-east-1", "back-a", []string{v1, v2, v3}}, {"eu-west-1", "back-b", []string{v1, v3}}} {
+		f.mirrorOf(t, m.cluster, m.name, "back", map[string]string{"env": "prod"}, magosv1.WorkspaceStatus{
+			Phase: magosv1.PhaseApplied, ObservedRevision: v3,
+			AppliedRevisions: &magosv1.AppliedRevisions{Source: gitrepo.SourceKey("file:///repo", "main"), Commits: m.applied}})
+	}
+	ro := &magosv1.Rollout{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "back"}, Spec: magosv1.RolloutSpec{ProjectRef: "back",
+		Strategy: magosv1.RolloutStrategy{Steps: []magosv1.RolloutStep{{Name: "prod", Selector: magosv1.MatchLabels(map[string]string{"env": "prod"})}}}}}
+	f.create(t, ro)
+	ro.Status = magosv1.RolloutStatus{ObservedGeneration: ro.Generation, Phase: magosv1.PhaseApplied, Reason: magosv1.ReasonRolloutCompleted,
+		Revisions: []magosv1.RolloutRevision{{RepoURL: "file:///repo", TargetRevision: "main", Commit: v3, Since: metav1.Now()}}}
+	if err := f.hub.Client.Status().Update(f.ctx, ro); err != nil {
+		t.Fatal(err)
+	}
+	rollback := func() *magosv1.RolloutRollback {
+		t.Helper()
+		var r magosv1.Rollout
+		if err := f.hub.Client.Get(f.ctx, client.ObjectKeyFromObject(ro), &r); err != nil {
+			t.Fatal(err)
+		}
+		return r.Spec.Rollback
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--to", "abcdef0"}, `no Workspace of project default/back applied a commit "abcdef0"`},
+		{[]string{"--cancel", "--to", v1}, "--cancel takes neither --to nor --reason"},
+		{[]string{"--cancel"}, "rollout default/back does not roll back"},
+	} {
+		args := append([]string{"rollout", "rollback", "back", "-n", "default"}, tc.args...)
+		if _, err := run(t, f.hub.Kubeconfig, args...); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("rollback %v: %v, want an error saying %q", tc.args, err, tc.want)
+		}
+	}
+	out := mustRun(t, f.hub.Kubeconfig, "rollout", "rollback", "back", "-n", "default", "--reason", "bad release")
+	rb := rollback()
+	if rb == nil || len(rb.Commits) != 1 || rb.Commits[0].Commit != v1 || rb.Commits[0].RepoURL != "file:///repo" || rb.Commits[0].TargetRevision != "main" ||
+		rb.RequestedBy == "" || rb.Reason != "bad release" {
+		t.Fatalf("spec.rollback %+v, want %s (the newest commit both applied before %s) in the caller's name", rb, v1, v3)
+	}
+	if !strings.Contains(out, "to commit "+v1) || !strings.Contains(out, rb.RequestedBy) {
+		t.Errorf("rollback printed %q", out)
+	}
+	if status := mustRun(t, f.hub.Kubeconfig, "rollout", "status", "back", "-n", "default"); !strings.Contains(status, "rolling back to commit 111111111111") {
+		t.Errorf("rollout status does not say it rolls back:\n%s", status)
+	}
+	if _, err := run(t, f.hub.Kubeconfig, "rollout", "rollback", "back", "-n", "default"); err == nil || !strings.Contains(err.Error(), "already rolls back") {
+		t.Errorf("a second rollback: %v, want a refusal", err)
+	}
+	mustRun(t, f.hub.Kubeconfig, "rollout", "rollback", "back", "-n", "default", "--cancel")
+	if rb := rollback(); rb != nil {
+		t.Fatalf("spec.rollback %+v after --cancel", rb)
+	}
+	mustRun(t, f.hub.Kubeconfig, "rollout", "rollback", "back", "-n", "default", "--to", v2[:10])
+	if rb := rollback(); rb == nil || rb.Commits[0].Commit != v2 {
+		t.Fatalf("spec.rollback %+v, want %s (--to %s, applied by one Workspace)", rb, v2, v2[:10])
 	}
 }

@@ -544,6 +544,42 @@ output "big" {
 		})
 	})
 
+	t.Run("magosctl rollout rollback puts the previous commit back through runner Jobs, and the Rollout holds it", func(t *testing.T) {
+		before := &magosv1.Workspace{}
+		if err := spoke.Client.Get(ctx, client.ObjectKeyFromObject(ws), before); err != nil {
+			t.Fatal(err)
+		}
+		applied := before.Status.AppliedRevisions
+		if applied == nil || len(applied.Commits) < 2 {
+			t.Fatalf("edge applied %+v: want at least two commits to roll back between", applied)
+		}
+		previous := applied.Commits[len(applied.Commits)-2]
+		if out, err := exec.CommandContext(ctx, env.Magosctl, "--kubeconfig", hub.Kubeconfig, "-n", "default", "rollout", "rollback", "infra",
+			"--reason", "real-node test").CombinedOutput(); err != nil || !strings.Contains(string(out), previous) {
+			t.Fatalf("magosctl rollout rollback: %v\n%s\nwant it to name %s", err, out, previous)
+		}
+		poll(t, ctx, 5*time.Minute, "the Rollout rolled back", func(ctx context.Context) (bool, string) {
+			r := &magosv1.Rollout{}
+			if err := hub.Client.Get(ctx, client.ObjectKey{Namespace: "default", Name: "infra"}, r); err != nil {
+				return false, err.Error()
+			}
+			return r.Status.ObservedGeneration == r.Generation && r.Status.Reason == magosv1.ReasonRolledBack,
+				fmt.Sprintf("rollout %s %s: %s", r.Status.Phase, r.Status.Reason, r.Status.Message)
+		})
+		after := &magosv1.Workspace{}
+		if err := spoke.Client.Get(ctx, client.ObjectKeyFromObject(ws), after); err != nil {
+			t.Fatal(err)
+		}
+		if after.Status.ObservedRevision != previous || after.Status.CurrentRunID == before.Status.CurrentRunID {
+			t.Fatalf("edge is at %s (run %s), want %s applied by a new run", after.Status.ObservedRevision, after.Status.CurrentRunID, previous)
+		}
+		// The tofu state, which the module's backend wrote in the spoke, is release v4's again.
+		if state := tfState(t, ctx, spoke, ws.Name); !strings.Contains(state, `"v4"`) || strings.Contains(state, `"v3"`) {
+			t.Fatalf("the state does not record release v4 after the rollback:\n%s", state)
+		}
+		checkRunJobs(t, ctx, spoke, ws.Name, after.Status.CurrentRunID, stats)
+	})
+
 	t.Run("a step's verification runs as a Job on the kubelet: a passing check lets its Workspace be Applied, a failing one fails it and halts the Rollout", func(t *testing.T) {
 		const checkImage = "magos.local/envcheck:1"
 		if err := spoke.Node.LoadImage(ctx, scratchImage(t, ctx, checkImage, "envcheck", envcheckProgram, `["/usr/local/bin/envcheck"]`)); err != nil {

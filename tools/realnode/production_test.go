@@ -570,14 +570,23 @@ output "big" {
 		if err := spoke.Client.Get(ctx, client.ObjectKeyFromObject(ws), after); err != nil {
 			t.Fatal(err)
 		}
-		if after.Status.ObservedRevision != previous || after.Status.CurrentRunID == before.Status.CurrentRunID {
-			t.Fatalf("edge is at %s (run %s), want %s applied by a new run", after.Status.ObservedRevision, after.Status.CurrentRunID, previous)
+		// The run that applied it (the agent may have minted another since, for the ref's head,
+		// which waits for a grant the Rollout does not give while it holds the rollback).
+		var rolledBack string
+		for _, rec := range after.Status.Runs {
+			if rec.Revision == previous && rec.Phase == magosv1.PhaseApplied && rec.RunID != before.Status.CurrentRunID {
+				rolledBack = rec.RunID
+				break
+			}
+		}
+		if after.Status.ObservedRevision != previous || rolledBack == "" {
+			t.Fatalf("edge is at %s (runs %+v), want %s applied by a new run", after.Status.ObservedRevision, after.Status.Runs, previous)
 		}
 		// The tofu state, which the module's backend wrote in the spoke, is release v4's again.
 		if state := tfState(t, ctx, spoke, ws.Name); !strings.Contains(state, `"v4"`) || strings.Contains(state, `"v3"`) {
 			t.Fatalf("the state does not record release v4 after the rollback:\n%s", state)
 		}
-		checkRunJobs(t, ctx, spoke, ws.Name, after.Status.CurrentRunID, stats)
+		checkRunJobs(t, ctx, spoke, ws.Name, rolledBack, stats)
 	})
 
 	t.Run("a step's verification runs as a Job on the kubelet: a passing check lets its Workspace be Applied, a failing one fails it and halts the Rollout", func(t *testing.T) {

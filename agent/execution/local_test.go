@@ -119,29 +119,7 @@ func TestLocalRunOutlivingItsAgentIsNotStartedTwice(t *testing.T) {
 		runAgentUntilKilled(t, dir)
 		return
 	}
-	dir := t.TempDir()
-	gate := filepath.Join(dir, "gate")
-	if err := os.WriteFile(gate, nil, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	agent := exec.Command(os.Args[0], "-test.run=^TestLocalRunOutlivingItsAgentIsNotStartedTwice$")
-	agent.Env = append(os.Environ(), envKilledAgentDir+"="+dir)
-	agent.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	agent.Stdout, agent.Stderr = os.Stderr, os.Stderr
-	if err := agent.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = syscall.Kill(-agent.Process.Pid, syscall.SIGKILL); _ = agent.Wait() })
-	testenv.Eventually(t, 30*time.Second, func() error {
-		if b, _ := os.ReadFile(filepath.Join(dir, "count")); !strings.Contains(string(b), "run") {
-			return errors.New("the run has not started")
-		}
-		return nil
-	})
-	if err := syscall.Kill(-agent.Process.Pid, syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	_ = agent.Wait()
+	dir := killAgentMidRun(t, "TestLocalRunOutlivingItsAgentIsNotStartedTwice", envKilledAgentDir, "the run")
 
 	script := killedAgentScript(dir)
 	restarted := newTestLauncher(t, dir, script, nil)
@@ -153,7 +131,7 @@ func TestLocalRunOutlivingItsAgentIsNotStartedTwice(t *testing.T) {
 	if err := restarted.Start(context.Background(), run); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Remove(gate); err != nil {
+	if err := os.Remove(filepath.Join(dir, "gate")); err != nil {
 		t.Fatal(err)
 	}
 	waitEvent(t, restarted)
@@ -380,4 +358,35 @@ func TestJobName(t *testing.T) {
 			}
 		})
 	}
+}
+
+// killAgentMidRun runs the test named test again in a child process, the agent, with envKey
+// naming a new folder; waits until the child's run (what, for messages) has written "run" to the
+// folder's count file; kills the child's whole process group; and returns the folder.
+func killAgentMidRun(t *testing.T, test, envKey, what string) string {
+	t.Helper()
+	dir := t.TempDir()
+	gate := filepath.Join(dir, "gate")
+	if err := os.WriteFile(gate, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	agent := exec.Command(os.Args[0], "-test.run=^"+test+"$")
+	agent.Env = append(os.Environ(), envKey+"="+dir)
+	agent.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	agent.Stdout, agent.Stderr = os.Stderr, os.Stderr
+	if err := agent.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(-agent.Process.Pid, syscall.SIGKILL); _ = agent.Wait() })
+	testenv.Eventually(t, 30*time.Second, func() error {
+		if b, _ := os.ReadFile(filepath.Join(dir, "count")); !strings.Contains(string(b), "run") {
+			return errors.New(what + " has not started")
+		}
+		return nil
+	})
+	if err := syscall.Kill(-agent.Process.Pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = agent.Wait()
+	return dir
 }

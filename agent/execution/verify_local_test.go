@@ -2,14 +2,11 @@ package execution
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -162,29 +159,7 @@ func TestLocalVerifyOutlivingItsAgent(t *testing.T) {
 		}
 		select {} // until SIGKILL
 	}
-	dir := t.TempDir()
-	gate := filepath.Join(dir, "gate")
-	if err := os.WriteFile(gate, nil, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	agent := exec.Command(os.Args[0], "-test.run=^TestLocalVerifyOutlivingItsAgent$")
-	agent.Env = append(os.Environ(), envKilledVerifyAgentDir+"="+dir)
-	agent.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	agent.Stdout, agent.Stderr = os.Stderr, os.Stderr
-	if err := agent.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = syscall.Kill(-agent.Process.Pid, syscall.SIGKILL); _ = agent.Wait() })
-	testenv.Eventually(t, 30*time.Second, func() error {
-		if b, _ := os.ReadFile(filepath.Join(dir, "count")); !strings.Contains(string(b), "run") {
-			return errors.New("the check has not started")
-		}
-		return nil
-	})
-	if err := syscall.Kill(-agent.Process.Pid, syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	_ = agent.Wait()
+	dir := killAgentMidRun(t, "TestLocalVerifyOutlivingItsAgent", envKilledVerifyAgentDir, "the check")
 
 	restarted := newTestLauncher(t, dir, "exit 99", nil)
 	run := gatedCheck(dir)
@@ -196,7 +171,7 @@ func TestLocalVerifyOutlivingItsAgent(t *testing.T) {
 	if err := restarted.Start(context.Background(), run); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Remove(gate); err != nil {
+	if err := os.Remove(filepath.Join(dir, "gate")); err != nil {
 		t.Fatal(err)
 	}
 	st = finished(t, restarted, ref, 30*time.Second)
@@ -260,7 +235,7 @@ func TestLocalPruneKeepsARunningCheck(t *testing.T) {
 			t.Errorf("Prune kept %s of a finished check of another run (%v)", filepath.Base(f), err)
 		}
 	}
-	if err := os.Remove(gate); err != nil {
+	if err := os.Remove(filepath.Join(dir, "gate")); err != nil {
 		t.Fatal(err)
 	}
 	if st := finished(t, l, ref, 30*time.Second); st.Result.Message != "the check exited with code 4" {

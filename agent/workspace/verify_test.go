@@ -2,18 +2,18 @@ package workspace_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
 	grantpkg "github.com/magosfleet/magos/pkg/grant"
 	"github.com/magosfleet/magos/pkg/keys"
+	"github.com/magosfleet/magos/pkg/runner"
 	"github.com/magosfleet/magos/pkg/runoutput"
 )
 
@@ -135,24 +135,12 @@ func nilIfEmpty(s string) any {
 // Secret keeps it ("" when the record names no verify operation).
 func verifyOutput(t *testing.T, c client.Client, ws *magosv1.Workspace) string {
 	t.Helper()
-	for _, rec := range ws.Status.Runs {
-		if rec.RunID != ws.Status.CurrentRunID {
-			continue
-		}
-		for _, op := range rec.Operations {
-			if op.Operation != "verify" {
-				continue
-			}
-			secret := &corev1.Secret{}
-			if err := c.Get(context.Background(), types.NamespacedName{Namespace: ws.Namespace, Name: op.OutputSecret}, secret); err != nil {
-				t.Fatalf("reading the verify operation's output Secret %q: %v", op.OutputSecret, err)
-			}
-			out, err := runoutput.Read(secret)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return out.Log
-		}
+	out, err := runoutput.ReadOperation(context.Background(), c, ws, ws.Status.CurrentRunID, runner.OperationVerify)
+	if errors.Is(err, runoutput.ErrNotRecorded) {
+		return ""
 	}
-	return ""
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out.Log
 }

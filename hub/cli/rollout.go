@@ -160,19 +160,29 @@ func newRolloutCommand(o *Options) *cobra.Command {
 	return cmd
 }
 
+// rolloutNamed reads Rollout name of the namespace in force, with the client that read it.
+func (o *Options) rolloutNamed(ctx context.Context, name string) (client.Client, *magosv1.Rollout, error) {
+	c, ns, err := o.clientInNamespace()
+	if err != nil {
+		return nil, nil, err
+	}
+	r := &magosv1.Rollout{}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, r); err != nil {
+		return nil, nil, fmt.Errorf("rollout %s/%s: %w", ns, name, err)
+	}
+	return c, r, nil
+}
+
 // approveStep writes the approval of the plans step of Rollout name waits with, in the name of
 // the user the API server knows the caller as.
 func (o *Options) approveStep(cmd *cobra.Command, name, step string) error {
-	c, ns, err := o.clientInNamespace()
+	ctx := contextFor(cmd)
+	c, r, err := o.rolloutNamed(ctx, name)
 	if err != nil {
 		return err
 	}
-	ctx := contextFor(cmd)
-	var r magosv1.Rollout
-	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &r); err != nil {
-		return fmt.Errorf("rollout %s/%s: %w", ns, name, err)
-	}
-	a, err := approvalOf(&r, step)
+	ns := r.Namespace
+	a, err := approvalOf(r, step)
 	if err != nil {
 		return fmt.Errorf("rollout %s/%s: %w", ns, name, err)
 	}
@@ -185,7 +195,7 @@ func (o *Options) approveStep(cmd *cobra.Command, name, step string) error {
 	} else {
 		r.Spec.Approvals = append(r.Spec.Approvals, a)
 	}
-	if err := updateRollout(ctx, c, &r, "approving (its plans may have too)"); err != nil {
+	if err := updateRollout(ctx, c, r, "approving (its plans may have too)"); err != nil {
 		return err
 	}
 	fmt.Fprintf(o.Out, "rollout %s/%s: step %s approved by %s (%d plan(s)):\n", ns, name, step, a.ApprovedBy, len(a.Plans))
@@ -268,24 +278,21 @@ func decidedStatus(r *magosv1.Rollout, step string) (*magosv1.StepStatus, error)
 // Workspace step lists as drifted, into spec.driftAcceptances of Rollout name, in the name of
 // the user the API server knows the caller as.
 func (o *Options) acceptDrift(cmd *cobra.Command, name, workspace, step string) error {
-	c, ns, err := o.clientInNamespace()
+	ctx := contextFor(cmd)
+	c, r, err := o.rolloutNamed(ctx, name)
 	if err != nil {
 		return err
 	}
-	ctx := contextFor(cmd)
-	var r magosv1.Rollout
-	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &r); err != nil {
-		return fmt.Errorf("rollout %s/%s: %w", ns, name, err)
-	}
+	ns := r.Namespace
 	targets := []string{workspace}
 	if step != "" {
-		if targets, err = driftedOf(&r, step); err != nil {
+		if targets, err = driftedOf(r, step); err != nil {
 			return fmt.Errorf("rollout %s/%s: %w", ns, name, err)
 		}
 	}
 	var accepted []magosv1.DriftAcceptance
 	for _, key := range targets {
-		a, err := driftAcceptance(ctx, c, &r, key)
+		a, err := driftAcceptance(ctx, c, r, key)
 		if err != nil {
 			return fmt.Errorf("rollout %s/%s: %w", ns, name, err)
 		}
@@ -301,7 +308,7 @@ func (o *Options) acceptDrift(cmd *cobra.Command, name, workspace, step string) 
 		r.Spec.DriftAcceptances = append(slices.DeleteFunc(r.Spec.DriftAcceptances,
 			func(x magosv1.DriftAcceptance) bool { return x.Workspace == a.Workspace }), a)
 	}
-	if err := updateRollout(ctx, c, &r, "accepting drift (its Workspaces may have drifted anew)"); err != nil {
+	if err := updateRollout(ctx, c, r, "accepting drift (its Workspaces may have drifted anew)"); err != nil {
 		return err
 	}
 	fmt.Fprintf(o.Out, "rollout %s/%s: drift of %d Workspace(s) accepted by %s:\n", ns, name, len(accepted), user)
@@ -361,15 +368,12 @@ func driftAcceptance(ctx context.Context, c client.Client, r *magosv1.Rollout, k
 // rollback writes spec.rollback on Rollout name: the commits of decision.RollbackTargets, from
 // the hub's mirrors of the Rollout's Workspaces, in the caller's user name.
 func (o *Options) rollback(cmd *cobra.Command, name, to, reason string) error {
-	c, ns, err := o.clientInNamespace()
+	ctx := contextFor(cmd)
+	c, r, err := o.rolloutNamed(ctx, name)
 	if err != nil {
 		return err
 	}
-	ctx := contextFor(cmd)
-	var r magosv1.Rollout
-	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &r); err != nil {
-		return fmt.Errorf("rollout %s/%s: %w", ns, name, err)
-	}
+	ns := r.Namespace
 	if rb := r.Spec.Rollback; rb != nil {
 		return fmt.Errorf("rollout %s/%s already rolls back (requested by %s at %s): magosctl rollout rollback %s --cancel first",
 			ns, name, rb.RequestedBy, rb.RequestedAt.UTC().Format(time.RFC3339), name)
@@ -397,7 +401,7 @@ func (o *Options) rollback(cmd *cobra.Command, name, to, reason string) error {
 	}
 	r.Spec.Rollback = &magosv1.RolloutRollback{Commits: targets, RequestedBy: user,
 		RequestedAt: metav1.NewTime(o.Now().Truncate(time.Second)), Reason: reason}
-	if err := updateRollout(ctx, c, &r, "asking for the rollback"); err != nil {
+	if err := updateRollout(ctx, c, r, "asking for the rollback"); err != nil {
 		return err
 	}
 	fmt.Fprintf(o.Out, "rollout %s/%s: rolling back, last step first, as requested by %s:\n", ns, name, user)
@@ -409,20 +413,17 @@ func (o *Options) rollback(cmd *cobra.Command, name, to, reason string) error {
 
 // cancelRollback removes spec.rollback from Rollout name.
 func (o *Options) cancelRollback(cmd *cobra.Command, name string) error {
-	c, ns, err := o.clientInNamespace()
+	ctx := contextFor(cmd)
+	c, r, err := o.rolloutNamed(ctx, name)
 	if err != nil {
 		return err
 	}
-	ctx := contextFor(cmd)
-	var r magosv1.Rollout
-	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &r); err != nil {
-		return fmt.Errorf("rollout %s/%s: %w", ns, name, err)
-	}
+	ns := r.Namespace
 	if r.Spec.Rollback == nil {
 		return fmt.Errorf("rollout %s/%s does not roll back", ns, name)
 	}
 	r.Spec.Rollback = nil
-	if err := updateRollout(ctx, c, &r, "cancelling the rollback"); err != nil {
+	if err := updateRollout(ctx, c, r, "cancelling the rollback"); err != nil {
 		return err
 	}
 	_, err = fmt.Fprintf(o.Out, "rollout %s/%s: rollback cancelled; the refs' newest commits roll out again in step order\n", ns, name)

@@ -11,6 +11,8 @@ package runoutput
 import (
 	"bytes"
 	"compress/gzip"
+	"context"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -19,6 +21,9 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
 
 	"github.com/magosfleet/magos/pkg/keys"
 	"github.com/magosfleet/magos/pkg/runner"
@@ -192,4 +197,29 @@ func decompress(b []byte) (string, error) {
 		return "", fmt.Errorf("more than %d bytes uncompressed", maxDecompressed)
 	}
 	return string(out), nil
+}
+
+// ErrNotRecorded is returned by ReadOperation when the run's record names no output for the
+// operation.
+var ErrNotRecorded = errors.New("the run's record names no output Secret for the operation")
+
+// ReadOperation reads, with r, what the run record of runID in ws's status keeps of operation
+// op: its output Secret, in ws's namespace (ErrNotRecorded when the record names none).
+func ReadOperation(ctx context.Context, r client.Reader, ws *magosv1.Workspace, runID string, op runner.Operation) (Contents, error) {
+	for _, rec := range ws.Status.Runs {
+		if rec.RunID != runID {
+			continue
+		}
+		for _, o := range rec.Operations {
+			if o.Operation != string(op) || o.OutputSecret == "" {
+				continue
+			}
+			s := &corev1.Secret{}
+			if err := r.Get(ctx, client.ObjectKey{Namespace: ws.Namespace, Name: o.OutputSecret}, s); err != nil {
+				return Contents{}, fmt.Errorf("reading the output Secret %s of the %s of run %s: %w", o.OutputSecret, op, runID, err)
+			}
+			return Read(s)
+		}
+	}
+	return Contents{}, fmt.Errorf("run %s of %s/%s, %s: %w", runID, ws.Namespace, ws.Name, op, ErrNotRecorded)
 }

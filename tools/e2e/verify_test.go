@@ -7,11 +7,9 @@ import (
 	"strings"
 	"testing"
 
-	corev1 "k8s.io/api/core/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
-
 	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
 	"github.com/magosfleet/magos/pkg/demoscenario"
+	"github.com/magosfleet/magos/pkg/runner"
 	"github.com/magosfleet/magos/pkg/runoutput"
 	"github.com/magosfleet/magos/tools/demo"
 	"github.com/magosfleet/magos/tools/devfleet"
@@ -77,25 +75,9 @@ func TestVerificationHaltsTheRollout(t *testing.T) {
 // record's output Secret in the spoke.
 func checkLog(t *testing.T, ctx context.Context, f *devfleet.Fleet, cluster string, ws *magosv1.Workspace) string {
 	t.Helper()
-	for _, rec := range ws.Status.Runs {
-		if rec.RunID != ws.Status.CurrentRunID {
-			continue
-		}
-		for _, op := range rec.Operations {
-			if op.Operation != "verify" {
-				continue
-			}
-			var secret corev1.Secret
-			if err := f.Client(cluster).Get(ctx, client.ObjectKey{Namespace: ws.Namespace, Name: op.OutputSecret}, &secret); err != nil {
-				t.Fatalf("%s: reading the check's output Secret: %v", cluster, err)
-			}
-			c, err := runoutput.Read(&secret)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return c.Log
-		}
+	out, err := runoutput.ReadOperation(ctx, f.Client(cluster), ws, ws.Status.CurrentRunID, runner.OperationVerify)
+	if err != nil {
+		t.Fatalf("%s: %v", cluster, err)
 	}
-	t.Fatalf("%s: run %s records no verify operation: %+v", cluster, ws.Status.CurrentRunID, ws.Status.Runs)
-	return ""
+	return out.Log
 }

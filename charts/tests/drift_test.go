@@ -18,7 +18,9 @@ import (
 // magos-rollout-approvals admission policy refuses a drift acceptance (spec.driftAcceptances),
 // new or changed, whose acceptedBy is not its writer's own user name, so that the Rollout says
 // truthfully who accepted a drift; a writer may add their own, leave others' as they were, and
-// remove them. Fails without the policy's rule.
+// remove them. A rollback (spec.rollback) likewise must name its writer in requestedBy when it is
+// new or changed; another writer may leave it as it is, or remove it. Fails without the policy's
+// rules.
 func TestDriftAcceptancesNameTheirWriter(t *testing.T) {
 	c, kube, ctx := bareCluster(t, 5*time.Minute, namespace, "payments")
 	if _, err := newHelmClient(t, c.Kubeconfig).install(ctx, "magos-hub", loadChart(t, "magos-hub"), singleClusterHubValues()); err != nil {
@@ -111,5 +113,39 @@ func TestDriftAcceptancesNameTheirWriter(t *testing.T) {
 	}
 	if as := got.Spec.DriftAcceptances; len(as) != 1 || as[0].Workspace != "us-east-1/payments/api" || as[0].AcceptedBy != user("bob") {
 		t.Errorf("drift acceptances %+v, want bob's one", as)
+	}
+
+	// A rollback (spec.rollback) names its writer the same way.
+	rollback := func(writer string, edit func(*magosv1.Rollout)) error {
+		t.Helper()
+		var cur magosv1.Rollout
+		if err := kube.Get(ctx, client.ObjectKeyFromObject(ro), &cur); err != nil {
+			t.Fatal(err)
+		}
+		edit(&cur)
+		return writers[writer].Update(ctx, &cur)
+	}
+	to := func(by, reason string) func(*magosv1.Rollout) {
+		return func(r *magosv1.Rollout) {
+			r.Spec.Rollback = &magosv1.RolloutRollback{RequestedBy: by, RequestedAt: metav1.NewTime(time.Now().Truncate(time.Second)), Reason: reason,
+				Commits: []magosv1.RollbackCommit{{RepoURL: "https://git.example/infra.git", TargetRevision: "main", Commit: "0123456789abcdef0123456789abcdef01234567"}}}
+		}
+	}
+	refusedRollback := func(what string, err error, writer string) {
+		t.Helper()
+		if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "requestedBy must be "+user(writer)) {
+			t.Errorf("%s: error %v, want Forbidden, saying requestedBy must be %s", what, err, user(writer))
+		}
+	}
+	refusedRollback("alice rolling back in bob's name", rollback("alice", to(user("bob"), "")), "alice")
+	if err := rollback("alice", to(user("alice"), "bad release")); err != nil {
+		t.Fatalf("alice rolling back in her own name: %v", err)
+	}
+	refusedRollback("bob changing alice's rollback", rollback("bob", func(r *magosv1.Rollout) { r.Spec.Rollback.Reason = "mine now" }), "bob")
+	if err := rollback("bob", func(r *magosv1.Rollout) { r.Spec.Paused = true }); err != nil {
+		t.Errorf("bob pausing the Rollout, alice's rollback left as it was: %v", err)
+	}
+	if err := rollback("bob", func(r *magosv1.Rollout) { r.Spec.Rollback = nil }); err != nil {
+		t.Errorf("bob cancelling the rollback: %v", err)
 	}
 }

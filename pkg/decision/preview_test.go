@@ -408,7 +408,9 @@ func TestDecidePlanFirstShowsDrift(t *testing.T) {
 	ws := []Workspace{
 		// Its plan puts back the drift (1 change, 2 destroys) beside the commit's 4 adds.
 		newWS("c1", "a", "env", "warn").with(func(w *Workspace) { w.ObservedRevision = "rev-0" }, planned, driftedAt("dd-a"),
-			func(w *Workspace) { w.Changes = magosv1.ResourceChanges{Add: 4, Change: 1, Destroy: 2, DriftReverted: 3} }),
+			func(w *Workspace) {
+				w.Changes = magosv1.ResourceChanges{Add: 4, Change: 1, Destroy: 2, DriftReverted: 3}
+			}),
 		newWS("c1", "s", "env", "warn").with(func(w *Workspace) { w.ObservedRevision = "rev-1" }, planned, stale),
 		newWS("c2", "b", "env", "block").with(driftedAt("dd-b")),
 		newWS("c3", "c", "env", "ignore").with(driftedAt("dd-c")),

@@ -340,7 +340,8 @@ type PlanSummary struct {
 	// +optional
 	Change int32 `json:"change,omitempty"`
 	// +optional
-	Destroy int32 `json:"destroy,omitempty"`	// DriftReverted is, of the plan's changes, how many revert drift (put back what changed
+	Destroy int32 `json:"destroy,omitempty"`
+	// DriftReverted is, of the plan's changes, how many revert drift (put back what changed
 	// outside tofu since the last apply); the rest is the commit's own change.
 	// +optional
 	DriftReverted int32 `json:"driftReverted,omitempty"`

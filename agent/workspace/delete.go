@@ -164,7 +164,7 @@ func (r *Reconciler) observeDestroy(ctx context.Context, ws *magosv1.Workspace, 
 	if st.Result.Outcome == runner.OutcomePolicyViolation {
 		// Nothing was destroyed: the destroy plan broke a policy the Workspace's plans answer to.
 		ws.Status.PolicyViolations = violations(st.Result)
-		ws.Status.ResourceChanges = &magosv1.ResourceChanges{Add: st.Result.Add, Change: st.Result.Change, Destroy: st.Result.Destroy}
+		ws.Status.ResourceChanges = planChanges(st.Result)
 		names := make([]string, 0, len(ws.Status.PolicyViolations))
 		for _, v := range ws.Status.PolicyViolations {
 			names = append(names, v.Policy+": "+v.Message)

@@ -155,3 +155,12 @@ func TestRecordRun(t *testing.T) {
 		}
 	})
 }
+
+// TestPlanChanges: status.resourceChanges of a plan carries its counts and, of them, how many
+// revert drift (the runner's DriftReverts).
+func TestPlanChanges(t *testing.T) {
+	got := planChanges(runner.Result{Add: 1, Change: 2, Destroy: 3, DriftReverts: 2})
+	if want := (magosv1.ResourceChanges{Add: 1, Change: 2, Destroy: 3, DriftReverted: 2}); got == nil || *got != want {
+		t.Fatalf("planChanges = %+v; want %+v", got, want)
+	}
+}

@@ -610,7 +610,7 @@ func (r *Reconciler) observe(ctx context.Context, ws *magosv1.Workspace, sched S
 	if op == runner.OperationPlan {
 		switch res.Outcome {
 		case runner.OutcomeSucceeded:
-			ws.Status.ResourceChanges = &magosv1.ResourceChanges{Add: res.Add, Change: res.Change, Destroy: res.Destroy}
+			ws.Status.ResourceChanges = planChanges(res)
 			if why, changed := changedSinceMint(ws); changed && !deleting {
 				// Planned for a spec, labels or projectRef that are no longer the Workspace's.
 				return r.abandon(ctx, ws, sched, done, why)
@@ -634,7 +634,7 @@ func (r *Reconciler) observe(ctx context.Context, ws *magosv1.Workspace, sched S
 			done.record(ws)
 			return step{again: deleting}, nil
 		case runner.OutcomePolicyViolation:
-			ws.Status.ResourceChanges = &magosv1.ResourceChanges{Add: res.Add, Change: res.Change, Destroy: res.Destroy}
+			ws.Status.ResourceChanges = planChanges(res)
 			fail := &runFailure{phase: magosv1.PhaseValidationFailed, reason: magosv1.ReasonPolicyViolation,
 				message: fmt.Sprintf("Plan violated %d policy rule(s)", len(res.Violations)), violations: violations(res)}
 			if res.Message != "" && len(res.Violations) == 0 {
@@ -831,4 +831,10 @@ func (r *Reconciler) reportStaleGrant(ws *magosv1.Workspace, granted string) {
 	r.staleGrants.Store(statusKey(ws), mark)
 	r.recorder.Eventf(ws, nil, corev1.EventTypeNormal, "StaleGrant", "Ignore",
 		"Ignoring the grant for run %s: the current run is %s", granted, ws.Status.CurrentRunID)
+}
+
+// planChanges is what status.resourceChanges says of a plan's result: its counts, and how many of
+// its changes revert drift.
+func planChanges(res runner.Result) *magosv1.ResourceChanges {
+	return &magosv1.ResourceChanges{Add: res.Add, Change: res.Change, Destroy: res.Destroy, DriftReverted: res.DriftReverts}
 }

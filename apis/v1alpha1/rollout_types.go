@@ -341,6 +341,10 @@ type PlanSummary struct {
 	Change int32 `json:"change,omitempty"`
 	// +optional
 	Destroy int32 `json:"destroy,omitempty"`
+	// DriftReverted is, of the plan's changes, how many revert drift (put back what changed
+	// outside tofu since the last apply); the rest is the commit's own change.
+	// +optional
+	DriftReverted int32 `json:"driftReverted,omitempty"`
 }
 
 // PreviewPlan is one Workspace's plan of the change in a step's preview (spec.planFirst).

@@ -312,6 +312,10 @@ type ResourceChanges struct {
 	Add     int32 `json:"add"`
 	Change  int32 `json:"change"`
 	Destroy int32 `json:"destroy"`
+	// DriftReverted is, of the changes, how many put back what changed outside tofu since the
+	// last apply (the plan's refresh found them drifted); the rest is the change planned.
+	// +optional
+	DriftReverted int32 `json:"driftReverted,omitempty"`
 }
 
 // Results of a run's policy check (RunRecord.Policy).

@@ -523,6 +523,43 @@ func TestRetryAndApproveFromTheHub(t *testing.T) {
 // Workspace or every Workspace a step lists as drifted; it refuses a Workspace that has not
 // drifted at the commit it applied, one the hub does not mirror, and one of another Project.
 // rollout status shows each Workspace's drift and each step's drifted Workspaces.
+// TestRolloutStatusShowsThePreview: with planFirst, `rollout status` sums each step's preview by
+// cluster, saying how many of the plans' changes revert drift (driftReverted, kept by the API
+// server), and names a plan that changed since the preview, with its own drift reverts.
+func TestRolloutStatusShowsThePreview(t *testing.T) {
+	f := setup(t)
+	ro := &magosv1.Rollout{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "first"}, Spec: magosv1.RolloutSpec{ProjectRef: "first",
+		PlanFirst: true, Strategy: magosv1.RolloutStrategy{Steps: []magosv1.RolloutStep{
+			{Name: "prod", Selector: magosv1.MatchLabels(map[string]string{"env": "prod"})},
+		}}}}
+	f.create(t, ro)
+	const rev = "0123456789abcdef0123456789abcdef01234567"
+	planned := func(ws string, s magosv1.PlanSummary) magosv1.PreviewPlan {
+		return magosv1.PreviewPlan{Workspace: ws, Revision: rev, Result: magosv1.PreviewPlanned, PlanSummary: s}
+	}
+	changed := planned("eu-west-1/default/b", magosv1.PlanSummary{Digest: "p2", Add: 1, Change: 2, DriftReverted: 2})
+	changed.Previewed = &magosv1.PlanSummary{Digest: "p1", Add: 1, Change: 1, DriftReverted: 1}
+	ro.Status = magosv1.RolloutStatus{ObservedGeneration: ro.Generation, Phase: magosv1.PhaseReconciling, CurrentStepName: "prod",
+		Steps: []magosv1.StepStatus{{Name: "prod", Phase: magosv1.StepPreviewing, Preview: []magosv1.PreviewPlan{
+			planned("eu-west-1/default/a", magosv1.PlanSummary{Digest: "pa", Add: 3, Change: 1, Destroy: 1, DriftReverted: 2}),
+			changed,
+			planned("us-east-1/default/c", magosv1.PlanSummary{Digest: "pc", Add: 1}),
+		}}}}
+	if err := f.hub.Client.Status().Update(f.ctx, ro); err != nil {
+		t.Fatal(err)
+	}
+	status := mustRun(t, f.hub.Kubeconfig, "rollout", "status", "first", "-n", "default")
+	for _, want := range []string{
+		"step prod, cluster eu-west-1: 2/2 planned: 4 to add, 3 to change, 1 to destroy, 4 revert drift\n",
+		"step prod, cluster us-east-1: 1/1 planned: 1 to add, 0 to change, 0 to destroy\n",
+		"the plan of eu-west-1/default/b changed since the preview: previewed plan p1 (+1 ~1 -0, 1 revert drift), now plan p2 (+1 ~2 -0, 2 revert drift)",
+	} {
+		if !strings.Contains(status, want) {
+			t.Errorf("rollout status lacks %q:\n%s", want, status)
+		}
+	}
+}
+
 func TestRolloutAcceptDrift(t *testing.T) {
 	f := setup(t)
 	const applied, older = "0123456789abcdef0123456789abcdef01234567", "fedcba9876543210fedcba9876543210fedcba98"

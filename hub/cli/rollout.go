@@ -667,8 +667,8 @@ func renderPreview(b *bytes.Buffer, r *magosv1.Rollout) {
 	b.WriteString("  preview of the change (planFirst), by step and cluster:\n")
 	for _, s := range r.Status.Steps {
 		for _, c := range rolloutgrid.Previews(s) {
-			fmt.Fprintf(b, "    step %s, cluster %s: %d/%d planned: %d to add, %d to change, %d to destroy",
-				s.Name, c.Cluster, c.Planned, c.Workspaces, c.Add, c.Change, c.Destroy)
+			fmt.Fprintf(b, "    step %s, cluster %s: %d/%d planned: %d to add, %d to change, %d to destroy%s",
+				s.Name, c.Cluster, c.Planned, c.Workspaces, c.Add, c.Change, c.Destroy, revertsDrift(c.DriftReverted))
 			if len(c.PolicyViolations) > 0 {
 				fmt.Fprintf(b, "; breaks a policy: %s", strings.Join(c.PolicyViolations, ", "))
 			}
@@ -684,13 +684,22 @@ func renderPreview(b *bytes.Buffer, r *magosv1.Rollout) {
 			if v := p.Previewed; v != nil {
 				now := "planning again"
 				if p.Digest != "" {
-					now = fmt.Sprintf("now plan %s (+%d ~%d -%d)", p.Digest, p.Add, p.Change, p.Destroy)
+					now = fmt.Sprintf("now plan %s (+%d ~%d -%d%s)", p.Digest, p.Add, p.Change, p.Destroy, revertsDrift(p.DriftReverted))
 				}
-				fmt.Fprintf(b, "    step %s: the plan of %s changed since the preview: previewed plan %s (+%d ~%d -%d), %s\n",
-					s.Name, p.Workspace, v.Digest, v.Add, v.Change, v.Destroy, now)
+				fmt.Fprintf(b, "    step %s: the plan of %s changed since the preview: previewed plan %s (+%d ~%d -%d%s), %s\n",
+					s.Name, p.Workspace, v.Digest, v.Add, v.Change, v.Destroy, revertsDrift(v.DriftReverted), now)
 			}
 		}
 	}
+}
+
+// revertsDrift says how many of a plan's changes revert drift (", N revert drift"), or nothing
+// when none does.
+func revertsDrift(n int32) string {
+	if n <= 0 {
+		return ""
+	}
+	return fmt.Sprintf(", %d revert drift", n)
 }
 
 // shortSHA shortens a commit SHA to 12 characters.

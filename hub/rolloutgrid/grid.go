@@ -77,10 +77,12 @@ type ClusterPreview struct {
 	// have a plan of the change (Planned or Applied).
 	Workspaces int32 `json:"workspaces"`
 	Planned    int32 `json:"planned"`
-	// Add, Change and Destroy sum the changes of those plans.
-	Add     int32 `json:"add"`
-	Change  int32 `json:"change"`
-	Destroy int32 `json:"destroy"`
+	// Add, Change and Destroy sum the changes of those plans; DriftReverted how many of them
+	// revert drift (the rest is the commit's own change).
+	Add           int32 `json:"add"`
+	Change        int32 `json:"change"`
+	Destroy       int32 `json:"destroy"`
+	DriftReverted int32 `json:"driftReverted,omitempty"`
 	// PolicyViolations and Failed name the Workspaces whose plan breaks a policy, and whose run
 	// failed (cluster/namespace/name).
 	PolicyViolations []string `json:"policyViolations,omitempty"`
@@ -103,6 +105,7 @@ func Previews(st magosv1.StepStatus) []ClusterPreview {
 		case magosv1.PreviewPlanned, magosv1.PreviewApplied:
 			c.Planned++
 			c.Add, c.Change, c.Destroy = c.Add+p.Add, c.Change+p.Change, c.Destroy+p.Destroy
+			c.DriftReverted += p.DriftReverted
 		case magosv1.PreviewPolicyViolation:
 			c.PolicyViolations = append(c.PolicyViolations, p.Workspace)
 		case magosv1.PreviewFailed:

@@ -10,10 +10,15 @@ import (
 )
 
 // TestPreviews: a step's preview sums by cluster, in order: plans planned or applied count with
-// their changes; policy violations, failures and plans changed since the preview are named.
+// their changes (and how many of them revert drift); policy violations, failures and plans changed
+// since the preview are named.
 func TestPreviews(t *testing.T) {
 	plan := func(ws, result string, add, change, destroy int32) magosv1.PreviewPlan {
 		return magosv1.PreviewPlan{Workspace: ws, Result: result, PlanSummary: magosv1.PlanSummary{Digest: "d-" + ws, Add: add, Change: change, Destroy: destroy}}
+	}
+	reverting := func(p magosv1.PreviewPlan, n int32) magosv1.PreviewPlan {
+		p.DriftReverted = n
+		return p
 	}
 	changed := plan("eu/ns/c", magosv1.PreviewPlanned, 3, 0, 0)
 	changed.Previewed = &magosv1.PlanSummary{Digest: "old", Add: 1}
@@ -27,12 +32,12 @@ func TestPreviews(t *testing.T) {
 			name: "two clusters",
 			in: []magosv1.PreviewPlan{
 				plan("ap/ns/a", magosv1.PreviewApplied, 1, 2, 3), plan("ap/ns/b", magosv1.PreviewPending, 9, 9, 9),
-				changed, plan("eu/ns/d", magosv1.PreviewPolicyViolation, 5, 0, 5), plan("eu/ns/e", magosv1.PreviewFailed, 0, 0, 0),
-				plan("eu/ns/f", magosv1.PreviewPlanned, 0, 1, 1),
+				changed, reverting(plan("eu/ns/d", magosv1.PreviewPolicyViolation, 5, 0, 5), 5), plan("eu/ns/e", magosv1.PreviewFailed, 0, 0, 0),
+				reverting(plan("eu/ns/f", magosv1.PreviewPlanned, 0, 1, 1), 1),
 			},
 			want: []rolloutgrid.ClusterPreview{
 				{Cluster: "ap", Workspaces: 2, Planned: 1, Add: 1, Change: 2, Destroy: 3},
-				{Cluster: "eu", Workspaces: 4, Planned: 2, Add: 3, Change: 1, Destroy: 1,
+				{Cluster: "eu", Workspaces: 4, Planned: 2, Add: 3, Change: 1, Destroy: 1, DriftReverted: 1,
 					PolicyViolations: []string{"eu/ns/d"}, Failed: []string{"eu/ns/e"}, Changed: []string{"eu/ns/c"}},
 			},
 		},

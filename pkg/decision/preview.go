@@ -117,7 +117,8 @@ func previews(steps []step, ms []member, ro *magosv1.Rollout) {
 func previewOf(m *member, old *magosv1.PreviewPlan) magosv1.PreviewPlan {
 	w := m.ws
 	p := magosv1.PreviewPlan{Workspace: w.Key.String(), Run: w.RunID, Revision: m.revision, Result: magosv1.PreviewPending}
-	plan := magosv1.PlanSummary{Digest: w.PlanDigest, Add: w.Changes.Add, Change: w.Changes.Change, Destroy: w.Changes.Destroy}
+	plan := magosv1.PlanSummary{Digest: w.PlanDigest, Add: w.Changes.Add, Change: w.Changes.Change, Destroy: w.Changes.Destroy,
+		DriftReverted: w.Changes.DriftReverted}
 	switch {
 	case m.done:
 		p.Result, p.Revision, p.PlanSummary = magosv1.PreviewApplied, w.ObservedRevision, plan

@@ -392,7 +392,8 @@ func TestPreviewSize(t *testing.T) {
 
 // TestDecidePlanFirstShowsDrift: each Workspace's preview entry shows, apart from its plan of the
 // change, its drift at the commit it applied (the drift check's digest and counts), whatever its
-// step's drift but ignore, accepted or not; a drift check of an older commit shows nothing.
+// step's drift but ignore, accepted or not; a drift check of an older commit shows nothing. The
+// plan says how many of its changes revert drift (driftReverted): the rest is the commit's own.
 func TestDecidePlanFirstShowsDrift(t *testing.T) {
 	warn, block, ignore := stepSpec("warn", "env", "warn"), stepSpec("block", "env", "block"), stepSpec("ignore", "env", "ignore")
 	warn.Drift, block.Drift, ignore.Drift = magosv1.DriftWarn, magosv1.DriftBlock, magosv1.DriftIgnore
@@ -405,7 +406,11 @@ func TestDecidePlanFirstShowsDrift(t *testing.T) {
 		w.Changes = magosv1.ResourceChanges{Add: 4}
 	}
 	ws := []Workspace{
-		newWS("c1", "a", "env", "warn").with(func(w *Workspace) { w.ObservedRevision = "rev-0" }, planned, driftedAt("dd-a")),
+		// Its plan puts back the drift (1 change, 2 destroys) beside the commit's 4 adds.
+		newWS("c1", "a", "env", "warn").with(func(w *Workspace) { w.ObservedRevision = "rev-0" }, planned, driftedAt("dd-a"),
+			func(w *Workspace) {
+				w.Changes = magosv1.ResourceChanges{Add: 4, Change: 1, Destroy: 2, DriftReverted: 3}
+			}),
 		newWS("c1", "s", "env", "warn").with(func(w *Workspace) { w.ObservedRevision = "rev-1" }, planned, stale),
 		newWS("c2", "b", "env", "block").with(driftedAt("dd-b")),
 		newWS("c3", "c", "env", "ignore").with(driftedAt("dd-c")),
@@ -419,7 +424,7 @@ func TestDecidePlanFirstShowsDrift(t *testing.T) {
 		plan     magosv1.PlanSummary
 		drift    *magosv1.PlanSummary
 	}{
-		{0, 0, magosv1.PlanSummary{Digest: "p-a", Add: 4}, drift("dd-a")},
+		{0, 0, magosv1.PlanSummary{Digest: "p-a", Add: 4, Change: 1, Destroy: 2, DriftReverted: 3}, drift("dd-a")},
 		{0, 1, magosv1.PlanSummary{Digest: "p-s", Add: 4}, nil}, // checked rev-0, applied rev-1: stale
 		{1, 0, magosv1.PlanSummary{}, drift("dd-b")},            // accepted, shown all the same
 		{2, 0, magosv1.PlanSummary{}, nil},                      // ignore

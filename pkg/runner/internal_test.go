@@ -84,6 +84,32 @@ func TestSummarizePlan(t *testing.T) {
 			want: planSummary{hasChanges: true}, msg: "Plan: 0 to add, 0 to change, 0 to destroy."},
 		{name: "a format this reader does not know", json: `{"format_version":"2.0","resource_changes":[]}`, err: "unsupported plan format version"},
 		{name: "forget", json: `{"format_version":"1.2","resource_changes":[{"change":{"actions":["forget"]}}]}`, want: planSummary{hasChanges: true}},
+		// resource_drift: what the refresh found changed outside the tool. A change of a drifted
+		// resource reverts drift; of another, it is the commit's own.
+		{name: "a change of a drifted resource reverts drift", json: `{"format_version":"1.2",
+			"resource_drift":[{"address":"a.x","change":{"actions":["update"]}}],
+			"resource_changes":[{"address":"a.x","change":{"actions":["update"]}}]}`,
+			want: planSummary{change: 1, driftReverts: 1, hasChanges: true}, msg: "Plan: 0 to add, 1 to change, 0 to destroy."},
+		{name: "a change of a resource that did not drift", json: `{"format_version":"1.2",
+			"resource_drift":[{"address":"a.x","change":{"actions":["update"]}}],
+			"resource_changes":[{"address":"a.y","change":{"actions":["update"]}},{"address":"a.x","change":{"actions":["no-op"]}}]}`,
+			want: planSummary{change: 1, hasChanges: true}},
+		{name: "a drifted resource the plan does not touch", json: `{"format_version":"1.2",
+			"resource_drift":[{"address":"a.x","change":{"actions":["delete"]}}],
+			"resource_changes":[{"address":"a.y","change":{"actions":["create"]}}]}`,
+			want: planSummary{add: 1, hasChanges: true}},
+		{name: "no-op and read of a drifted resource", json: `{"format_version":"1.2",
+			"resource_drift":[{"address":"a.x","change":{"actions":["update"]}},{"address":"data.d.x","change":{"actions":["update"]}}],
+			"resource_changes":[{"address":"a.x","change":{"actions":["no-op"]}},{"address":"data.d.x","change":{"actions":["read"]}}]}`,
+			want: planSummary{}, msg: "No changes."},
+		{name: "drift without a change is no drift", json: `{"format_version":"1.2",
+			"resource_drift":[{"address":"a.x","change":{"actions":["no-op"]}}],
+			"resource_changes":[{"address":"a.x","change":{"actions":["update"]}}]}`,
+			want: planSummary{change: 1, hasChanges: true}},
+		{name: "mixed: a drifted resource replaced, a deleted one created again, a new one created", json: `{"format_version":"1.2",
+			"resource_drift":[{"address":"a.x","change":{"actions":["update"]}},{"address":"a.z","change":{"actions":["delete"]}},{"address":"a.w","change":{"actions":["update"]}}],
+			"resource_changes":[{"address":"a.x","change":{"actions":["delete","create"]}},{"address":"a.z","change":{"actions":["create"]}},{"address":"a.n","change":{"actions":["create"]}}]}`,
+			want: planSummary{add: 3, destroy: 1, driftReverts: 2, hasChanges: true}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -95,7 +121,7 @@ func TestSummarizePlan(t *testing.T) {
 				return
 			}
 			if err != nil || got != tt.want {
-				t.Fatalf("summarizePlan = %+v, %v; want %+v", got, err, tt.want)
+				t.Fatalf("summarizePlan = %#v, %v; want %#v", got, err, tt.want)
 			}
 			if tt.msg != "" && got.String() != tt.msg {
 				t.Errorf("String() = %q; want %q", got.String(), tt.msg)

@@ -91,6 +91,21 @@ resource "kubectl_manifest" "settings" {
 }
 `
 
+// limitsManifest is a second ConfigMap for kubeModule, in a file of its own.
+const limitsManifest = `
+resource "kubectl_manifest" "limits" {
+  yaml_body = <<-YAML
+    apiVersion: v1
+    kind: ConfigMap
+    metadata:
+      name: limits
+      namespace: team-a
+    data:
+      cpu: "1"
+  YAML
+}
+`
+
 // providerMirror returns the provider mirror the runner image carries (MAGOS_PROVIDERS, built
 // by tools/provision-assets.sh), failing the test when it cannot be had.
 func providerMirror(t testing.TB) string {
@@ -189,7 +204,9 @@ func lockFile(t *testing.T, tofu, mirror, mainTF string) string {
 // applies with its providers from the runner's mirror (MAGOS_PROVIDER_MIRROR), the kubectl
 // provider reaching a real API server through KUBE_CONFIG_PATH alone (what the local launcher
 // sets; provider "kubectl" {} in the module), and nothing reaching the network. The ConfigMap it
-// manages, changed behind tofu's back, makes the next plan a change: the provider sees drift.
+// manages, changed behind tofu's back, makes the next plan a change: the provider sees drift,
+// and the plan counts the change as reverting it (DriftReverts); a commit adding another
+// ConfigMap then plans 1 to add (its own) and 1 to change (reverting the drift).
 func TestRunProvidersFromTheMirror(t *testing.T) {
 	mirror := providerMirror(t)
 	fleet := testenv.Start(t, localcluster.Options{NoHub: true, Spokes: []string{"spoke"}})
@@ -230,8 +247,14 @@ func TestRunProvidersFromTheMirror(t *testing.T) {
 	if err := spoke.Client.Update(ctx, cm); err != nil {
 		t.Fatalf("changing the ConfigMap behind tofu's back: %v", err)
 	}
-	if drift := run(runner.OperationPlan, runner.OutcomeSucceeded); !drift.HasChanges || drift.Change != 1 || drift.Add+drift.Destroy != 0 {
-		t.Fatalf("plan after the ConfigMap changed = %+v; want 1 to change (the provider sees the drift)", drift)
+	if drift := run(runner.OperationPlan, runner.OutcomeSucceeded); !drift.HasChanges || drift.Change != 1 || drift.Add+drift.Destroy != 0 || drift.DriftReverts != 1 {
+		t.Fatalf("plan after the ConfigMap changed = %+v; want 1 to change, reverting drift (the provider sees the drift)", drift)
+	}
+	// A new commit adds a ConfigMap over the hand-edited one: of the plan's two changes, one
+	// puts back what drifted, the other is the commit's own.
+	f.sha = f.repo.Commit(t, "another ConfigMap", map[string]string{"limits.tf": limitsManifest})
+	if plan := run(runner.OperationPlan, runner.OutcomeSucceeded); plan.Add != 1 || plan.Change != 1 || plan.Destroy != 0 || plan.DriftReverts != 1 {
+		t.Fatalf("plan of the changed module over the drifted ConfigMap = %+v; want 1 to add, 1 to change, 1 reverting drift", plan)
 	}
 	if hosts := net.take(); len(hosts) > 0 {
 		t.Errorf("the runs reached for the network: %v; want providers from the mirror only", hosts)

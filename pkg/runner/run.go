@@ -84,7 +84,7 @@ func Run(ctx context.Context, spec Spec, opts Options) Result {
 	r := &run{spec: spec, opts: opts, dir: dir, log: logger}
 	res = r.execute(ctx, res)
 	logger.Info("Run finished", "outcome", res.Outcome, "revision", res.Revision,
-		"add", res.Add, "change", res.Change, "destroy", res.Destroy, "violations", len(res.Violations),
+		"add", res.Add, "change", res.Change, "destroy", res.Destroy, "driftReverts", res.DriftReverts, "violations", len(res.Violations),
 		"outputs", len(res.Outputs))
 	return res
 }
@@ -295,6 +295,7 @@ func (r *run) planInto(ctx context.Context, t *tool, planFile, varFile string, f
 		return nil, planSummary{}, err
 	}
 	res.Add, res.Change, res.Destroy, res.HasChanges = summary.add, summary.change, summary.destroy, summary.hasChanges
+	res.DriftReverts = summary.driftReverts
 	return planJSON, summary, nil
 }
 

@@ -156,6 +156,9 @@ type Result struct {
 	Add     int32 `json:"add,omitempty"`
 	Change  int32 `json:"change,omitempty"`
 	Destroy int32 `json:"destroy,omitempty"`
+	// DriftReverts counts, of those changes, the ones that put back what changed outside the
+	// tool: their resource is in the plan's resource_drift (its refresh found it changed).
+	DriftReverts int32 `json:"driftReverts,omitempty"`
 	// PlanSHA256 is, for a plan, the SHA-256 (hex) of its JSON rendering (`tofu show -json`)
 	// without the time it was made: what the apply of the plan file would do. The agent keys it
 	// into status.planDigest; it never leaves the spoke.

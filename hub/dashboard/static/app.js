@@ -117,11 +117,13 @@ function renderGrid(g) {
 }
 
 // previewBadge shows a Workspace's plan of the change in a Rollout with planFirst: what it
-// adds, changes and destroys, or why it has no plan, and the plan previewed when it changed.
+// adds, changes and destroys (and how many of those revert drift), or why it has no plan, and the
+// plan previewed when it changed.
 function previewBadge(p) {
   let text = p.result;
   if (p.result === "Planned" || p.result === "Applied") {
     text = "+" + (p.add || 0) + " ~" + (p.change || 0) + " -" + (p.destroy || 0);
+    if (p.driftReverted) text += ", " + p.driftReverted + " revert drift";
   }
   if (p.previewed) {
     text += " (previewed +" + (p.previewed.add || 0) + " ~" + (p.previewed.change || 0) + " -" + (p.previewed.destroy || 0) + ")";

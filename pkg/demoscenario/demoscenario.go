@@ -61,6 +61,10 @@ resource "terraform_data" "edge" {
 output "endpoint" {
   value = "https://edge.${var.region}.example.com"
 }
+
+output "release" {
+  value = terraform_data.edge.output.release
+}
 `
 
 // ConfigMap names the ConfigMap (namespace default) that LocalModule manages in each region's

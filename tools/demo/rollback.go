@@ -150,14 +150,23 @@ func RunRollback(ctx context.Context, fleet *devfleet.Fleet, opts RollbackOption
 	if err != nil {
 		return sum, err
 	}
-	fmt.Fprintf(out, "demo: rolled back to v1 (%.12s) in %s, last region first\n", sum.To, strings.Join(reversed(fleet.Order), ", "))
+	fmt.Fprintf(out, "demo: rolled back: every region of %s is at v1 (%.12s) again, the last step first\n", strings.Join(fleet.Order, ", "), sum.To)
 	return sum, nil
 }
 
-func reversed(xs []string) []string {
-	out := make([]string, len(xs))
-	for i, x := range xs {
-		out[len(xs)-1-i] = x
+// SmokeCheck is the demo's verification of every step: a smoke test of the region's endpoint,
+// run after each apply as the step's check Job (by the dev fleet's agents as a local process,
+// the stand-in for the Job), with the apply's outputs as its environment. It is scripted to find
+// release v2 unhealthy in failRegion, and every other release and region healthy, so that the
+// demo shows a failed check halting that region.
+func SmokeCheck(failRegion string) *magosv1.StepVerification {
+	script := fmt.Sprintf(`echo "smoke test of $OUTPUT_ENDPOINT, release $OUTPUT_RELEASE"
+case "$OUTPUT_RELEASE $OUTPUT_ENDPOINT" in
+  "v2 "*%s*) echo "5xx rate 12%%, above the 1%% threshold: unhealthy"; exit 1 ;;
+esac
+echo "5xx rate 0.1%%: healthy"`, failRegion)
+	return &magosv1.StepVerification{
+		Expression: `outputs.endpoint.startsWith("https://")`,
+		Job:        &magosv1.VerificationJob{Image: "example.com/edge-smoke-test:1", Command: []string{"sh", "-c", script}},
 	}
-	return out
 }

@@ -2,12 +2,13 @@ package e2e_test
 
 import (
 	"bytes"
-	"fmt"
 	"slices"
 	"strings"
 	"testing"
 
 	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
+	"github.com/magosfleet/magos/pkg/runner"
+	"github.com/magosfleet/magos/pkg/runoutput"
 	"github.com/magosfleet/magos/tools/demo"
 )
 
@@ -65,19 +66,20 @@ func TestRollbackInReverseOrder(t *testing.T) {
 	}
 }
 
-// TestOnFailureRollsBack: release v2's verification fails in the second region, and the
+// TestOnFailureRollsBack: release v2 fails the demo's smoke test (demo.SmokeCheck, the check Job
+// make demo DEMO_FLAGS=--rollback runs) in the second region, and the
 // Rollout's onFailure is Rollback: the hub writes spec.rollback itself, and v1 goes back out to
 // the regions that applied v2, last first. The ledger shows v1 in step order, v2 in the first
-// two regions, then v1 in the second and the first: the third region never ran v2.
+// two regions, then v1 in the second and the first: the third region never ran v2; the failed
+// check's log is in the run history.
 func TestOnFailureRollsBack(t *testing.T) {
 	f, ctx := start(t)
 	ledger := t.TempDir() + "/ledger"
 	bad := f.Order[1]
 	var out bytes.Buffer
 	s, err := demo.RunRollback(ctx, f, demo.RollbackOptions{
-		Options: demo.Options{Out: &out, Verification: &magosv1.StepVerification{
-			Expression: fmt.Sprintf(`outputs.release != "v2" || !outputs.endpoint.contains(%q)`, bad)}},
-		Module: releaseModule(ledger), OnFailure: true})
+		Options: demo.Options{Out: &out, Verification: demo.SmokeCheck(bad)},
+		Module:  releaseModule(ledger), OnFailure: true})
 	t.Logf("demo output:\n%s", out.String())
 	if err != nil {
 		t.Fatal(err)
@@ -93,6 +95,21 @@ func TestOnFailureRollsBack(t *testing.T) {
 		if ws := workspace(t, ctx, f, cluster); ws.Status.ObservedRevision != s.To {
 			t.Errorf("%s is at %s, want v1 (%s)", cluster, shortRev(ws.Status.ObservedRevision), shortRev(s.To))
 		}
+	}
+	// The failed check's log is in the run history of the run that applied v2 in the bad region.
+	ws := workspace(t, ctx, f, bad)
+	var v2Run string
+	for _, rec := range ws.Status.Runs {
+		if rec.Revision == s.From && rec.Reason == magosv1.ReasonVerificationFailed {
+			v2Run = rec.RunID
+		}
+	}
+	if v2Run == "" {
+		t.Fatalf("%s records no run of v2 that failed its verification: %+v", bad, ws.Status.Runs)
+	}
+	log, err := runoutput.ReadOperation(ctx, f.Client(bad), ws, v2Run, runner.OperationVerify)
+	if err != nil || !strings.Contains(log.Log, "unhealthy") {
+		t.Errorf("%s: the failed check's log in the run history: %q, %v; want the smoke test's verdict", bad, log.Log, err)
 	}
 }
 

@@ -50,7 +50,7 @@ func run(ctx context.Context, args []string) error {
 	approval := fs.Bool("approval", false, "demo: the last region's step requires approval; the demo waits for magosctl rollout approve")
 	planFirst := fs.Bool("plan-first", false, "demo: the Rollout previews the change in every region (spec.planFirst) before the first applies")
 	drift := fs.Bool("drift", false, "demo: every step's drift is block; a ConfigMap edited by hand in the second region holds the next release until the drift is accepted")
-	rollback := fs.Bool("rollback", false, "demo: release v1 then v2 roll out region by region; then v1 is rolled back out, last region first (magosctl rollout rollback)")
+	rollback := fs.Bool("rollback", false, "demo: every step runs a smoke-test check after its apply; release v2 fails it in the second region, and the Rollout (onFailure: Rollback) returns the regions that applied v2 to v1, last first")
 	timeout := fs.Duration("timeout", 10*time.Minute, "demo: give up after this long")
 	dashboard := fs.String("dashboard", "127.0.0.1:8480", "address of the hub's dashboard, host:port (empty turns it off)")
 	if err := fs.Parse(args[1:]); err != nil {
@@ -122,12 +122,16 @@ func run(ctx context.Context, args []string) error {
 		return nil
 	}
 	if *rollback {
-		rs, err := demo.RunRollback(ctx, fleet, demo.RollbackOptions{Options: demo.Options{Out: os.Stdout, Timeout: *timeout}})
+		if len(fleet.Order) < 2 {
+			return errors.New("demo: --rollback needs at least two spokes")
+		}
+		rs, err := demo.RunRollback(ctx, fleet, demo.RollbackOptions{OnFailure: true,
+			Options: demo.Options{Out: os.Stdout, Timeout: *timeout, Verification: demo.SmokeCheck(fleet.Order[1])}})
 		if err != nil {
 			return err
 		}
-		fmt.Printf("\ndemo: release v2 (%.12s) was rolled back to v1 (%.12s), last region first; total wall time %s (including start-up)\n",
-			rs.From, rs.To, time.Since(started).Round(time.Second))
+		fmt.Printf("\ndemo: release v2 (%.12s) failed its smoke test in %s; the fleet is back at v1 (%.12s), last region first; total wall time %s (including start-up)\n",
+			rs.From, fleet.Order[1], rs.To, time.Since(started).Round(time.Second))
 		return nil
 	}
 	summary, err := demo.Run(ctx, fleet, demo.Options{FailRegion: *failRegion, Approval: *approval, PlanFirst: *planFirst, Out: os.Stdout, Timeout: *timeout})

@@ -70,8 +70,9 @@ func TestRollbackInReverseOrder(t *testing.T) {
 // make demo DEMO_FLAGS=--rollback runs) in the second region, and the
 // Rollout's onFailure is Rollback: the hub writes spec.rollback itself, and v1 goes back out to
 // the regions that applied v2, last first. The ledger shows v1 in step order, v2 in the first
-// two regions, then v1 in the second and the first: the third region never ran v2; the failed
-// check's log is in the run history.
+// two regions, then v1 in the second and the first: the third region never ran v2 (the failed
+// check halted the Rollout at the second); the failed check's log and exit code are in the run
+// history, and the rollback's runs passed the same checks.
 func TestOnFailureRollsBack(t *testing.T) {
 	f, ctx := start(t)
 	ledger := t.TempDir() + "/ledger"
@@ -108,8 +109,17 @@ func TestOnFailureRollsBack(t *testing.T) {
 		t.Fatalf("%s records no run of v2 that failed its verification: %+v", bad, ws.Status.Runs)
 	}
 	log, err := runoutput.ReadOperation(ctx, f.Client(bad), ws, v2Run, runner.OperationVerify)
-	if err != nil || !strings.Contains(log.Log, "unhealthy") {
-		t.Errorf("%s: the failed check's log in the run history: %q, %v; want the smoke test's verdict", bad, log.Log, err)
+	if err != nil || !strings.Contains(log.Log, "smoke test of https://edge."+bad+".example.com, release v2") || !strings.Contains(log.Log, "unhealthy") {
+		t.Errorf("%s: the failed check's log in the run history: %q, %v; want the smoke test's own lines", bad, log.Log, err)
+	}
+	if i := slices.IndexFunc(ws.Status.Runs, func(r magosv1.RunRecord) bool { return r.RunID == v2Run }); !strings.Contains(ws.Status.Runs[i].Message, "the check exited with code 1") {
+		t.Errorf("%s: the failed run's record says %q, want the check's exit code", bad, ws.Status.Runs[i].Message)
+	}
+	// The rollback went through the same checks: every region's last run passed them.
+	for _, cluster := range f.Order {
+		if v := workspace(t, ctx, f, cluster).Status.Verification; v == nil || v.Result != magosv1.VerificationPassed {
+			t.Errorf("%s: verification %+v, want the last run's checks Passed", cluster, v)
+		}
 	}
 }
 

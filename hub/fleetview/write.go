@@ -319,7 +319,7 @@ func (s *Snapshot) writeOne(ctx context.Context, c decision.Change, isGrant bool
 		// The cluster did not answer in this pass: nothing can be written there now.
 		return nil, nil
 	}
-	want := pending{resourceVersion: t.Workspace.ResourceVersion, isGrant: isGrant, decided: granted(c, by)}
+	want := pending{resourceVersion: t.Workspace.ResourceVersion, isGrant: isGrant, decided: c.Grant(by)}
 	if s.view.pending(c.Key, want) {
 		// This very decision was written on this very version of the Workspace, and the
 		// cache has not caught up with the write yet: writing again would change nothing.
@@ -376,17 +376,11 @@ func decided(g grant.Grant, leader string) map[string]any {
 	return annotations
 }
 
-// granted is the grant the change c decided by by (keys.GrantedByRollout or
-// keys.GrantedByProject) writes.
-func granted(c decision.Change, by string) grant.Grant {
-	return grant.Grant{Allowed: true, Run: c.Run, By: by, Revision: c.Revision, PlanOnly: c.PlanOnly, Plan: c.Plan, Verification: c.Verification}
-}
-
 // carries reports whether ws already carries the decision: the exact grant (grant.Equal), or
 // (for a revocation) none of the grant annotations.
 func carries(ws *magosv1.Workspace, isGrant bool, c decision.Change, by string) bool {
 	if isGrant {
-		return grant.Of(ws).Equal(granted(c, by))
+		return grant.Of(ws).Equal(c.Grant(by))
 	}
 	return !grant.Carried(ws.GetAnnotations())
 }

@@ -270,12 +270,11 @@ func decideRollout(d *Decision, in Input, ms []member) {
 // retries asks the members of the current step s that need it (member.needsRetry) for a new
 // run, in key order.
 func retries(d *Decision, s *step, ms []member) {
-	for _, i := range s.matched {
+	for _, i := range s.matched { // in key order
 		if m := &ms[i]; m.needsRetry() {
 			d.Retries = append(d.Retries, Change{Key: m.ws.Key, Run: m.ws.RunID})
 		}
 	}
-	sortChanges(d.Retries)
 }
 
 // inSpecOrder puts the status of a Rollout decided on its steps reversed (a rollback) back in
@@ -294,11 +293,6 @@ func inSpecOrder(d *Decision, ro *magosv1.Rollout) {
 	default:
 		d.Message = fmt.Sprintf("Rolling back to %s: %s", to, d.Message)
 	}
-}
-
-// sortChanges sorts changes by key.
-func sortChanges(cs []Change) {
-	slices.SortFunc(cs, func(a, b Change) int { return compareKeys(a.Key, b.Key) })
 }
 
 // countSelected counts the distinct members the steps select, and those of them that are Done.

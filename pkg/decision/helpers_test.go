@@ -116,7 +116,7 @@ func applyWrites(ws []Workspace, d Decision, by string) []Workspace {
 		idx[out[i].Key] = i
 	}
 	for _, g := range d.Grants {
-		out[idx[g.Key]].Grant = Grant{Allowed: true, Run: g.Run, By: by, Revision: g.Revision, PlanOnly: g.PlanOnly, Plan: g.Plan, Verification: g.Verification}
+		out[idx[g.Key]].Grant = g.Grant(by)
 	}
 	for _, r := range d.Revokes {
 		out[idx[r.Key]].Grant = Grant{}

@@ -44,10 +44,7 @@ func FromWorkspace(cluster string, ws *magosv1.Workspace) Workspace {
 		Changes:            ptr.Deref(ws.Status.ResourceChanges, magosv1.ResourceChanges{}),
 		PolicyViolations:   int32(len(ws.Status.PolicyViolations)),
 	}
-	w.Trigger, w.RetryRequested = ws.Status.CurrentRunTrigger, ann[keys.RetryRun]
-	if a := ws.Status.AppliedRevisions; a != nil && src.RepoURL != "" && a.Source == gitrepo.SourceKey(src.RepoURL, src.Ref) {
-		w.Applied = a.Commits
-	}
+	w.Trigger, w.RetryRequested, w.Applied = ws.Status.CurrentRunTrigger, ann[keys.RetryRun], appliedOf(ws, src)
 	if d := ws.Status.Drift; d.DriftedAt(ws.Status.ObservedRevision) {
 		w.Drifted, w.DriftDigest = true, d.PlanDigest
 		w.DriftChanges = ptr.Deref(d.ResourceChanges, magosv1.ResourceChanges{})
@@ -70,14 +67,20 @@ func spelling(src magosv1.Source) string {
 // run started: a detection older than that is consumed when the run starts). A commit appears
 // once, at its last place.
 func orderOf(ws *magosv1.Workspace, src Source) []string {
-	var out []string
-	if a := ws.Status.AppliedRevisions; a != nil && src.RepoURL != "" && a.Source == gitrepo.SourceKey(src.RepoURL, src.Ref) {
-		out = append(out, a.Commits...)
-	}
+	out := slices.Clone(appliedOf(ws, src))
 	if d := ws.Annotations[keys.DetectedRevision]; d != "" && d != ws.Status.ObservedRevision {
 		out = append(slices.DeleteFunc(out, func(c string) bool { return c == d }), d)
 	}
 	return out
+}
+
+// appliedOf is the commits of its source src (canonical) the Workspace applied, oldest first:
+// status.appliedRevisions when it is kept for that source, else none.
+func appliedOf(ws *magosv1.Workspace, src Source) []string {
+	if a := ws.Status.AppliedRevisions; a != nil && src.RepoURL != "" && a.Source == gitrepo.SourceKey(src.RepoURL, src.Ref) {
+		return a.Commits
+	}
+	return nil
 }
 
 // parseTime parses an RFC 3339 time; zero when absent or unparsable.
@@ -185,7 +188,15 @@ func (w Workspace) GrantSpent() bool {
 // commit, same plan-only flag, same plan, same verification), so granting c again would change
 // nothing.
 func (w Workspace) Holds(c Change) bool {
-	return w.grantedCurrentRun() && w.Grant.SameTerms(Grant{Revision: c.Revision, PlanOnly: c.PlanOnly, Plan: c.Plan, Verification: c.Verification})
+	return w.grantedCurrentRun() && w.Grant.SameTerms(c.Grant(""))
+}
+
+// Grant is the grant the change c writes when by (keys.GrantedByRollout or
+// keys.GrantedByProject) decided it: the one definition of a change's terms, which the hub's
+// writer writes and Holds compares (a term left out of one of them wrote the same grant again at
+// every decision).
+func (c Change) Grant(by string) Grant {
+	return Grant{Allowed: true, Run: c.Run, By: by, Revision: c.Revision, PlanOnly: c.PlanOnly, Plan: c.Plan, Verification: c.Verification}
 }
 
 // grantedCurrentRun reports whether the Workspace carries a grant (of any kind) for its current
@@ -217,7 +228,7 @@ func (w Workspace) Reported() (commit string, seen time.Time) {
 	}
 }
 
-// HasWrites reports whether the decision has grants or revocations to write.
+// HasWrites reports whether the decision has grants, revocations or retry requests to write.
 func (d Decision) HasWrites() bool {
 	return len(d.Grants) > 0 || len(d.Revokes) > 0 || len(d.Retries) > 0
 }

@@ -306,22 +306,10 @@ func (l *LocalLauncher) checkCommand(ctx context.Context, run *Run, ref Ref) (*e
 		env = append(env, "PATH="+path) // first: a PATH of the run's replaces it
 	}
 	env = append(env, resolved...)
-
-	_ = os.Remove(l.ResultPath(ref))
-	_ = os.Remove(l.exitPath(ref))
-	logFile, err := os.OpenFile(l.LogPath(ref), os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
-	if err != nil {
-		return nil, nil, fmt.Errorf("creating run log: %w", err)
-	}
-	args := append(slices.Clone(checkShell[1:]), "magos-check", l.exitPath(ref))
-	args = append(args, run.Check.Command...)
-	args = append(args, run.Check.Args...)
-	cmd := exec.Command(checkShell[0], args...)
-	cmd.Env = env
-	cmd.Dir = dir
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	cmd.SysProcAttr = sysProcAttr()
-	return cmd, logFile, nil
+	argv := append(slices.Clone(checkShell), "magos-check", l.exitPath(ref))
+	argv = append(argv, run.Check.Command...)
+	argv = append(argv, run.Check.Args...)
+	return l.process(ref, dir, env, argv)
 }
 
 // checkResult is the result of a verify run whose check exited with code.
@@ -391,13 +379,20 @@ func (l *LocalLauncher) command(ctx context.Context, run *Run, ref Ref) (*exec.C
 	}
 	env = append(env, l.opts.Env...)
 	env = append(env, runner.EnvSpec+"="+string(raw), runner.EnvResultFile+"="+l.ResultPath(ref))
+	return l.process(ref, dir, env, l.opts.Command)
+}
 
+// process prepares the process of a run, argv in the run folder dir with env, its stdout and
+// stderr to the run's log (emptied), once what an earlier attempt of the run left (its result,
+// a check's exit file) is removed.
+func (l *LocalLauncher) process(ref Ref, dir string, env, argv []string) (*exec.Cmd, *os.File, error) {
 	_ = os.Remove(l.ResultPath(ref))
+	_ = os.Remove(l.exitPath(ref))
 	logFile, err := os.OpenFile(l.LogPath(ref), os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
 	if err != nil {
 		return nil, nil, fmt.Errorf("creating run log: %w", err)
 	}
-	cmd := exec.Command(l.opts.Command[0], l.opts.Command[1:]...)
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = env
 	cmd.Dir = dir
 	cmd.Stdout, cmd.Stderr = logFile, logFile

@@ -4,6 +4,7 @@
 package demo
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -348,4 +349,30 @@ func applySpoke(ctx context.Context, fleet *devfleet.Fleet, name, repo, branch s
 		ws.Annotations = map[string]string{keys.GitPollInterval: poll.String()}
 	}
 	return demoscenario.Create(ctx, fleet.Client(name), "in "+name, vs, ws)
+}
+
+// magosctl runs magosctl against the fleet's hub, in namespace default, and returns what it
+// printed; a failure says which command failed, with its output.
+func magosctl(ctx context.Context, fleet *devfleet.Fleet, args ...string) (string, error) {
+	var out bytes.Buffer
+	cmd := cli.NewCommand(&out, &out)
+	cmd.SetArgs(append([]string{"--kubeconfig", fleet.Kubeconfig("hub"), "-n", corev1.NamespaceDefault}, args...))
+	if err := cmd.ExecuteContext(ctx); err != nil {
+		return out.String(), fmt.Errorf("magosctl %s: %w: %s", strings.Join(args[:min(2, len(args))], " "), err, out.String())
+	}
+	return out.String(), nil
+}
+
+// untilRollout reads the demo's Rollout on the hub until check passes on it, for at most
+// timeout, and returns the Rollout as last read; the error is check's last.
+func untilRollout(ctx context.Context, fleet *devfleet.Fleet, timeout time.Duration, check func(*magosv1.Rollout) error) (*magosv1.Rollout, error) {
+	r := &magosv1.Rollout{}
+	key := client.ObjectKey{Namespace: corev1.NamespaceDefault, Name: Project}
+	err := localcluster.Poll(timeout, func() error {
+		if err := fleet.Client("hub").Get(ctx, key, r); err != nil {
+			return err
+		}
+		return check(r)
+	})
+	return r, err
 }

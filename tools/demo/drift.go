@@ -1,7 +1,6 @@
 package demo
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"strings"
@@ -90,20 +89,16 @@ func RunDrift(ctx context.Context, fleet *devfleet.Fleet, opts DriftOptions) (Dr
 	}
 	fmt.Fprintf(out, "demo: committed release v2 (%s)\n", sum.Commit[:12])
 	key := client.ObjectKey{Namespace: corev1.NamespaceDefault, Name: Project}
-	err = localcluster.Poll(5*time.Minute, func() error {
-		var r magosv1.Rollout
-		if err := fleet.Client("hub").Get(ctx, key, &r); err != nil {
-			return err
-		}
+	r, err := untilRollout(ctx, fleet, 5*time.Minute, func(r *magosv1.Rollout) error {
 		if r.Status.Reason != magosv1.ReasonDriftDetected {
 			return fmt.Errorf("the Rollout is %s/%s, not held by drift yet", r.Status.Phase, r.Status.Reason)
 		}
-		sum.Held = r.Status.Message
 		return nil
 	})
 	if err != nil {
 		return sum, err
 	}
+	sum.Held = r.Status.Message
 	if text, _, err := cli.RolloutStatus(ctx, fleet.Client("hub"), key); err == nil {
 		fmt.Fprintf(out, "%s\n", text)
 	}
@@ -114,13 +109,11 @@ func RunDrift(ctx context.Context, fleet *devfleet.Fleet, opts DriftOptions) (Dr
 		}
 	}
 	workspace := fleet.Order[1] + "/" + corev1.NamespaceDefault + "/" + Workspace
-	var cliOut bytes.Buffer
-	cmd := cli.NewCommand(&cliOut, &cliOut)
-	cmd.SetArgs([]string{"--kubeconfig", fleet.Kubeconfig("hub"), "-n", corev1.NamespaceDefault, "rollout", "accept-drift", Project, "--workspace", workspace})
-	if err := cmd.ExecuteContext(ctx); err != nil {
-		return sum, fmt.Errorf("magosctl rollout accept-drift: %w: %s", err, cliOut.String())
+	printed, err := magosctl(ctx, fleet, "rollout", "accept-drift", Project, "--workspace", workspace)
+	if err != nil {
+		return sum, err
 	}
-	fmt.Fprintf(out, "demo: accepted the drift: magosctl rollout accept-drift %s --workspace %s\n%s\n", Project, workspace, cliOut.String())
+	fmt.Fprintf(out, "demo: accepted the drift: magosctl rollout accept-drift %s --workspace %s\n%s\n", Project, workspace, printed)
 	if sum.Final, err = Follow(ctx, fleet, opts.Options); err != nil {
 		return sum, err
 	}

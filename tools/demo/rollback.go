@@ -1,7 +1,6 @@
 package demo
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"strings"
@@ -78,10 +77,7 @@ func RunRollback(ctx context.Context, fleet *devfleet.Fleet, opts RollbackOption
 	fmt.Fprintf(out, "demo: committed release v2 (%.12s)\n", sum.From)
 	if opts.OnFailure {
 		// v2 fails a step; the Rollout writes spec.rollback itself.
-		err = localcluster.Poll(5*time.Minute, func() error {
-			if err := hub.Get(ctx, key, &r); err != nil {
-				return err
-			}
+		r, err := untilRollout(ctx, fleet, 5*time.Minute, func(r *magosv1.Rollout) error {
 			if r.Spec.Rollback == nil {
 				return fmt.Errorf("no rollback yet: the Rollout is %s/%s: %s", r.Status.Phase, r.Status.Reason, r.Status.Message)
 			}
@@ -94,10 +90,7 @@ func RunRollback(ctx context.Context, fleet *devfleet.Fleet, opts RollbackOption
 		fmt.Fprintf(out, "demo: release v2 failed a step, and the Rollout's onFailure is Rollback: %s\n", sum.Failed)
 	} else {
 		// The Rollout completed v1: follow it once it rolls v2 out.
-		err = localcluster.Poll(5*time.Minute, func() error {
-			if err := hub.Get(ctx, key, &r); err != nil {
-				return err
-			}
+		_, err = untilRollout(ctx, fleet, 5*time.Minute, func(r *magosv1.Rollout) error {
 			if len(r.Status.Revisions) != 1 || r.Status.Revisions[0].Commit != sum.From {
 				return fmt.Errorf("the Rollout does not roll v2 out yet (revisions %+v)", r.Status.Revisions)
 			}
@@ -113,13 +106,11 @@ func RunRollback(ctx context.Context, fleet *devfleet.Fleet, opts RollbackOption
 		if !v2.Completed {
 			return sum, fmt.Errorf("release v2 did not complete:\n%s", v2.Final)
 		}
-		var cliOut bytes.Buffer
-		cmd := cli.NewCommand(&cliOut, &cliOut)
-		cmd.SetArgs([]string{"--kubeconfig", fleet.Kubeconfig("hub"), "-n", corev1.NamespaceDefault, "rollout", "rollback", Project, "--reason", "the demo rolls v2 back"})
-		if err := cmd.ExecuteContext(ctx); err != nil {
-			return sum, fmt.Errorf("magosctl rollout rollback: %w: %s", err, cliOut.String())
+		printed, err := magosctl(ctx, fleet, "rollout", "rollback", Project, "--reason", "the demo rolls v2 back")
+		if err != nil {
+			return sum, err
 		}
-		fmt.Fprintf(out, "demo: release v2 applied everywhere; rolling it back: magosctl rollout rollback %s\n%s\n", Project, cliOut.String())
+		fmt.Fprintf(out, "demo: release v2 applied everywhere; rolling it back: magosctl rollout rollback %s\n%s\n", Project, printed)
 	}
 	last := ""
 	var failed error

@@ -11,10 +11,12 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
+	"github.com/magosfleet/magos/pkg/localcluster"
 	"github.com/magosfleet/magos/pkg/runner"
 	"github.com/magosfleet/magos/pkg/testenv"
 )
@@ -68,13 +70,19 @@ func output(t *testing.T, l *LocalLauncher, ref Ref) string {
 func TestLocalVerify(t *testing.T) {
 	t.Setenv("MAGOS_AGENT_ONLY", "agent-value")
 	dir := t.TempDir()
-	reader := fake.NewClientBuilder().WithObjects(&corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "checks"},
-		Data:       map[string][]byte{"token": []byte("s3cret")},
-	}).Build()
+	ctx := context.Background()
+	// The Secret the check's environment names lives in a real API server.
+	reader := testenv.Start(t, localcluster.Options{NoHub: true, Spokes: []string{"team"}}).Spokes["team"].Client
+	for _, o := range []client.Object{
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team"}},
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "checks"}, Data: map[string][]byte{"token": []byte("s3cret")}},
+	} {
+		if err := reader.Create(ctx, o); err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Fatal(err)
+		}
+	}
 	mutate := func(o *LocalOptions) { o.Reader = reader; o.StopGrace = time.Second }
 	l := newTestLauncher(t, dir, "exit 99", mutate) // the runner command is never run here
-	ctx := context.Background()
 
 	pass := verifyRun("r1", time.Minute, "sh", "-c",
 		`test "$OUTPUT_REPLICAS" = 3 && test "$API_TOKEN" = s3cret && test -z "${MAGOS_AGENT_ONLY:-}" && test -z "${MAGOS_RUN_SPEC:-}" && echo "replicas: $OUTPUT_REPLICAS"`)

@@ -187,55 +187,91 @@ func names(cs []Change) []string {
 
 var _ = fmt.Sprint
 
-// TestDecideRollbackRandomFleets lives random fleets through a rollback: 2 to 4 steps of 1 to 3
-// Workspaces each, every cluster randomly unavailable for a while, Workspaces at either commit,
-// some with runs in flight, failed, or minted because the ref moved on. A simulated agent (the
-// test's own, independent of Decide) carries each write out: a retry mints a new run, a grant
-// applies the commit it names (and, now and then, fails). Every decision is checked against the
-// checker's own notions: grants name the commit rolled back to; only the current step is
-// written to, and every later step (in the spec's order) is back; no Workspace back at the
-// commit is written to. The lives end rolled back (or failed, when a run at the commit rolled
-// back to failed), and the steps were written to in the spec's reversed order.
+// TestDecideRollbackRandomFleets lives random fleets through a rollback: 2 to 4 steps of 1 to 4
+// Workspaces each, spread over three clusters (several per cluster and per step) that are
+// randomly unavailable for a while, of two sources (one rolled back, the other not: its
+// Workspaces stay at their commit), at either commit, some failed or with a run minted because
+// the ref moved on; in some lives Workspaces are edited (a new spec, a new run) or deleted
+// mid-rollback. A simulated agent (the test's own, independent of Decide) carries each write
+// out: a retry mints a new run, a grant applies the commit it names (and, now and then, fails).
+// Every decision is checked against the checker's own notions: grants name their source's
+// target commit (the one rolled back to, or the other source's); retries go to the rolled-back
+// source only; only the current step is written to, and every later step (in the spec's order)
+// is at its target; nothing at its target is written to. The lives end rolled back (or failed,
+// when a run at a target failed), and in lives without edits or deletions the steps were
+// written to in the spec's reversed order.
 func TestDecideRollbackRandomFleets(t *testing.T) {
 	src := SourceOf(testSource.RepoURL, testSource.Ref)
-	outcomes := map[string]int{}
+	other := SourceOf("https://git.example/other.git", "main")
+	const otherCommit = "4444444444444444444444444444444444444444"
+	outcomes, shapes := map[string]int{}, map[string]int{}
 	for seed := int64(0); seed < 400; seed++ {
 		rng := rand.New(rand.NewSource(seed))
 		nSteps := 2 + rng.Intn(3)
+		changing := seed%2 == 1 // lives with edits and deletions
 		var steps []magosv1.RolloutStep
 		var ws []Workspace
 		stepOf := map[Key]int{}
 		cl := map[string]Cluster{}
+		for _, c := range []string{"c0", "c1", "c2"} {
+			cl[c] = Cluster{Name: c, Available: true, Synced: true}
+		}
+		perCluster := map[string]int{}
 		for i := 0; i < nSteps; i++ {
 			steps = append(steps, stepSpec(fmt.Sprintf("s%d", i), "step", fmt.Sprintf("s%d", i)))
-			for j := 0; j < 1+rng.Intn(3); j++ {
-				c := fmt.Sprintf("c%d-%d", i, j)
-				cl[c] = Cluster{Name: c, Available: true, Synced: true}
-				w := newWS(c, fmt.Sprintf("w%d", j), "step", fmt.Sprintf("s%d", i))
-				commit := pick(rng, []string{oldCommit, newCommit, newCommit})
-				w = w.with(atCommit(commit))
-				w.Source = src
-				switch rng.Intn(6) {
-				case 0: // failed at the later commit
-					w.Phase, w.Reason, w.CurrentRevision = magosv1.PhaseFailed, magosv1.ReasonVerificationFailed, newCommit
-				case 1: // a run minted because the ref moved on
-					w.Phase, w.Reason, w.RunID, w.Trigger = magosv1.PhasePending, magosv1.ReasonAwaitingRollout, w.RunID+"-r", magosv1.TriggerRevision
+			for j := 0; j < 1+rng.Intn(4); j++ {
+				c := pick(rng, []string{"c0", "c1", "c2"})
+				perCluster[c]++
+				w := newWS(c, fmt.Sprintf("s%d-w%d", i, j), "step", fmt.Sprintf("s%d", i))
+				if rng.Intn(4) == 0 { // of the other source, at its commit
+					w = w.with(atCommit(otherCommit))
+					w.Source, w.Applied, w.Order = other, []string{otherCommit}, []string{otherCommit}
+				} else {
+					w = w.with(atCommit(pick(rng, []string{oldCommit, newCommit, newCommit})))
+					switch rng.Intn(6) {
+					case 0: // failed at the later commit
+						w.Phase, w.Reason, w.CurrentRevision = magosv1.PhaseFailed, magosv1.ReasonVerificationFailed, newCommit
+					case 1: // a run minted because the ref moved on
+						w.Phase, w.Reason, w.RunID, w.Trigger = magosv1.PhasePending, magosv1.ReasonAwaitingRollout, w.RunID+"-r", magosv1.TriggerRevision
+					}
 				}
 				stepOf[w.Key] = i
 				ws = append(ws, w)
 			}
 		}
-		ro := rolloutOf(steps...)
-		ro.Status.Revisions = []magosv1.RolloutRevision{{RepoURL: src.RepoURL, TargetRevision: src.Ref, Commit: newCommit}}
-		rollbackTo(oldCommit)(ro)
-		back := func(w Workspace, available bool) bool { // the checker's own "back at the commit"
-			return available && w.ObservedRevision == oldCommit && w.ObservedGeneration == w.Generation &&
-				(w.Phase == magosv1.PhaseApplied || w.Phase == magosv1.PhasePending && w.RunID != "" && w.Trigger == magosv1.TriggerRevision)
+		for _, n := range perCluster {
+			if n > 1 {
+				shapes["several Workspaces in a cluster"]++
+				break
+			}
 		}
+		ro := rolloutOf(steps...)
+		ro.Status.Revisions = []magosv1.RolloutRevision{
+			{RepoURL: src.RepoURL, TargetRevision: src.Ref, Commit: newCommit},
+			{RepoURL: other.RepoURL, TargetRevision: other.Ref, Commit: otherCommit}}
+		rollbackTo(oldCommit)(ro)
+		target := func(w Workspace) string {
+			if w.Source == other {
+				return otherCommit
+			}
+			return oldCommit
+		}
+		// atTarget is the checker's own "at its target commit": the other source's Workspaces
+		// applied their commit for their spec; the rolled-back source's applied the commit
+		// rolled back to, and a run minted only because the ref moved on waits.
+		atTarget := func(w Workspace) bool {
+			if w.ObservedRevision != target(w) || w.ObservedGeneration != w.Generation {
+				return false
+			}
+			return w.Phase == magosv1.PhaseApplied ||
+				w.Source == src && w.Phase == magosv1.PhasePending && w.RunID != "" && w.Trigger == magosv1.TriggerRevision
+		}
+		failedAtTarget := func(w Workspace) bool { return w.Phase == magosv1.PhaseFailed && w.CurrentRevision == target(w) }
 		var written []int // steps, in the order they were first written to
+		changed := false
 		runs := 0
 		var d Decision
-		for round := 0; round < 200; round++ {
+		for round := 0; round < 300; round++ {
 			// Clusters come and go.
 			for name, c := range cl {
 				c.Available = rng.Intn(8) != 0
@@ -243,11 +279,12 @@ func TestDecideRollbackRandomFleets(t *testing.T) {
 			}
 			in := Input{Namespace: testNamespace, Project: testProject, Rollout: ro, Clusters: cl, Workspaces: ws}
 			d = Decide(in)
-			// Later steps (in the spec's order) are back; only the current step is written to.
+			// Later steps (in the spec's order) are at their targets; only the current step is
+			// written to, never a Workspace at its target.
 			for _, w := range ws {
 				i := stepOf[w.Key]
-				if d.CurrentStep < nSteps && i > d.CurrentStep && !back(w, true) && !(w.Phase == magosv1.PhaseFailed && w.CurrentRevision == oldCommit) {
-					t.Fatalf("seed %d round %d: step %d is current while %s of step %d is not back (%s at %s)", seed, round, d.CurrentStep, w.Key, i, w.Phase, w.ObservedRevision)
+				if d.CurrentStep < nSteps && i > d.CurrentStep && !atTarget(w) && !failedAtTarget(w) {
+					t.Fatalf("seed %d round %d: step %d is current while %s of step %d is not at its target (%s at %s)", seed, round, d.CurrentStep, w.Key, i, w.Phase, w.ObservedRevision)
 				}
 			}
 			for _, c := range append(slices.Clone(d.Grants), d.Retries...) {
@@ -255,19 +292,26 @@ func TestDecideRollbackRandomFleets(t *testing.T) {
 				if stepOf[c.Key] != d.CurrentStep {
 					t.Fatalf("seed %d round %d: %s of step %d written to while step %d is current", seed, round, c.Key, stepOf[c.Key], d.CurrentStep)
 				}
-				if back(w, true) {
-					t.Fatalf("seed %d round %d: %s is back at the commit, yet written to: %+v", seed, round, c.Key, c)
+				if atTarget(w) {
+					t.Fatalf("seed %d round %d: %s is at its target, yet written to: %+v", seed, round, c.Key, c)
 				}
-			}
-			for _, g := range d.Grants {
-				if g.Revision != oldCommit {
-					t.Fatalf("seed %d round %d: grant %+v names %s, want the commit rolled back to", seed, round, g, g.Revision)
-				}
-			}
-			for _, c := range append(slices.Clone(d.Grants), d.Retries...) {
 				if i := stepOf[c.Key]; !slices.Contains(written, i) {
 					written = append(written, i)
 				}
+			}
+			for _, g := range d.Grants {
+				w := ws[slices.IndexFunc(ws, func(w Workspace) bool { return w.Key == g.Key })]
+				if g.Revision != target(w) {
+					t.Fatalf("seed %d round %d: grant %+v names %s, want %s", seed, round, g, g.Revision, target(w))
+				}
+			}
+			for _, r := range d.Retries {
+				if w := ws[slices.IndexFunc(ws, func(w Workspace) bool { return w.Key == r.Key })]; w.Source != src {
+					t.Fatalf("seed %d round %d: a retry of %s, of a source not rolled back", seed, round, r.Key)
+				}
+			}
+			if d.Reason == magosv1.ReasonRolledBack || d.Reason == magosv1.ReasonStepFailed {
+				break
 			}
 			// The simulated agent carries the writes out.
 			next := applyWrites(ws, d, "rollout")
@@ -291,16 +335,33 @@ func TestDecideRollbackRandomFleets(t *testing.T) {
 						continue
 					}
 					w.Phase, w.Reason, w.ObservedRevision, w.ObservedGeneration = magosv1.PhaseApplied, magosv1.ReasonApplySucceeded, w.Grant.Revision, w.Generation
+					continue
+				}
+				if changing && !w.InFlight() && rng.Intn(60) == 0 { // someone edits its spec: the agent mints a new run for it
+					runs++
+					changed = true
+					shapes["edited mid-rollback"]++
+					w.Generation++
+					w.Phase, w.Reason, w.RunID, w.Trigger = magosv1.PhasePending, magosv1.ReasonAwaitingRollout, fmt.Sprintf("run-%d", runs), magosv1.TriggerConfiguration
+					w.ObservedGeneration = w.Generation
+				}
+			}
+			if changing && rng.Intn(20) == 0 { // someone deletes a Workspace (not the last of its step)
+				i := rng.Intn(len(next))
+				if slices.ContainsFunc(next, func(o Workspace) bool { return o.Key != next[i].Key && stepOf[o.Key] == stepOf[next[i].Key] }) {
+					next = slices.Delete(next, i, i+1)
+					changed = true
+					shapes["deleted mid-rollback"]++
 				}
 			}
 			ws = next
-			if d.Reason == magosv1.ReasonRolledBack || d.Reason == magosv1.ReasonStepFailed {
-				break
-			}
 		}
 		outcomes[d.Reason]++
 		if d.Reason != magosv1.ReasonRolledBack && d.Reason != magosv1.ReasonStepFailed {
-			t.Fatalf("seed %d: the rollback neither ended nor failed in 200 rounds: %s %s", seed, d.Reason, d.Message)
+			t.Fatalf("seed %d: the rollback neither ended nor failed in 300 rounds: %s %s", seed, d.Reason, d.Message)
+		}
+		if changed {
+			continue // an edit may bring a finished step back: the per-decision checks above hold
 		}
 		for k := 1; k < len(written); k++ {
 			if written[k] > written[k-1] {
@@ -308,9 +369,14 @@ func TestDecideRollbackRandomFleets(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("outcomes: %v", outcomes)
+	t.Logf("outcomes: %v; shapes: %v", outcomes, shapes)
 	if outcomes[magosv1.ReasonRolledBack] == 0 || outcomes[magosv1.ReasonStepFailed] == 0 {
 		t.Fatalf("the random lives reached %v: want both rolled back and failed lives", outcomes)
+	}
+	for _, shape := range []string{"several Workspaces in a cluster", "edited mid-rollback", "deleted mid-rollback"} {
+		if shapes[shape] == 0 {
+			t.Fatalf("no random life had %s: the generator reached %v", shape, shapes)
+		}
 	}
 }
 

@@ -3,6 +3,9 @@ package decision
 import (
 	"slices"
 	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"k8s.io/apimachinery/pkg/util/intstr"
 
@@ -52,6 +55,14 @@ func TestDecideVerification(t *testing.T) {
 			ws:     []Workspace{dev1.with(verifying, grantedNow), dev2.with(applied), prod},
 			reason: magosv1.ReasonLevelProgressing,
 			// dev-1's grant is neither written again nor revoked: its run is in flight.
+		},
+		{
+			name: "the soak does not start while a Workspace verifies",
+			rollout: func(ro *magosv1.Rollout) {
+				ro.Spec.Strategy.Steps[0].MinSuccessTime = &metav1.Duration{Duration: time.Hour}
+			},
+			ws:     []Workspace{dev1.with(verifying, grantedNow), dev2.with(applied), prod},
+			reason: magosv1.ReasonLevelProgressing,
 		},
 		{
 			name:   "once verified (Applied), the next step starts with its own verification",

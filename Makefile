@@ -7,6 +7,11 @@ PACKAGES    := $(addprefix ./,$(addsuffix /...,$(MODULES)))
 CRD_DIRS    := charts/magos-hub/files/crds charts/magos-agent/files/crds
 BIN         := bin
 GO_TEST_FLAGS ?= -timeout 40m
+# VERSION is stamped into every binary (pkg/version), the images' tag of a release and the charts.
+# Between releases the file VERSION names the next release with a -dev suffix; `make release`
+# takes VERSION=vX.Y.Z on the command line (docs/releasing.md).
+VERSION     ?= $(shell cat VERSION)
+LDFLAGS     := -X github.com/magosfleet/magos/pkg/version.version=$(VERSION)
 # Assets (etcd, kube-apiserver, tofu) are built once from the Go module proxy and cached.
 # (The assignment fails the recipe when the script fails; a bare eval "$$(...)" would not.)
 WITH_ASSETS := assets="$$(tools/provision-assets.sh)" && eval "$$assets" && export KUBEBUILDER_ASSETS MAGOS_TOFU MAGOS_PROVIDERS &&
@@ -28,7 +33,7 @@ dev: magos-dev ## Start the local fleet and keep it running (kubeconfigs under ~
 .PHONY: magos-dev
 magos-dev:
 	@mkdir -p $(BIN); echo "magos-dev: building (the first build downloads Go modules: a few minutes; log in $(BIN)/magos-dev.build.log)"
-	@go build -o $(BIN)/magos-dev ./tools/cmd/magos-dev >$(BIN)/magos-dev.build.log 2>&1 || { cat $(BIN)/magos-dev.build.log; exit 1; }
+	@go build -ldflags '$(LDFLAGS)' -o $(BIN)/magos-dev ./tools/cmd/magos-dev >$(BIN)/magos-dev.build.log 2>&1 || { cat $(BIN)/magos-dev.build.log; exit 1; }
 
 # The CRDs are generated into files/crds/ of both charts exactly as controller-gen writes them
 # (tools/generated checks they are current); each chart's templates/crds.yaml adds
@@ -42,7 +47,7 @@ generate: ## Regenerate deepcopy code and the CRDs of both charts.
 
 .PHONY: build
 build: ## Build the hub, agent, magosctl and magos-dev binaries into bin/.
-	go build -o $(BIN)/ ./hub/cmd/... ./agent/cmd/... ./tools/cmd/...
+	go build -ldflags '$(LDFLAGS)' -o $(BIN)/ ./hub/cmd/... ./agent/cmd/... ./tools/cmd/...
 
 IMAGES_DIR := $(BIN)/images
 IMAGE_TAG   ?= dev
@@ -50,7 +55,7 @@ IMAGE_TAG   ?= dev
 .PHONY: images
 images: ## Build the magos-hub, magos-agent and magos-runner images from scratch into the local engine and bin/images/*.tar.
 	rm -rf $(IMAGES_DIR)/context && mkdir -p $(IMAGES_DIR)/context/bin $(IMAGES_DIR)/context/rootfs/etc $(IMAGES_DIR)/context/rootfs/tmp
-	CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o $(IMAGES_DIR)/context/bin/ ./hub/cmd/magos-hub ./hub/cmd/magosctl ./agent/cmd/magos-agent
+	CGO_ENABLED=0 go build -trimpath -ldflags='-s -w $(LDFLAGS)' -o $(IMAGES_DIR)/context/bin/ ./hub/cmd/magos-hub ./hub/cmd/magosctl ./agent/cmd/magos-agent
 	$(WITH_ASSETS) cp "$$MAGOS_TOFU" $(IMAGES_DIR)/context/bin/tofu && \
 	  cp -r "$$MAGOS_PROVIDERS" $(IMAGES_DIR)/context/providers && rm -f $(IMAGES_DIR)/context/providers/.complete
 	printf 'root:x:0:0:root:/root:/sbin/nologin\nnonroot:x:65532:65532:nonroot:/tmp:/sbin/nologin\n' >$(IMAGES_DIR)/context/rootfs/etc/passwd
@@ -75,7 +80,7 @@ node-image: ## Build the magos-node image (a single-node cluster per container) 
 
 .PHONY: test-real
 test-real: images ## Install both charts into real clusters in Docker and roll out through runner Jobs.
-	go build -o $(BIN)/magosctl ./hub/cmd/magosctl
+	go build -ldflags '$(LDFLAGS)' -o $(BIN)/magosctl ./hub/cmd/magosctl
 	@node="$$(tools/realnode/node/build.sh $(IMAGES_DIR))" && eval "$$node" && summary="$$(mktemp)" && \
 	  cd tools/realnode && MAGOS_NODE_IMAGE="$$MAGOS_NODE_IMAGE" MAGOS_IMAGES_DIR="$(abspath $(IMAGES_DIR))" \
 	  MAGOS_MAGOSCTL="$(abspath $(BIN))/magosctl" MAGOS_IMAGE_TAG=$(IMAGE_TAG) MAGOS_REAL_SUMMARY="$$summary" \
@@ -88,7 +93,7 @@ test-real: images ## Install both charts into real clusters in Docker and roll o
 # nodes and network on exit and on Ctrl-C.
 .PHONY: demo-real
 demo-real: images ## Roll a change out region by region on real nodes (Docker), every run a Job.
-	go build -o $(BIN)/magosctl ./hub/cmd/magosctl
+	go build -ldflags '$(LDFLAGS)' -o $(BIN)/magosctl ./hub/cmd/magosctl
 	@node="$$(tools/realnode/node/build.sh $(IMAGES_DIR))" && eval "$$node" && \
 	  cd tools/realnode && GOWORK=off go build -o $(abspath $(BIN))/magos-demo-real ./cmd/magos-demo-real && \
 	  MAGOS_NODE_IMAGE="$$MAGOS_NODE_IMAGE" MAGOS_IMAGES_DIR="$(abspath $(IMAGES_DIR))" \

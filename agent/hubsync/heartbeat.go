@@ -38,6 +38,8 @@ type heartbeat struct {
 	interval, duration time.Duration
 	grace              time.Duration
 	now                func() time.Time
+	// skew is where each renewal records the hub's version read from the Lease.
+	skew *skewCheck
 
 	// The audit's memory (used by the heartbeat's goroutine only).
 	// behind: the mirrors out of sync at the last audit, by mirror name.
@@ -257,6 +259,9 @@ func (h *heartbeat) renew(ctx context.Context, now time.Time, mirrored int) erro
 	}
 	if err != nil {
 		return fmt.Errorf("reading Lease %s/%s: %w", h.namespace, keys.AgentLease, err)
+	}
+	if h.skew != nil {
+		h.skew.observe(ctrl.LoggerFrom(ctx), lease.Annotations[keys.HubVersion])
 	}
 	if lease.Spec.HolderIdentity == nil || *lease.Spec.HolderIdentity != h.identity {
 		lease.Spec.AcquireTime = &at

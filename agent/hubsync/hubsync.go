@@ -55,6 +55,7 @@ import (
 	"github.com/magosfleet/magos/agent/hubtoken"
 	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
 	"github.com/magosfleet/magos/pkg/mirror"
+	"github.com/magosfleet/magos/pkg/version"
 )
 
 // Options configures the hub sync.
@@ -63,7 +64,8 @@ type Options struct {
 	ClusterName string
 	// HubConfig reaches the hub with the agent's bootstrap credentials.
 	HubConfig *rest.Config
-	// AgentVersion is reported on the heartbeat Lease (the hub shows it on the Cluster).
+	// AgentVersion is reported on the heartbeat Lease (the hub shows it on the Cluster and
+	// checks it against its version skew policy); empty: this binary's version.Get().
 	AgentVersion string
 	// Identity is this agent replica's identity in the Lease's holderIdentity (after
 	// "<cluster>/"); defaults to $POD_NAME, else the host name.
@@ -114,6 +116,9 @@ func (o *Options) defaults() error {
 	}
 	if o.Clock == nil {
 		o.Clock = time.Now
+	}
+	if o.AgentVersion == "" {
+		o.AgentVersion = version.Get()
 	}
 	if o.HeartbeatInterval <= 0 {
 		o.HeartbeatInterval = 10 * time.Second
@@ -192,8 +197,9 @@ func SetupWithManager(mgr ctrl.Manager, opts Options) error {
 	if err := mgr.Add(hubRunnable); err != nil {
 		return fmt.Errorf("hubsync: %w", err)
 	}
+	skew := &skewCheck{own: opts.AgentVersion}
 	r := &syncer{cluster: opts.ClusterName, namespace: ns, spoke: mgr.GetClient(), spokeLive: mgr.GetAPIReader(),
-		hub: hub.GetClient(), hubLive: hub.GetAPIReader(), statusFault: opts.StatusFault}
+		hub: hub.GetClient(), hubLive: hub.GetAPIReader(), statusFault: opts.StatusFault, skew: skew}
 	notMirror := mirror.NotMirror()
 	err = ctrl.NewControllerManagedBy(mgr).
 		Named(opts.ControllerName).
@@ -210,7 +216,7 @@ func SetupWithManager(mgr ctrl.Manager, opts Options) error {
 		spoke: mgr.GetCache(), hub: hub.GetCache(),
 		identity: opts.ClusterName + "/" + opts.Identity, version: opts.AgentVersion,
 		interval: opts.HeartbeatInterval, duration: opts.LeaseDuration, grace: opts.SyncGrace,
-		now: opts.Clock, behind: map[string]lag{},
+		now: opts.Clock, behind: map[string]lag{}, skew: skew,
 	}
 	if err := mgr.Add(hb); err != nil {
 		return fmt.Errorf("hubsync: %w", err)
@@ -280,6 +286,8 @@ type syncer struct {
 	hubLive client.Reader
 	// statusFault is Options.StatusFault (a test fault).
 	statusFault func(types.NamespacedName) error
+	// skew is the skew policy as the heartbeat last found it against the hub's version.
+	skew *skewCheck
 }
 
 // originOf maps a mirror to the spoke Workspace it says it mirrors (mirror.IdentityOf), verified
@@ -334,7 +342,7 @@ func (r *syncer) Reconcile(ctx context.Context, req reconcile.Request) (ctrl.Res
 	if err := r.pruneRunOutput(ctx, m.Namespace, had, wanted); err != nil {
 		return ctrl.Result{}, err
 	}
-	return ctrl.Result{}, r.copyDecisionDown(ctx, m, ws)
+	return r.copyDecisionDown(ctx, m, ws)
 }
 
 // desiredMirror is the mirror the syncer keeps of the spoke Workspace ws: its name in the
@@ -448,41 +456,51 @@ func (r *syncer) updateMirrorStatus(ctx context.Context, m, want *magosv1.Worksp
 
 // copyDecisionDown makes the spoke Workspace's decision keys equal to the mirror's (setting or
 // removing each), with a JSON merge patch of those keys only. Nothing else travels down.
-func (r *syncer) copyDecisionDown(ctx context.Context, m, ws *magosv1.Workspace) error {
+func (r *syncer) copyDecisionDown(ctx context.Context, m, ws *magosv1.Workspace) (ctrl.Result, error) {
 	want, have := mirror.Decisions(m), mirror.Decisions(ws)
 	if maps.Equal(want, have) {
-		return nil
+		return ctrl.Result{}, nil
 	}
 	// The decision differs: carry down the one the hub holds now, never one from a cache that
 	// may lag behind a revocation.
 	live := &magosv1.Workspace{}
 	if err := r.hubLive.Get(ctx, client.ObjectKeyFromObject(m), live); err != nil {
-		return fmt.Errorf("reading the decision on the mirror %s from the hub: %w", m.Name, err)
+		return ctrl.Result{}, fmt.Errorf("reading the decision on the mirror %s from the hub: %w", m.Name, err)
 	}
 	want = mirror.Decisions(live)
+	// Under a hub outside the version skew policy, revocations are carried down and nothing
+	// else: a grant the agent may misread must not start a run. Withheld keys are looked at
+	// again, for the hub may be upgraded in the meantime.
+	refused := r.skew.refused()
+	var result ctrl.Result
 	patch := map[string]any{}
 	for _, k := range mirror.DecisionKeys {
 		w, wok := want[k]
 		h, hok := have[k]
 		switch {
+		case wok && (!hok || w != h) && refused != nil:
+			result.RequeueAfter = skewRecheck
 		case wok && (!hok || w != h):
 			patch[k] = w
 		case !wok && hok:
 			patch[k] = nil
 		}
 	}
+	if result.RequeueAfter > 0 {
+		ctrl.LoggerFrom(ctx).Error(refused, "not carrying the hub's decision down: the hub's version is outside the skew policy", "decision", want)
+	}
 	if len(patch) == 0 {
-		return nil
+		return result, nil
 	}
 	raw, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": patch}})
 	if err != nil {
-		return fmt.Errorf("encoding the decision patch: %w", err)
+		return ctrl.Result{}, fmt.Errorf("encoding the decision patch: %w", err)
 	}
 	if err := r.spoke.Patch(ctx, ws, client.RawPatch(types.MergePatchType, raw)); err != nil {
-		return fmt.Errorf("copying the hub's decision to Workspace %s/%s: %w", ws.Namespace, ws.Name, err)
+		return ctrl.Result{}, fmt.Errorf("copying the hub's decision to Workspace %s/%s: %w", ws.Namespace, ws.Name, err)
 	}
 	ctrl.LoggerFrom(ctx).Info("decision copied from the hub", "decision", want)
-	return nil
+	return result, nil
 }
 
 func nilIfEmpty(m map[string]string) map[string]string {

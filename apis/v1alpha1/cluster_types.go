@@ -18,9 +18,12 @@ const (
 	ReasonAgentHeartbeating = "AgentHeartbeating"
 	ReasonAgentSilent       = "AgentSilent"
 	ReasonAgentNeverSeen    = "AgentNeverSeen"
-	ReasonEngaged           = "Engaged"
-	ReasonEngageFailed      = "EngageFailed"
-	ReasonReachable         = "Reachable"
+	// ReasonAgentVersionSkew: the agent's version is outside the hub's version skew policy
+	// (docs/operations.md); the hub counts the cluster unavailable and decides nothing on it.
+	ReasonAgentVersionSkew = "AgentVersionSkew"
+	ReasonEngaged          = "Engaged"
+	ReasonEngageFailed     = "EngageFailed"
+	ReasonReachable        = "Reachable"
 )
 
 // SecretKeySelector names a key of a Secret in a given namespace.

@@ -16,6 +16,7 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/spf13/pflag"
 	"k8s.io/apimachinery/pkg/util/uuid"
+	"k8s.io/apimachinery/pkg/util/validation"
 	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
@@ -36,6 +37,7 @@ import (
 	"github.com/magosfleet/magos/hub/rollout"
 	"github.com/magosfleet/magos/pkg/keys"
 	"github.com/magosfleet/magos/pkg/scheme"
+	"github.com/magosfleet/magos/pkg/version"
 )
 
 // LeaderElectionID is the Lease the hub replicas elect their leader with.
@@ -262,6 +264,10 @@ func leaderLock(restCfg *rest.Config, namespace, identity string) (resourcelock.
 		resourcelock.ResourceLockConfig{Identity: identity})
 	if err != nil {
 		return nil, fmt.Errorf("hub: the leader Lease: %w", err)
+	}
+	// The leader names its version on the Lease at every renewal (magosctl version reads it).
+	if l, ok := lock.(*resourcelock.LeaseLock); ok && len(validation.IsValidLabelValue(version.Get())) == 0 {
+		l.Labels = map[string]string{keys.HubVersion: version.Get()}
 	}
 	return lock, nil
 }

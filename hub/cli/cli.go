@@ -27,6 +27,7 @@ import (
 
 	"github.com/magosfleet/magos/hub/decider"
 	"github.com/magosfleet/magos/pkg/scheme"
+	"github.com/magosfleet/magos/pkg/version"
 )
 
 // Options are the settings shared by every command.
@@ -54,6 +55,7 @@ func NewCommand(out, errOut io.Writer) *cobra.Command {
 		Short:         "Operate a Magos Fleet: clusters, rollouts, retries and approvals",
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		Version:       version.Get(),
 	}
 	o.Config.AddFlags(root.PersistentFlags())
 	// PrintFlags adds its flags to one command; every command shares them here.
@@ -77,6 +79,7 @@ func NewCommand(out, errOut io.Writer) *cobra.Command {
 		newPlanCommand(o),
 		newLogsCommand(o),
 		newAgentKubeconfigCommand(o),
+		newVersionCommand(o),
 	)
 	return root
 }

@@ -36,6 +36,7 @@ import (
 	"github.com/magosfleet/magos/pkg/mirror"
 	magosscheme "github.com/magosfleet/magos/pkg/scheme"
 	"github.com/magosfleet/magos/pkg/testenv"
+	"github.com/magosfleet/magos/pkg/version"
 )
 
 var env *localcluster.Fleet
@@ -703,9 +704,36 @@ func TestHeartbeatMakesAgentClusterAvailable(t *testing.T) {
 	}
 
 	const leaseSeconds = 3
+	// An agent outside the version skew policy heartbeats: the hub refuses it, says why on the
+	// Cluster, and writes its own version on the Lease for the agent to check from its side.
+	agentVersion := "v9.9.9"
 	renew := func() error {
-		return renewLease(ctx, agentClient, ns, "hb/test", leaseSeconds, map[string]string{keys.AgentVersion: "v9.9.9"})
+		return renewLease(ctx, agentClient, ns, "hb/test", leaseSeconds, map[string]string{keys.AgentVersion: agentVersion})
 	}
+	testenv.Eventually(t, 60*time.Second, func() error {
+		if err := renew(); err != nil {
+			return err
+		}
+		if err := wantCondition("hb", magosv1.ConditionAvailable, metav1.ConditionFalse, magosv1.ReasonAgentVersionSkew)(); err != nil {
+			return err
+		}
+		cl, _ := getCluster("hb")
+		c := meta.FindStatusCondition(cl.Status.Conditions, magosv1.ConditionAvailable)
+		want := "agent v9.9.9 is outside the supported version skew: hub " + version.Get() + " supports agents " + version.SupportedBy(version.Get())
+		if !strings.Contains(c.Message, want) || cl.Status.AgentVersion != "v9.9.9" {
+			return fmt.Errorf("Available says %q with agent version %q, want the message to say %q", c.Message, cl.Status.AgentVersion, want)
+		}
+		lease := &coordinationv1.Lease{}
+		if err := agentClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: keys.AgentLease}, lease); err != nil {
+			return err
+		}
+		if got := lease.Annotations[keys.HubVersion]; got != version.Get() {
+			return fmt.Errorf("the Lease names hub version %q, want %q", got, version.Get())
+		}
+		return wantCondition("hb", magosv1.ConditionReady, metav1.ConditionFalse, magosv1.ReasonAgentVersionSkew)()
+	})
+	// Upgraded to a version within the policy, the same agent is taken at once.
+	agentVersion = "v0.1.7"
 	testenv.Eventually(t, 60*time.Second, func() error {
 		if err := renew(); err != nil {
 			return err
@@ -714,7 +742,7 @@ func TestHeartbeatMakesAgentClusterAvailable(t *testing.T) {
 			return err
 		}
 		cl, _ := getCluster("hb")
-		if cl.Status.LastHeartbeatTime == nil || cl.Status.AgentVersion != "v9.9.9" {
+		if cl.Status.LastHeartbeatTime == nil || cl.Status.AgentVersion != "v0.1.7" {
 			return fmt.Errorf("heartbeat %v, agent version %q", cl.Status.LastHeartbeatTime, cl.Status.AgentVersion)
 		}
 		if v, ok := gauge(t, "magos_hub_cluster_available", "hb"); !ok || v != 1 {
@@ -857,7 +885,7 @@ func TestRenewalsDoNotRewriteTheStatus(t *testing.T) {
 	startHub(t, cfg.file(), func(o *app.Options) { o.RestConfig = rc; o.HealthInterval = time.Minute })
 	ns := mirror.Namespace("steady")
 	renew := func(holder string) error {
-		return renewLease(ctx, env.Hub.Client, ns, holder, 2, map[string]string{keys.AgentVersion: "v1.0.0"})
+		return renewLease(ctx, env.Hub.Client, ns, holder, 2, map[string]string{keys.AgentVersion: version.Get()})
 	}
 	testenv.Eventually(t, 60*time.Second, func() error {
 		if err := renew("steady/a"); err != nil {

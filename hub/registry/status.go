@@ -30,6 +30,7 @@ import (
 	"github.com/magosfleet/magos/pkg/keys"
 	"github.com/magosfleet/magos/pkg/message"
 	"github.com/magosfleet/magos/pkg/mirror"
+	"github.com/magosfleet/magos/pkg/version"
 )
 
 // Reasons the registry writes besides those of the API package.
@@ -239,6 +240,17 @@ func (r *Registry) reconcileStatus(ctx context.Context, req reconcile.Request) (
 				available.Message = fmt.Sprintf("the hub last saw the agent renew its Lease at %s; it expired at %s",
 					renewed.UTC().Format(time.RFC3339), expires.UTC().Format(time.RFC3339))
 			}
+			if err := version.Compatible(version.Get(), lease.Annotations[keys.AgentVersion]); err != nil {
+				// Refused, however live: the hub decides nothing on an agent it may misread.
+				if available.Status == metav1.ConditionTrue || available.Reason != magosv1.ReasonAgentVersionSkew {
+					ctrl.LoggerFrom(ctx).Info("refusing the cluster's agent: its version is outside the skew policy", "reason", err.Error())
+				}
+				available.Status, available.Reason = metav1.ConditionFalse, magosv1.ReasonAgentVersionSkew
+				available.Message = message.Truncate(err.Error()+"; upgrade the agent (docs/operations.md, version skew)", 1000)
+			}
+			if err := r.stampHubVersion(ctx, lease); err != nil {
+				return ctrl.Result{}, err
+			}
 			flipped := wasAvailable != (available.Status == metav1.ConditionTrue)
 			// The heartbeat shown is a renewal the hub saw: none yet keeps the one shown before.
 			if !renewed.IsZero() && (st.LastHeartbeatTime == nil || flipped || renewed.Sub(st.LastHeartbeatTime.Time) >= heartbeatGranularity ||
@@ -354,4 +366,18 @@ func syncWatermark(l *coordinationv1.Lease) (*metav1.Time, int32) {
 // status.lastHeartbeatTime): an agent replica that started since.
 func acquiredSince(l *coordinationv1.Lease, t time.Time) bool {
 	return l.Spec.AcquireTime != nil && l.Spec.AcquireTime.Truncate(time.Second).After(t)
+}
+
+// stampHubVersion writes this hub's version on the agent's Lease when it names another, so
+// that the agent checks the skew policy from its side too (keys.HubVersion). The agent keeps
+// the annotation when it renews; a renewal racing this patch fails once and is retried.
+func (r *Registry) stampHubVersion(ctx context.Context, lease *coordinationv1.Lease) error {
+	if lease.Annotations[keys.HubVersion] == version.Get() || !lease.DeletionTimestamp.IsZero() {
+		return nil
+	}
+	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, keys.HubVersion, version.Get())
+	if err := r.client.Patch(ctx, lease.DeepCopy(), client.RawPatch(types.MergePatchType, []byte(patch))); err != nil {
+		return client.IgnoreNotFound(fmt.Errorf("writing the hub's version on the agent's Lease %s/%s: %w", lease.Namespace, lease.Name, err))
+	}
+	return nil
 }

@@ -142,6 +142,9 @@ const AgentServiceAccount = "magos-agent"
 const (
 	// AgentVersion carries the agent's version.
 	AgentVersion = Prefix + "agent-version"
+	// HubVersion carries the version of the hub that last judged the Lease, written by the hub
+	// (the agent keeps it when it renews): the agent checks the skew policy against it too.
+	HubVersion = Prefix + "hub-version"
 	// SyncedSince is the agent's sync watermark: since when (RFC 3339, the agent's clock) every
 	// spoke Workspace has had an up-to-date mirror on the hub, without interruption. The agent
 	// renews its Lease only while this holds, so a live Lease means a live sync.

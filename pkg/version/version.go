@@ -62,3 +62,13 @@ func Supported(h *utilversion.Version) string {
 	}
 	return fmt.Sprintf("v%d.%d.x to v%d.%d.x", h.Major(), lo, h.Major(), int(h.Minor())+MaxMinorSkew)
 }
+
+// SupportedBy describes the agent versions a hub of version hub supports ("unknown" when hub is
+// not a semantic version).
+func SupportedBy(hub string) string {
+	h, err := utilversion.ParseSemantic(hub)
+	if err != nil {
+		return "unknown"
+	}
+	return Supported(h)
+}

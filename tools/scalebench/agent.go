@@ -80,7 +80,7 @@ func startAgent(ctx context.Context, o agentOptions) (*agent, error) {
 		return nil, fmt.Errorf("agent of %s: %w", o.Cluster, err)
 	}
 	if err := hubsync.SetupWithManager(mgr, hubsync.Options{
-		ClusterName: o.Cluster, HubConfig: o.Hub, AgentVersion: "scalebench", Identity: "emulated",
+		ClusterName: o.Cluster, HubConfig: o.Hub, Identity: "emulated",
 		HeartbeatInterval: o.Heartbeat, LeaseDuration: o.LeaseDuration,
 		ControllerName: "hubsync-" + o.Cluster,
 	}); err != nil {

@@ -16,6 +16,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -43,10 +44,8 @@ import (
 	"github.com/magosfleet/magos/pkg/mirror"
 	"github.com/magosfleet/magos/pkg/runner"
 	magosscheme "github.com/magosfleet/magos/pkg/scheme"
+	"github.com/magosfleet/magos/pkg/version"
 )
-
-// version is the agent's version, reported to the hub (set with -ldflags "-X main.version=...").
-var version = "v0.1.0-dev"
 
 // Config is the agent's configuration.
 type Config struct {
@@ -391,6 +390,10 @@ func main() {
 func run(args []string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if slices.Contains(args, "--version") || len(args) > 0 && args[0] == "version" {
+		fmt.Println(version.Get())
+		return 0
+	}
 	cmd := "controller"
 	if len(args) > 0 && (args[0] == "controller" || args[0] == "runner" || args[0] == "check") {
 		cmd, args = args[0], args[1:]
@@ -495,6 +498,7 @@ func controller(ctx context.Context, args []string) error {
 		return err
 	}
 	ctrl.SetLogger(logger)
+	logger.Info("magos-agent starting", "version", version.Get())
 	restConfig, err := restConfig(cfg.Kubeconfig)
 	if err != nil {
 		return err
@@ -505,7 +509,7 @@ func controller(ctx context.Context, args []string) error {
 		if err != nil {
 			return fmt.Errorf("reading the hub kubeconfig %s: %w", cfg.HubKubeconfig, err)
 		}
-		hub = &hubsync.Options{ClusterName: cfg.ClusterName, HubConfig: hubConfig, AgentVersion: version, Clock: clock(cfg.TestingClockSkew),
+		hub = &hubsync.Options{ClusterName: cfg.ClusterName, HubConfig: hubConfig, AgentVersion: version.Get(), Clock: clock(cfg.TestingClockSkew),
 			HeartbeatInterval: cfg.HubHeartbeatInterval, LeaseDuration: cfg.HubLeaseDuration,
 			TokenExpiry: cfg.HubTokenExpiry, TokenSecret: cfg.hubTokenSecret(), BootstrapFile: cfg.HubKubeconfig}
 	}

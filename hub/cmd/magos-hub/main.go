@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -35,6 +36,7 @@ import (
 	"github.com/magosfleet/magos/pkg/installcheck"
 	"github.com/magosfleet/magos/pkg/logging"
 	"github.com/magosfleet/magos/pkg/scheme"
+	"github.com/magosfleet/magos/pkg/version"
 )
 
 func main() {
@@ -46,6 +48,10 @@ func main() {
 
 // run runs a command until ctx ends; the command's output goes to stdout.
 func run(ctx context.Context, args []string, stdout io.Writer) error {
+	if slices.Contains(args, "--version") || len(args) > 0 && args[0] == "version" {
+		_, err := fmt.Fprintln(stdout, version.Get())
+		return err
+	}
 	cmd := "controller"
 	if len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-' {
 		cmd, args = args[0], args[1:]
@@ -58,7 +64,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	case "check":
 		return check(ctx, args, stdout)
 	default:
-		return fmt.Errorf("unknown command %q: want controller, agent-kubeconfig or check", cmd)
+		return fmt.Errorf("unknown command %q: want controller, agent-kubeconfig, check or version", cmd)
 	}
 }
 
@@ -101,6 +107,7 @@ func controller(ctx context.Context, args []string) error {
 	// Kubernetes libraries that log through klog (the dashboard's token and access reviews) log
 	// through the same logger.
 	klog.SetLogger(log.WithName("klog"))
+	log.Info("magos-hub starting", "version", version.Get(), "agentVersionsSupported", version.SupportedBy(version.Get()))
 	restCfg, err := ctrl.GetConfig()
 	if err != nil {
 		return fmt.Errorf("reaching the hub's API server: %w", err)

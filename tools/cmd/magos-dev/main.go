@@ -23,6 +23,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/magosfleet/magos/pkg/version"
 	"github.com/magosfleet/magos/tools/demo"
 	"github.com/magosfleet/magos/tools/devfleet"
 	"github.com/magosfleet/magos/tools/workdir"
@@ -38,6 +39,10 @@ func main() {
 }
 
 func run(ctx context.Context, args []string) error {
+	if len(args) > 0 && (args[0] == "--version" || args[0] == "version") {
+		fmt.Println(version.Get())
+		return nil
+	}
 	if len(args) == 0 || (args[0] != "up" && args[0] != "demo") {
 		return errors.New("usage: magos-dev up|demo [flags] (see --help)")
 	}

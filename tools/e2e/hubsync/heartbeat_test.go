@@ -139,7 +139,7 @@ func TestHeartbeatIsSyncLiveness(t *testing.T) {
 	if at, err := time.Parse(time.RFC3339Nano, l.Annotations[keys.SyncedAt]); err != nil || at.Before(first) {
 		t.Errorf("synced-at %q (%v), want a time not before synced-since %s", l.Annotations[keys.SyncedAt], err, first)
 	}
-	if v := l.Annotations[keys.AgentVersion]; v != "v1.2.3-test" {
+	if v := l.Annotations[keys.AgentVersion]; v != "v0.1.3-test" {
 		t.Errorf("agent version %q", v)
 	}
 	// While the sync keeps up, the Lease is renewed and synced-since stays.

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -111,6 +112,10 @@ type agentOptions struct {
 	// tokenExpiry, when set, has the agent renew its hub token (keeping it in tokenSecret).
 	tokenExpiry time.Duration
 	tokenSecret types.NamespacedName
+	// version is the version the agent reports (default v0.1.3-test).
+	version string
+	// logger, when set, receives the agent manager's logs.
+	logger *logr.Logger
 }
 
 // startAgent runs an agent manager on a spoke with only the hub sync, authenticated on the hub
@@ -118,6 +123,14 @@ type agentOptions struct {
 func startAgent(t testing.TB, cluster string, o agentOptions) (stop func()) {
 	t.Helper()
 	skip := true
+	logger := ctrl.Log.WithName("agent")
+	if o.logger != nil {
+		logger = *o.logger
+	}
+	version := "v0.1.3-test"
+	if o.version != "" {
+		version = o.version
+	}
 	mgr, err := ctrl.NewManager(env.Spokes[cluster].Config, ctrl.Options{
 		Scheme:  magosscheme.New(),
 		Metrics: metricsserver.Options{BindAddress: "0"},
@@ -125,6 +138,7 @@ func startAgent(t testing.TB, cluster string, o agentOptions) (stop func()) {
 			&magosv1.Workspace{}: {Label: mirror.NotMirrors()},
 		}},
 		Controller: config.Controller{SkipNameValidation: &skip},
+		Logger:     logger,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -134,7 +148,7 @@ func startAgent(t testing.TB, cluster string, o agentOptions) (stop func()) {
 		hubConfig = o.bootstrap
 	}
 	opts := hubsync.Options{
-		ClusterName: cluster, HubConfig: rest.CopyConfig(hubConfig), AgentVersion: "v1.2.3-test", HubQPS: benchQPS, HubBurst: 2 * int(benchQPS),
+		ClusterName: cluster, HubConfig: rest.CopyConfig(hubConfig), AgentVersion: version, HubQPS: benchQPS, HubBurst: 2 * int(benchQPS),
 		Identity: "agent-0", HeartbeatInterval: o.heartbeat, LeaseDuration: o.lease,
 		TokenExpiry: o.tokenExpiry, TokenSecret: o.tokenSecret,
 	}
@@ -378,7 +392,7 @@ func TestHeartbeatMakesTheClusterAvailable(t *testing.T) {
 			if c == nil || c.Status != want || c.Reason != reason {
 				return fmt.Errorf("Available = %+v, want %s/%s", c, want, reason)
 			}
-			if want == metav1.ConditionTrue && (cl.Status.AgentVersion != "v1.2.3-test" || cl.Status.LastHeartbeatTime == nil) {
+			if want == metav1.ConditionTrue && (cl.Status.AgentVersion != "v0.1.3-test" || cl.Status.LastHeartbeatTime == nil) {
 				return fmt.Errorf("agent version %q, heartbeat %v", cl.Status.AgentVersion, cl.Status.LastHeartbeatTime)
 			}
 			return nil

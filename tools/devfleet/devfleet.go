@@ -526,8 +526,13 @@ func BuildBinaries(ctx context.Context, dir string) error {
 	if err != nil {
 		return err
 	}
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", dir+string(os.PathSeparator),
-		"./hub/cmd/magos-hub", "./agent/cmd/magos-agent")
+	// Stamped with the checkout's VERSION, as the Makefile stamps its builds.
+	raw, err := os.ReadFile(filepath.Join(root, "VERSION"))
+	if err != nil {
+		return fmt.Errorf("reading the version to stamp: %w", err)
+	}
+	cmd := exec.CommandContext(ctx, "go", "build", "-ldflags", "-X github.com/magosfleet/magos/pkg/version.version="+strings.TrimSpace(string(raw)),
+		"-o", dir+string(os.PathSeparator), "./hub/cmd/magos-hub", "./agent/cmd/magos-agent")
 	cmd.Dir = root
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("building the binaries: %w\n%s", err, out)

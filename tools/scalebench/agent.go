@@ -46,6 +46,8 @@ type agentOptions struct {
 	// Heartbeat and LeaseDuration are the agent's (hubsync's defaults when zero).
 	Heartbeat, LeaseDuration time.Duration
 	Logger                   logr.Logger
+	// Version is the agent version reported to the hub.
+	Version string
 }
 
 // agent is one emulated magos-agent: a controller-runtime manager on the spoke running the real
@@ -80,7 +82,7 @@ func startAgent(ctx context.Context, o agentOptions) (*agent, error) {
 		return nil, fmt.Errorf("agent of %s: %w", o.Cluster, err)
 	}
 	if err := hubsync.SetupWithManager(mgr, hubsync.Options{
-		ClusterName: o.Cluster, HubConfig: o.Hub, Identity: "emulated",
+		ClusterName: o.Cluster, HubConfig: o.Hub, Identity: "emulated", AgentVersion: o.Version,
 		HeartbeatInterval: o.Heartbeat, LeaseDuration: o.LeaseDuration,
 		ControllerName: "hubsync-" + o.Cluster,
 	}); err != nil {

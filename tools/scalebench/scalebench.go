@@ -252,14 +252,17 @@ func (r Result) Table() string {
 
 // bench is one Run in progress.
 type bench struct {
-	opts             Options
-	hub, spoke       *localcluster.Cluster
-	names, extra     []string
-	hubCmd           *exec.Cmd
-	hubDone          chan struct{}
-	metrics          string
-	ledger           *Ledger
-	agents           []*agent
+	opts         Options
+	hub, spoke   *localcluster.Cluster
+	names, extra []string
+	hubCmd       *exec.Cmd
+	hubDone      chan struct{}
+	metrics      string
+	ledger       *Ledger
+	agents       []*agent
+	// hubVersion is what the magos-hub binary says it is: the emulated agents report it, so
+	// that the hub's version skew policy takes them.
+	hubVersion       string
 	stages           [][]string            // the 3-stage Rollout's Workspaces by step, cluster/name
 	projectSteps     map[string][][]string // the concurrent Rollouts' Workspaces by step
 	stageWS, fleetWS []types.NamespacedName
@@ -463,7 +466,11 @@ func (b *bench) writeConfig(names []string) error {
 // startHub starts magos-hub against the hub API server, with its metrics on a free loopback
 // port and its log in Dir.
 func (b *bench) startHub() error {
-	var err error
+	out, err := exec.Command(b.opts.HubBinary, "--version").Output()
+	if err != nil {
+		return fmt.Errorf("asking %s its version: %w", b.opts.HubBinary, err)
+	}
+	b.hubVersion = strings.TrimSpace(string(out))
 	if b.metrics, err = localcluster.FreeAddress(); err != nil {
 		return err
 	}
@@ -687,7 +694,7 @@ func (b *bench) startAgents(ctx context.Context) error {
 		}
 		a, err := startAgent(ctx, agentOptions{
 			Cluster: b.names[i], Spoke: b.spoke.Config, Namespace: Namespace, Hub: hubCfg,
-			RunDelay: b.opts.RunDelay, Ledger: b.ledger, Logger: b.opts.Logger,
+			RunDelay: b.opts.RunDelay, Ledger: b.ledger, Logger: b.opts.Logger, Version: b.hubVersion,
 		})
 		b.agents[i] = a
 		return err

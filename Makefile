@@ -66,8 +66,8 @@ images: ## Build the magos-hub, magos-agent and magos-runner images from scratch
 # linux/amd64 and linux/arm64 (assembled by tools/release from the Dockerfile and a build
 # context per platform, no engine and no registry involved) and per-platform `docker save` tars;
 # the charts packaged; NOTES.md (the version's CHANGELOG.md section) and SHA256SUMS. It refuses a
-# VERSION that is not vX.Y.Z (or vX.Y.Z-rc.N) of the VERSION file, and a tree with uncommitted
-# changes unless RELEASE_ALLOW_DIRTY=1 (for trying it out).
+# VERSION that is not vX.Y.Z (or vX.Y.Z-rc.N) of the VERSION file or has no CHANGELOG.md section,
+# and a tree with uncommitted changes unless RELEASE_ALLOW_DIRTY=1 (for trying it out).
 RELEASE_DIR       = $(BIN)/release/$(VERSION)
 RELEASE_CLI       := linux/amd64 linux/arm64 darwin/arm64
 RELEASE_IMAGE_ARCH := amd64 arm64
@@ -77,7 +77,7 @@ RELEASE_ALLOW_DIRTY ?=
 .PHONY: release
 release: ## Build a release into bin/release/VERSION (make release VERSION=vX.Y.Z; docs/releasing.md).
 	@cd tools/release && GOWORK=off go build -o $(abspath $(BIN))/magos-release ./cmd/magos-release
-	@$(BIN)/magos-release check --version '$(VERSION)' --version-file VERSION
+	@$(BIN)/magos-release check --version '$(VERSION)' --version-file VERSION --changelog CHANGELOG.md
 	@if [[ -n "$$(git status --porcelain)" && "$(RELEASE_ALLOW_DIRTY)" != 1 ]]; then 	  echo "release: the tree has uncommitted changes (git status); commit them, or RELEASE_ALLOW_DIRTY=1 to try a release out"; exit 1; fi
 	@t0=$$(date +%s) && rm -rf $(RELEASE_DIR) && mkdir -p $(RELEASE_DIR) && \
 	for p in $(RELEASE_CLI); do \

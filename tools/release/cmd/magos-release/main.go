@@ -1,7 +1,7 @@
 // Command magos-release builds the parts of a release that are not binaries; `make release`
 // runs it (docs/releasing.md):
 //
-//	magos-release check  --version vX.Y.Z --version-file VERSION
+//	magos-release check  --version vX.Y.Z --version-file VERSION --changelog CHANGELOG.md
 //	magos-release images --version vX.Y.Z --revision SHA --created RFC3339 --repo ghcr.io/magosfleet \
 //	    --context linux/amd64=DIR --context linux/arm64=DIR --out DIR [--targets hub,agent,runner]
 //	magos-release charts --version vX.Y.Z --out DIR CHART_DIR...
@@ -56,12 +56,21 @@ func check(args []string) error {
 	fs := flag.NewFlagSet("check", flag.ExitOnError)
 	version := fs.String("version", "", "the release version, vX.Y.Z")
 	file := fs.String("version-file", "VERSION", "the VERSION file")
+	changelog := fs.String("changelog", "CHANGELOG.md", "the changelog, which must have the version's notes")
 	_ = fs.Parse(args)
 	b, err := os.ReadFile(*file)
 	if err != nil {
 		return err
 	}
-	return release.CheckVersion(*version, string(b))
+	if err := release.CheckVersion(*version, string(b)); err != nil {
+		return err
+	}
+	c, err := os.ReadFile(*changelog)
+	if err != nil {
+		return err
+	}
+	_, err = release.ReleaseNotes(string(c), *version)
+	return err
 }
 
 // contexts is --context PLATFORM=DIR, repeated.

@@ -85,7 +85,7 @@ release: ## Build a release into bin/release/VERSION (make release VERSION=vX.Y.
 	    -o $(RELEASE_DIR)/magosctl-$(VERSION)-$${p%/*}-$${p#*/} ./hub/cmd/magosctl; \
 	done && \
 	contexts=() && for arch in $(RELEASE_IMAGE_ARCH); do \
-	  echo "release: build context for linux/$$arch (a first arm64 build of OpenTofu and the providers takes about 10 min)" && \
+	  echo "release: build context for linux/$$arch (a first build of OpenTofu and the providers for it takes as long as the host's first build of them)" && \
 	  tools/image-context.sh $(RELEASE_DIR)/.context/linux-$$arch $$arch '$(LDFLAGS)' && \
 	  contexts+=(--context linux/$$arch=$(RELEASE_DIR)/.context/linux-$$arch); \
 	done && \

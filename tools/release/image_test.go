@@ -281,6 +281,7 @@ func untar(t *testing.T, archive, dir string) {
 // platform. Docker is the Dockerfile's reference reader; the test is skipped where no Docker
 // engine answers, except under CI (MAGOS_CI), where it fails.
 func TestImagesMatchDockerBuild(t *testing.T) {
+	t.Parallel() // slow (a link, docker builds) and independent of the other tests
 	if out, err := exec.Command("docker", "info", "--format", "{{.ServerVersion}}").CombinedOutput(); err != nil {
 		if os.Getenv("MAGOS_CI") != "" {
 			t.Fatalf("CI (MAGOS_CI) needs a Docker engine: docker info: %v: %s", err, bytes.TrimSpace(out))

@@ -43,6 +43,7 @@ func TestCheckVersion(t *testing.T) {
 // TestMakeReleaseRefusesAVersion runs the Makefile's release target with versions it must
 // refuse, and checks it stops before building anything.
 func TestMakeReleaseRefusesAVersion(t *testing.T) {
+	t.Parallel() // slow (a link, docker builds) and independent of the other tests
 	if _, err := exec.LookPath("make"); err != nil {
 		t.Fatal("make is needed:", err)
 	}

@@ -9,6 +9,10 @@
 #   docker build --target runner -t magos-runner:dev bin/images/context -f Dockerfile
 # Every image runs as the non-root user 65532 and needs no writable root filesystem: /tmp is an
 # empty directory that Jobs mount an emptyDir on.
+#
+# `make release` assembles the same three stages for linux/amd64 and linux/arm64 without an
+# engine (tools/release reads this file; docs/releasing.md): it accepts only the instructions
+# used here (FROM scratch or a stage, COPY, USER, ENV, ENTRYPOINT, CMD) and fails on any other.
 
 FROM scratch AS base
 COPY rootfs/ /

@@ -54,21 +54,49 @@ IMAGE_TAG   ?= dev
 
 .PHONY: images
 images: ## Build the magos-hub, magos-agent and magos-runner images from scratch into the local engine and bin/images/*.tar.
-	rm -rf $(IMAGES_DIR)/context && mkdir -p $(IMAGES_DIR)/context/bin $(IMAGES_DIR)/context/rootfs/etc $(IMAGES_DIR)/context/rootfs/tmp
-	CGO_ENABLED=0 go build -trimpath -ldflags='-s -w $(LDFLAGS)' -o $(IMAGES_DIR)/context/bin/ ./hub/cmd/magos-hub ./hub/cmd/magosctl ./agent/cmd/magos-agent
-	$(WITH_ASSETS) cp "$$MAGOS_TOFU" $(IMAGES_DIR)/context/bin/tofu && \
-	  cp -r "$$MAGOS_PROVIDERS" $(IMAGES_DIR)/context/providers && rm -f $(IMAGES_DIR)/context/providers/.complete
-	printf 'root:x:0:0:root:/root:/sbin/nologin\nnonroot:x:65532:65532:nonroot:/tmp:/sbin/nologin\n' >$(IMAGES_DIR)/context/rootfs/etc/passwd
-	printf 'root:x:0:\nnonroot:x:65532:\n' >$(IMAGES_DIR)/context/rootfs/etc/group
-	chmod 1777 $(IMAGES_DIR)/context/rootfs/tmp
-	if [[ -f /etc/ssl/certs/ca-certificates.crt ]]; then mkdir -p $(IMAGES_DIR)/context/rootfs/etc/ssl/certs && \
-	  cp /etc/ssl/certs/ca-certificates.crt $(IMAGES_DIR)/context/rootfs/etc/ssl/certs/; \
-	else echo "images: no /etc/ssl/certs/ca-certificates.crt on this machine: the images carry no CA certificates"; fi
+	tools/image-context.sh $(IMAGES_DIR)/context "$$(go env GOARCH)" '$(LDFLAGS)'
 	for target in hub agent runner; do \
 	  docker build -q --target $$target -t magos-$$target:$(IMAGE_TAG) -f Dockerfile $(IMAGES_DIR)/context >/dev/null && \
 	  docker save -o $(IMAGES_DIR)/magos-$$target.tar magos-$$target:$(IMAGE_TAG) && \
 	  echo "images: magos-$$target:$(IMAGE_TAG) $$(docker image inspect -f '{{.Size}}' magos-$$target:$(IMAGE_TAG) | awk '{printf "%.1f MiB", $$1/1048576}') -> $(IMAGES_DIR)/magos-$$target.tar"; \
 	done
+
+# make release VERSION=vX.Y.Z builds a release of the checked-out commit into bin/release/vX.Y.Z
+# (docs/releasing.md): magosctl for each CLI platform; the images, each one OCI image index of
+# linux/amd64 and linux/arm64 (assembled by tools/release from the Dockerfile and a build
+# context per platform, no engine and no registry involved) and per-platform `docker save` tars;
+# the charts packaged; NOTES.md (the version's CHANGELOG.md section) and SHA256SUMS. It refuses a
+# VERSION that is not vX.Y.Z (or vX.Y.Z-rc.N) of the VERSION file or has no CHANGELOG.md section,
+# and a tree with uncommitted changes unless RELEASE_ALLOW_DIRTY=1 (for trying it out).
+RELEASE_DIR       = $(BIN)/release/$(VERSION)
+RELEASE_CLI       := linux/amd64 linux/arm64 darwin/arm64
+RELEASE_IMAGE_ARCH := amd64 arm64
+IMAGE_REPO        ?= ghcr.io/magosfleet
+RELEASE_ALLOW_DIRTY ?=
+
+.PHONY: release
+release: ## Build a release into bin/release/VERSION (make release VERSION=vX.Y.Z; docs/releasing.md).
+	@cd tools/release && GOWORK=off go build -o $(abspath $(BIN))/magos-release ./cmd/magos-release
+	@$(BIN)/magos-release check --version '$(VERSION)' --version-file VERSION --changelog CHANGELOG.md
+	@if [[ -n "$$(git status --porcelain)" && "$(RELEASE_ALLOW_DIRTY)" != 1 ]]; then 	  echo "release: the tree has uncommitted changes (git status); commit them, or RELEASE_ALLOW_DIRTY=1 to try a release out"; exit 1; fi
+	@t0=$$(date +%s) && rm -rf $(RELEASE_DIR) && mkdir -p $(RELEASE_DIR) && \
+	for p in $(RELEASE_CLI); do \
+	  CGO_ENABLED=0 GOOS=$${p%/*} GOARCH=$${p#*/} go build -trimpath -ldflags='-s -w $(LDFLAGS)' \
+	    -o $(RELEASE_DIR)/magosctl-$(VERSION)-$${p%/*}-$${p#*/} ./hub/cmd/magosctl; \
+	done && \
+	contexts=() && for arch in $(RELEASE_IMAGE_ARCH); do \
+	  echo "release: build context for linux/$$arch (a first build of OpenTofu and the providers for it takes as long as the host's first build of them)" && \
+	  tools/image-context.sh $(RELEASE_DIR)/.context/linux-$$arch $$arch '$(LDFLAGS)' && \
+	  contexts+=(--context linux/$$arch=$(RELEASE_DIR)/.context/linux-$$arch); \
+	done && \
+	$(BIN)/magos-release images --dockerfile Dockerfile --version $(VERSION) --revision "$$(git rev-parse HEAD)" \
+	  --created "$$(git log -1 --format=%cI)" --repo $(IMAGE_REPO) --out $(RELEASE_DIR) "$${contexts[@]}" && \
+	rm -rf $(RELEASE_DIR)/.context && \
+	$(BIN)/magos-release charts --version $(VERSION) --out $(RELEASE_DIR) charts/magos-hub charts/magos-agent && \
+	$(BIN)/magos-release notes --version $(VERSION) --changelog CHANGELOG.md --out $(RELEASE_DIR)/NOTES.md && \
+	$(BIN)/magos-release sums $(RELEASE_DIR) && \
+	echo "release: $(VERSION) in $(RELEASE_DIR) in $$(($$(date +%s) - t0))s:" && \
+	(cd $(RELEASE_DIR) && ls -l --block-size=K | tail -n +2)
 
 # make test-real runs the production path on real nodes: two single-node clusters in Docker
 # containers (tools/realnode), the charts installed with Helm, the hub and agent as Pods of the
@@ -108,6 +136,7 @@ assets: ## Build etcd, kube-apiserver, tofu and the runner's providers from the 
 test: ## Run every test, against real API servers and a real tofu.
 	$(WITH_ASSETS) go test $(GO_TEST_FLAGS) $(PACKAGES)
 	$(WITH_ASSETS) cd charts/tests && GOWORK=off go test $(GO_TEST_FLAGS) ./...
+	cd tools/release && GOWORK=off go test $(GO_TEST_FLAGS) ./...
 
 # make chaos runs TestChaos alone, longer than in make test. Its output goes to stderr, and the run
 # ends with one summary line on stdout: chaos: trials=N faults=F violations=V seed=S.
@@ -163,6 +192,7 @@ lint: check-deps ## gofmt, go vet, and no test support in the binaries.
 	go vet $(PACKAGES)
 	cd charts/tests && GOWORK=off go vet ./...
 	cd tools/realnode && GOWORK=off go vet ./...
+	cd tools/release && GOWORK=off go vet ./...
 
 # The production binaries (magos-hub, magosctl, magos-agent) must not be built from test
 # support (pkg/testenv, pkg/localcluster, hub/hubtest, Go's testing): tools/deps lists their

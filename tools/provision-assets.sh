@@ -20,7 +20,14 @@ TOFU_VERSION=${TOFU_VERSION:-v1.10.6}
 # The providers the runner image carries (docs/providers.md says why these two).
 TIME_PROVIDER_VERSION=${TIME_PROVIDER_VERSION:-v0.14.2}
 KUBECTL_PROVIDER_VERSION=${KUBECTL_PROVIDER_VERSION:-v1.19.0}
-ASSETS=${MAGOS_ASSETS_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/magos/assets}
+# GOOS/GOARCH of another platform (GOARCH=arm64 MAGOS_ASSETS_ONLY=tofu, for the release's
+# images) build for it into a cache folder of its own, assets-<os>-<arch>; the host's stays assets.
+PLATFORM_DIR=""
+if [[ -n ${GOOS:-}${GOARCH:-} ]]; then
+  read -r GOOS_ GOARCH_ HOSTOS_ HOSTARCH_ <<<"$(GOFLAGS= go env GOOS GOARCH GOHOSTOS GOHOSTARCH | paste -sd' ')"
+  [[ $GOOS_/$GOARCH_ == "$HOSTOS_/$HOSTARCH_" ]] || PLATFORM_DIR="-$GOOS_-$GOARCH_"
+fi
+ASSETS=${MAGOS_ASSETS_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/magos/assets$PLATFORM_DIR}
 
 export CGO_ENABLED=0 GOFLAGS=-mod=mod GOWORK=off GOTOOLCHAIN=local
 mkdir -p "$ASSETS"

@@ -230,7 +230,7 @@ func TestAgentDefaults(t *testing.T) {
 		"hub": map[string]any{"kubeconfigSecret": map[string]any{"name": "hub-kubeconfig", "key": "kubeconfig"}}})
 	d := as[appsv1.Deployment](t, objs["Deployment/magos-agent"])
 	c := d.Spec.Template.Spec.Containers[0]
-	for _, arg := range []string{"controller", "--cluster-name=eu-west-1", "--hub-kubeconfig=/etc/magos/hub/kubeconfig", "--runner-mode=job", "--runner-image=ghcr.io/magosfleet/magos-runner:0.1.0", "--leader-elect=true"} {
+	for _, arg := range []string{"controller", "--cluster-name=eu-west-1", "--hub-kubeconfig=/etc/magos/hub/kubeconfig", "--runner-mode=job", "--runner-image=ghcr.io/magosfleet/magos-runner:v0.1.0", "--leader-elect=true"} {
 		if !slices.Contains(c.Args, arg) {
 			t.Errorf("agent args %v lack %s", c.Args, arg)
 		}

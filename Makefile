@@ -16,6 +16,14 @@ LDFLAGS     := -X github.com/magosfleet/magos/pkg/version.version=$(VERSION)
 # (The assignment fails the recipe when the script fails; a bare eval "$$(...)" would not.)
 WITH_ASSETS := assets="$$(tools/provision-assets.sh)" && eval "$$assets" && export KUBEBUILDER_ASSETS MAGOS_TOFU MAGOS_PROVIDERS &&
 
+# prereqs-TARGET checks, before anything is built, that this machine has what make TARGET needs
+# beyond Go (tools/prereqs.sh: Debian packages, a Docker daemon) and names the command that
+# installs what is missing.
+PREREQS := $(addprefix prereqs-,test test-real demo-real node-image)
+.PHONY: $(PREREQS)
+$(PREREQS):
+	@tools/prereqs.sh $(@:prereqs-%=%)
+
 .PHONY: help
 help: ## List the targets.
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -29,11 +37,15 @@ dev: magos-dev ## Start the local fleet and keep it running (kubeconfigs under ~
 	$(BIN)/magos-dev up $(DEV_FLAGS)
 
 # magos-dev is built quietly: on a fresh machine the first build downloads the Go modules, and
-# their hundreds of "go: downloading" lines would bury the demo. They are kept in a log.
+# their hundreds of "go: downloading" lines would bury the demo. They are kept in a log, whose
+# last lines are shown when the build fails.
 .PHONY: magos-dev
 magos-dev:
-	@mkdir -p $(BIN); echo "magos-dev: building (the first build downloads Go modules: a few minutes; log in $(BIN)/magos-dev.build.log)"
-	@go build -ldflags '$(LDFLAGS)' -o $(BIN)/magos-dev ./tools/cmd/magos-dev >$(BIN)/magos-dev.build.log 2>&1 || { cat $(BIN)/magos-dev.build.log; exit 1; }
+	@mkdir -p $(BIN); t0=$$(date +%s); log=$(BIN)/magos-dev.build.log; \
+	  echo "magos-dev: building (about 3 min on a first run, which downloads the Go modules; seconds after that; log: $$log)"; \
+	  go build -ldflags '$(LDFLAGS)' -o $(BIN)/magos-dev ./tools/cmd/magos-dev >$$log 2>&1 || \
+	    { echo "magos-dev: the build failed; the last 40 lines of $$log:"; tail -n 40 $$log; exit 1; }; \
+	  echo "magos-dev: built in $$(($$(date +%s) - t0)) s"
 
 # The CRDs are generated into files/crds/ of both charts exactly as controller-gen writes them
 # (tools/generated checks they are current); each chart's templates/crds.yaml adds
@@ -75,11 +87,11 @@ images: ## Build the magos-hub, magos-agent and magos-runner images from scratch
 # images above and every run a Job. Its output goes to stderr; the run ends with one line on
 # stdout: real-node: pods=N jobs=J helm-releases=R ok.
 .PHONY: node-image
-node-image: ## Build the magos-node image (a single-node cluster per container) and the sandbox image.
+node-image: prereqs-node-image ## Build the magos-node image (a single-node cluster per container) and the sandbox image.
 	tools/realnode/node/build.sh $(IMAGES_DIR) >/dev/null
 
 .PHONY: test-real
-test-real: images ## Install both charts into real clusters in Docker and roll out through runner Jobs.
+test-real: prereqs-test-real images ## Install both charts into real clusters in Docker and roll out through runner Jobs.
 	go build -ldflags '$(LDFLAGS)' -o $(BIN)/magosctl ./hub/cmd/magosctl
 	@node="$$(tools/realnode/node/build.sh $(IMAGES_DIR))" && eval "$$node" && summary="$$(mktemp)" && \
 	  cd tools/realnode && MAGOS_NODE_IMAGE="$$MAGOS_NODE_IMAGE" MAGOS_IMAGES_DIR="$(abspath $(IMAGES_DIR))" \
@@ -92,7 +104,7 @@ test-real: images ## Install both charts into real clusters in Docker and roll o
 # printed as `magosctl rollout status` shows it until every region applied. It removes its
 # nodes and network on exit and on Ctrl-C.
 .PHONY: demo-real
-demo-real: images ## Roll a change out region by region on real nodes (Docker), every run a Job.
+demo-real: prereqs-demo-real images ## Roll a change out region by region on real nodes (Docker), every run a Job.
 	go build -ldflags '$(LDFLAGS)' -o $(BIN)/magosctl ./hub/cmd/magosctl
 	@node="$$(tools/realnode/node/build.sh $(IMAGES_DIR))" && eval "$$node" && \
 	  cd tools/realnode && GOWORK=off go build -o $(abspath $(BIN))/magos-demo-real ./cmd/magos-demo-real && \
@@ -105,7 +117,7 @@ assets: ## Build etcd, kube-apiserver, tofu and the runner's providers from the 
 	tools/provision-assets.sh
 
 .PHONY: test
-test: ## Run every test, against real API servers and a real tofu.
+test: prereqs-test ## Run every test, against real API servers and a real tofu.
 	$(WITH_ASSETS) go test $(GO_TEST_FLAGS) $(PACKAGES)
 	$(WITH_ASSETS) cd charts/tests && GOWORK=off go test $(GO_TEST_FLAGS) ./...
 

@@ -12,33 +12,48 @@
 #
 # Everything missing is reported at once, on stderr; the exit status is 1 when anything the
 # target cannot do without is missing, else 0. stdout stays empty.
+#
+# prereqs.sh --missing-packages TARGET... prints the Debian packages the targets need that are
+# missing, one a line, and nothing else (.ci/run installs them).
 set -euo pipefail
 
-target=${1:-}
 missing=()  # Debian packages to install
 problems=() # what a package does not fix
 warn_only=false
 
-case $target in
-test)
-  command -v chromium >/dev/null || missing+=(chromium)
-  [[ -n ${MAGOS_CI:-} ]] || warn_only=true
-  ;;
-test-real | demo-real | node-image)
-  command -v debootstrap >/dev/null || missing+=(debootstrap)
-  command -v gcc >/dev/null || missing+=(gcc)
-  [[ -f /usr/include/seccomp.h ]] || missing+=(libseccomp-dev)
-  if ! command -v docker >/dev/null; then
-    missing+=(docker.io)
-  elif ! out=$(docker version --format '{{.Server.Version}}' 2>&1); then
-    problems+=("a Docker daemon the docker CLI reaches, and \`docker version\` says \"${out##*$'\n'}\". Start one (sudo systemctl start docker) or point DOCKER_HOST at it")
-  fi
-  ;;
-*)
-  echo "prereqs.sh: unknown target '$target': want test, test-real, demo-real or node-image" >&2
-  exit 2
-  ;;
-esac
+# check TARGET adds what TARGET needs and this machine lacks to missing and problems.
+check() {
+  case $1 in
+  test)
+    command -v chromium >/dev/null || missing+=(chromium)
+    [[ -n ${MAGOS_CI:-} ]] || warn_only=true
+    ;;
+  test-real | demo-real | node-image)
+    command -v debootstrap >/dev/null || missing+=(debootstrap)
+    command -v gcc >/dev/null || missing+=(gcc)
+    [[ -f /usr/include/seccomp.h ]] || missing+=(libseccomp-dev)
+    if ! command -v docker >/dev/null; then
+      missing+=(docker.io)
+    elif ! out=$(docker version --format '{{.Server.Version}}' 2>&1); then
+      problems+=("a Docker daemon the docker CLI reaches, and \`docker version\` says \"${out##*$'\n'}\". Start one (sudo systemctl start docker) or point DOCKER_HOST at it")
+    fi
+    ;;
+  *)
+    echo "prereqs.sh: unknown target '$1': want test, test-real, demo-real or node-image" >&2
+    exit 2
+    ;;
+  esac
+}
+
+if [[ ${1:-} == --missing-packages ]]; then
+  shift
+  for t; do check "$t"; done
+  if ((${#missing[@]})); then printf '%s\n' "${missing[@]}"; fi
+  exit 0
+fi
+
+target=${1:-}
+check "$target"
 
 if ((${#missing[@]})); then
   sudo=""

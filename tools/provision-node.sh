@@ -48,7 +48,7 @@ fi
 # The steps (tools/assets-lib.sh's run_steps): what each is called, about how long it takes on a
 # fresh machine, and when it is done.
 STEP_LABEL[rootfs]="a Debian $DEBIAN_SUITE root filesystem (debootstrap)"
-STEP_SECONDS[rootfs]=120
+STEP_SECONDS[rootfs]=60
 rootfs_done() { [[ -f "$ASSETS/node-rootfs-$DEBIAN_SUITE/.complete" ]]; }
 STEP_LABEL[containerd]="containerd $CONTAINERD_VERSION"
 STEP_SECONDS[containerd]=180
@@ -57,7 +57,7 @@ STEP_LABEL[runc]="runc $RUNC_VERSION (cgo, libseccomp)"
 STEP_SECONDS[runc]=60
 runc_done() { [[ -f "$ASSETS/runc-$RUNC_VERSION/.complete" ]]; }
 STEP_LABEL[cni]="the CNI plugins $CNI_PLUGINS_VERSION"
-STEP_SECONDS[cni]=60
+STEP_SECONDS[cni]=20
 cni_done() { [[ -f "$ASSETS/cni-plugins-$CNI_PLUGINS_VERSION/.complete" ]]; }
 
 build_containerd() {

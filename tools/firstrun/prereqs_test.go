@@ -16,9 +16,9 @@ type prereqRun struct {
 	exitCode       int
 }
 
-// runPrereqs runs tools/prereqs.sh TARGET with PATH holding only bash and the given fake
+// runPrereqs runs tools/prereqs.sh with the arguments args (split at spaces) and PATH holding only bash and the given fake
 // commands (name to shell script body), and the extra environment env.
-func runPrereqs(t *testing.T, target string, fakes map[string]string, env ...string) prereqRun {
+func runPrereqs(t *testing.T, args string, fakes map[string]string, env ...string) prereqRun {
 	t.Helper()
 	dir := t.TempDir()
 	bash, err := exec.LookPath("bash")
@@ -33,7 +33,7 @@ func runPrereqs(t *testing.T, target string, fakes map[string]string, env ...str
 			t.Fatal(err)
 		}
 	}
-	cmd := exec.Command(bash, filepath.Join(repoRoot(t), "tools", "prereqs.sh"), target)
+	cmd := exec.Command(bash, append([]string{filepath.Join(repoRoot(t), "tools", "prereqs.sh")}, strings.Fields(args)...)...)
 	cmd.Env = append([]string{"PATH=" + dir, "HOME=" + dir}, env...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
@@ -119,6 +119,20 @@ func TestMakeTestWarnsWithoutChromium(t *testing.T) {
 	run = runPrereqs(t, "test", map[string]string{"chromium": ""}, "MAGOS_CI=1")
 	if run.exitCode != 0 || run.stderr != "" {
 		t.Errorf("make test with chromium: exit %d, stderr %q; want 0 and nothing said", run.exitCode, run.stderr)
+	}
+}
+
+// TestMissingPackagesForCI: .ci/run installs what `prereqs.sh --missing-packages` lists, and
+// only that goes to stdout.
+func TestMissingPackagesForCI(t *testing.T) {
+	t.Parallel()
+	run := runPrereqs(t, "--missing-packages test test-real", map[string]string{"gcc": "", "docker": dockerDown}, "MAGOS_CI=1")
+	got := map[string]bool{}
+	for line := range strings.SplitSeq(strings.TrimSuffix(run.stdout, "\n"), "\n") {
+		got[line] = true
+	}
+	if run.exitCode != 0 || !got["chromium"] || !got["debootstrap"] || got["gcc"] || got["docker.io"] {
+		t.Errorf("--missing-packages test test-real without chromium and debootstrap: exit %d, stdout %q; want 0 and both named, gcc and docker not", run.exitCode, run.stdout)
 	}
 }
 

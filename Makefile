@@ -36,16 +36,19 @@ demo: magos-dev ## Start a local hub and three regional spokes and roll a change
 dev: magos-dev ## Start the local fleet and keep it running (kubeconfigs under ~/.cache/magos/dev).
 	$(BIN)/magos-dev up $(DEV_FLAGS)
 
-# magos-dev is built quietly: on a fresh machine the first build downloads the Go modules, and
-# their hundreds of "go: downloading" lines would bury the demo. They are kept in a log, whose
-# last lines are shown when the build fails.
+# $(call quietly,NAME,COMMAND,WHAT) runs COMMAND (a go build or the like, in a subshell) with its
+# output in $(BIN)/NAME.log: on a fresh machine the go commands download the Go modules, and their
+# hundreds of "go: downloading" lines would bury what the target shows. The terminal gets
+# "NAME: WHAT (log: ...)" before (WHAT says about how long it takes, without commas) and one line
+# after, or the log's last 40 lines when COMMAND fails.
+quietly = mkdir -p $(BIN) && t0=$$(date +%s) && log=$(BIN)/$(1).log && \
+  echo "$(1): $(3) (log: $$log)" && \
+  { ( $(2) ) >$$log 2>&1 || { echo "$(1): failed; the last 40 lines of $$log:"; tail -n 40 $$log; exit 1; }; } && \
+  echo "$(1): done in $$(($$(date +%s) - t0)) s"
+
 .PHONY: magos-dev
 magos-dev:
-	@mkdir -p $(BIN); t0=$$(date +%s); log=$(BIN)/magos-dev.build.log; \
-	  echo "magos-dev: building (about 3 min on a first run, which downloads the Go modules; seconds after that; log: $$log)"; \
-	  go build -ldflags '$(LDFLAGS)' -o $(BIN)/magos-dev ./tools/cmd/magos-dev >$$log 2>&1 || \
-	    { echo "magos-dev: the build failed; the last 40 lines of $$log:"; tail -n 40 $$log; exit 1; }; \
-	  echo "magos-dev: built in $$(($$(date +%s) - t0)) s"
+	@$(call quietly,magos-dev,go build -ldflags '$(LDFLAGS)' -o $(BIN)/magos-dev ./tools/cmd/magos-dev,building: about 3 min on a first run (it downloads the Go modules) and seconds after that)
 
 # The CRDs are generated into files/crds/ of both charts exactly as controller-gen writes them
 # (tools/generated checks they are current); each chart's templates/crds.yaml adds
@@ -67,7 +70,7 @@ IMAGE_TAG   ?= dev
 .PHONY: images
 images: ## Build the magos-hub, magos-agent and magos-runner images from scratch into the local engine and bin/images/*.tar.
 	rm -rf $(IMAGES_DIR)/context && mkdir -p $(IMAGES_DIR)/context/bin $(IMAGES_DIR)/context/rootfs/etc $(IMAGES_DIR)/context/rootfs/tmp
-	CGO_ENABLED=0 go build -trimpath -ldflags='-s -w $(LDFLAGS)' -o $(IMAGES_DIR)/context/bin/ ./hub/cmd/magos-hub ./hub/cmd/magosctl ./agent/cmd/magos-agent
+	@$(call quietly,images-binaries,CGO_ENABLED=0 go build -trimpath -ldflags='-s -w $(LDFLAGS)' -o $(IMAGES_DIR)/context/bin/ ./hub/cmd/magos-hub ./hub/cmd/magosctl ./agent/cmd/magos-agent,building magos-hub magosctl and magos-agent for the images: a few minutes on a first run)
 	$(WITH_ASSETS) cp "$$MAGOS_TOFU" $(IMAGES_DIR)/context/bin/tofu && \
 	  cp -r "$$MAGOS_PROVIDERS" $(IMAGES_DIR)/context/providers && rm -f $(IMAGES_DIR)/context/providers/.complete
 	printf 'root:x:0:0:root:/root:/sbin/nologin\nnonroot:x:65532:65532:nonroot:/tmp:/sbin/nologin\n' >$(IMAGES_DIR)/context/rootfs/etc/passwd
@@ -92,7 +95,8 @@ node-image: prereqs-node-image ## Build the magos-node image (a single-node clus
 
 .PHONY: test-real
 test-real: prereqs-test-real images ## Install both charts into real clusters in Docker and roll out through runner Jobs.
-	go build -ldflags '$(LDFLAGS)' -o $(BIN)/magosctl ./hub/cmd/magosctl
+	@$(call quietly,magosctl,go build -ldflags '$(LDFLAGS)' -o $(BIN)/magosctl ./hub/cmd/magosctl,building: seconds)
+	@$(call quietly,realnode-modules,cd tools/realnode && GOWORK=off go list -deps -test ./... >/dev/null,downloading the Go modules of tools/realnode's tests: a minute on a first run)
 	@node="$$(tools/realnode/node/build.sh $(IMAGES_DIR))" && eval "$$node" && summary="$$(mktemp)" && \
 	  cd tools/realnode && MAGOS_NODE_IMAGE="$$MAGOS_NODE_IMAGE" MAGOS_IMAGES_DIR="$(abspath $(IMAGES_DIR))" \
 	  MAGOS_MAGOSCTL="$(abspath $(BIN))/magosctl" MAGOS_IMAGE_TAG=$(IMAGE_TAG) MAGOS_REAL_SUMMARY="$$summary" \
@@ -105,9 +109,10 @@ test-real: prereqs-test-real images ## Install both charts into real clusters in
 # nodes and network on exit and on Ctrl-C.
 .PHONY: demo-real
 demo-real: prereqs-demo-real images ## Roll a change out region by region on real nodes (Docker), every run a Job.
-	go build -ldflags '$(LDFLAGS)' -o $(BIN)/magosctl ./hub/cmd/magosctl
+	@$(call quietly,magosctl,go build -ldflags '$(LDFLAGS)' -o $(BIN)/magosctl ./hub/cmd/magosctl,building: seconds)
+	@$(call quietly,magos-demo-real,cd tools/realnode && GOWORK=off go build -o $(abspath $(BIN))/magos-demo-real ./cmd/magos-demo-real,building: a minute on a first run)
 	@node="$$(tools/realnode/node/build.sh $(IMAGES_DIR))" && eval "$$node" && \
-	  cd tools/realnode && GOWORK=off go build -o $(abspath $(BIN))/magos-demo-real ./cmd/magos-demo-real && \
+	  cd tools/realnode && \
 	  MAGOS_NODE_IMAGE="$$MAGOS_NODE_IMAGE" MAGOS_IMAGES_DIR="$(abspath $(IMAGES_DIR))" \
 	  MAGOS_MAGOSCTL="$(abspath $(BIN))/magosctl" MAGOS_IMAGE_TAG=$(IMAGE_TAG) \
 	  $(abspath $(BIN))/magos-demo-real $(DEMO_REAL_FLAGS)
@@ -118,6 +123,7 @@ assets: ## Build etcd, kube-apiserver, tofu and the runner's providers from the 
 
 .PHONY: test
 test: prereqs-test ## Run every test, against real API servers and a real tofu.
+	@$(call quietly,test-modules,go list -deps -test $(PACKAGES) >/dev/null && cd charts/tests && GOWORK=off go list -deps -test ./... >/dev/null,downloading the Go modules the tests need: a few minutes on a first run)
 	$(WITH_ASSETS) go test $(GO_TEST_FLAGS) $(PACKAGES)
 	$(WITH_ASSETS) cd charts/tests && GOWORK=off go test $(GO_TEST_FLAGS) ./...
 

@@ -70,6 +70,20 @@ replace (
 replace github.com/hashicorp/hcl/v2 v2.0.0 => github.com/opentofu/hcl/v2 v2.0.0
 `
 
+// fakeGoEnv returns this process's environment with the fake go first on PATH.
+func fakeGoEnv(t *testing.T) []string {
+	t.Helper()
+	fake := t.TempDir()
+	if err := os.WriteFile(filepath.Join(fake, "go"), []byte(fakeGo), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	gomod := filepath.Join(fake, "go.mod.fake")
+	if err := os.WriteFile(gomod, []byte(fakeGoMod), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return append(os.Environ(), "PATH="+fake+string(os.PathListSeparator)+os.Getenv("PATH"), "FAKE_GOMOD="+gomod)
+}
+
 // provisionRun is one run of tools/provision-assets.sh with the fake go.
 type provisionRun struct {
 	stdout, stderr string
@@ -80,17 +94,8 @@ type provisionRun struct {
 // first on PATH and the extra environment env.
 func runProvision(t *testing.T, assets string, env ...string) provisionRun {
 	t.Helper()
-	fake := t.TempDir()
-	if err := os.WriteFile(filepath.Join(fake, "go"), []byte(fakeGo), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	gomod := filepath.Join(fake, "go.mod.fake")
-	if err := os.WriteFile(gomod, []byte(fakeGoMod), 0o644); err != nil {
-		t.Fatal(err)
-	}
 	cmd := exec.Command("bash", filepath.Join(repoRoot(t), "tools", "provision-assets.sh"))
-	cmd.Env = append(os.Environ(), "PATH="+fake+string(os.PathListSeparator)+os.Getenv("PATH"),
-		"MAGOS_ASSETS_DIR="+assets, "FAKE_GOMOD="+gomod, "MAGOS_ASSETS_ONLY=")
+	cmd.Env = append(fakeGoEnv(t), "MAGOS_ASSETS_DIR="+assets, "MAGOS_ASSETS_ONLY=")
 	cmd.Env = append(cmd.Env, env...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr

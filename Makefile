@@ -48,7 +48,7 @@ quietly = mkdir -p $(BIN) && t0=$$(date +%s) && log=$(BIN)/$(1).log && \
 
 .PHONY: magos-dev
 magos-dev:
-	@$(call quietly,magos-dev,go build -ldflags '$(LDFLAGS)' -o $(BIN)/magos-dev ./tools/cmd/magos-dev,building: about 3 min on a first run (it downloads the Go modules) and seconds after that)
+	@$(call quietly,magos-dev,go build -ldflags '$(LDFLAGS)' -o $(BIN)/magos-dev ./tools/cmd/magos-dev,building: a few minutes on a first run (it downloads and compiles the Go modules) and seconds after that)
 
 # The CRDs are generated into files/crds/ of both charts exactly as controller-gen writes them
 # (tools/generated checks they are current); each chart's templates/crds.yaml adds

@@ -44,7 +44,7 @@ step_run() {
   printf '\n$ (in %s) %s\n' "$PWD" "$*" >>"$RUN_LOG"
   local rc=0
   "$@" >>"$RUN_LOG" 2>&1 || rc=$?
-  ((rc == 0)) || show_log_tail "$1"
+  ((rc == 0)) || show_log_tail "$1 ${2:-}"
   return "$rc"
 }
 
@@ -55,7 +55,7 @@ step_output() {
   printf '\n$ (in %s) %s\n' "$PWD" "$*" >>"$RUN_LOG"
   local rc=0
   "$@" 2>>"$RUN_LOG" || rc=$?
-  ((rc == 0)) || show_log_tail "$1"
+  ((rc == 0)) || show_log_tail "$1 ${2:-}"
   return "$rc"
 }
 

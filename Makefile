@@ -16,6 +16,14 @@ LDFLAGS     := -X github.com/magosfleet/magos/pkg/version.version=$(VERSION)
 # (The assignment fails the recipe when the script fails; a bare eval "$$(...)" would not.)
 WITH_ASSETS := assets="$$(tools/provision-assets.sh)" && eval "$$assets" && export KUBEBUILDER_ASSETS MAGOS_TOFU MAGOS_PROVIDERS &&
 
+# prereqs-TARGET checks, before anything is built, that this machine has what make TARGET needs
+# beyond Go (tools/prereqs.sh: Debian packages, a Docker daemon) and names the command that
+# installs what is missing.
+PREREQS := $(addprefix prereqs-,test test-real demo-real node-image)
+.PHONY: $(PREREQS)
+$(PREREQS):
+	@tools/prereqs.sh $(@:prereqs-%=%)
+
 .PHONY: help
 help: ## List the targets.
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -28,12 +36,19 @@ demo: magos-dev ## Start a local hub and three regional spokes and roll a change
 dev: magos-dev ## Start the local fleet and keep it running (kubeconfigs under ~/.cache/magos/dev).
 	$(BIN)/magos-dev up $(DEV_FLAGS)
 
-# magos-dev is built quietly: on a fresh machine the first build downloads the Go modules, and
-# their hundreds of "go: downloading" lines would bury the demo. They are kept in a log.
+# $(call quietly,NAME,COMMAND,WHAT) runs COMMAND (a go build or the like, in a subshell) with its
+# output in $(BIN)/NAME.log: on a fresh machine the go commands download the Go modules, and their
+# hundreds of "go: downloading" lines would bury what the target shows. The terminal gets
+# "NAME: WHAT (log: ...)" before (WHAT says about how long it takes, without commas) and one line
+# after, or the log's last 40 lines when COMMAND fails.
+quietly = mkdir -p $(BIN) && t0=$$(date +%s) && log=$(BIN)/$(1).log && \
+  echo "$(1): $(3) (log: $$log)" && \
+  { ( $(2) ) >$$log 2>&1 || { echo "$(1): failed; the last 40 lines of $$log:"; tail -n 40 $$log; exit 1; }; } && \
+  echo "$(1): done in $$(($$(date +%s) - t0)) s"
+
 .PHONY: magos-dev
 magos-dev:
-	@mkdir -p $(BIN); echo "magos-dev: building (the first build downloads Go modules: a few minutes; log in $(BIN)/magos-dev.build.log)"
-	@go build -ldflags '$(LDFLAGS)' -o $(BIN)/magos-dev ./tools/cmd/magos-dev >$(BIN)/magos-dev.build.log 2>&1 || { cat $(BIN)/magos-dev.build.log; exit 1; }
+	@$(call quietly,magos-dev,go build -ldflags '$(LDFLAGS)' -o $(BIN)/magos-dev ./tools/cmd/magos-dev,building: a few minutes on a first run (it downloads and compiles the Go modules) and seconds after that)
 
 # The CRDs are generated into files/crds/ of both charts exactly as controller-gen writes them
 # (tools/generated checks they are current); each chart's templates/crds.yaml adds
@@ -54,7 +69,7 @@ IMAGE_TAG   ?= dev
 
 .PHONY: images
 images: ## Build the magos-hub, magos-agent and magos-runner images from scratch into the local engine and bin/images/*.tar.
-	tools/image-context.sh $(IMAGES_DIR)/context "$$(go env GOARCH)" '$(LDFLAGS)'
+	@$(call quietly,images-context,tools/image-context.sh $(IMAGES_DIR)/context "$$(go env GOARCH)" '$(LDFLAGS)',building magos-hub magosctl and magos-agent for the images: a few minutes on a first run)
 	for target in hub agent runner; do \
 	  docker build -q --target $$target -t magos-$$target:$(IMAGE_TAG) -f Dockerfile $(IMAGES_DIR)/context >/dev/null && \
 	  docker save -o $(IMAGES_DIR)/magos-$$target.tar magos-$$target:$(IMAGE_TAG) && \
@@ -103,12 +118,13 @@ release: ## Build a release into bin/release/VERSION (make release VERSION=vX.Y.
 # images above and every run a Job. Its output goes to stderr; the run ends with one line on
 # stdout: real-node: pods=N jobs=J helm-releases=R ok.
 .PHONY: node-image
-node-image: ## Build the magos-node image (a single-node cluster per container) and the sandbox image.
+node-image: prereqs-node-image ## Build the magos-node image (a single-node cluster per container) and the sandbox image.
 	tools/realnode/node/build.sh $(IMAGES_DIR) >/dev/null
 
 .PHONY: test-real
-test-real: images ## Install both charts into real clusters in Docker and roll out through runner Jobs.
-	go build -ldflags '$(LDFLAGS)' -o $(BIN)/magosctl ./hub/cmd/magosctl
+test-real: prereqs-test-real images ## Install both charts into real clusters in Docker and roll out through runner Jobs.
+	@$(call quietly,magosctl,go build -ldflags '$(LDFLAGS)' -o $(BIN)/magosctl ./hub/cmd/magosctl,building: seconds)
+	@$(call quietly,realnode-modules,cd tools/realnode && GOWORK=off go list -deps -test ./... >/dev/null,downloading the Go modules of tools/realnode's tests: a minute on a first run)
 	@node="$$(tools/realnode/node/build.sh $(IMAGES_DIR))" && eval "$$node" && summary="$$(mktemp)" && \
 	  cd tools/realnode && MAGOS_NODE_IMAGE="$$MAGOS_NODE_IMAGE" MAGOS_IMAGES_DIR="$(abspath $(IMAGES_DIR))" \
 	  MAGOS_MAGOSCTL="$(abspath $(BIN))/magosctl" MAGOS_IMAGE_TAG=$(IMAGE_TAG) MAGOS_REAL_SUMMARY="$$summary" \
@@ -120,10 +136,11 @@ test-real: images ## Install both charts into real clusters in Docker and roll o
 # printed as `magosctl rollout status` shows it until every region applied. It removes its
 # nodes and network on exit and on Ctrl-C.
 .PHONY: demo-real
-demo-real: images ## Roll a change out region by region on real nodes (Docker), every run a Job.
-	go build -ldflags '$(LDFLAGS)' -o $(BIN)/magosctl ./hub/cmd/magosctl
+demo-real: prereqs-demo-real images ## Roll a change out region by region on real nodes (Docker), every run a Job.
+	@$(call quietly,magosctl,go build -ldflags '$(LDFLAGS)' -o $(BIN)/magosctl ./hub/cmd/magosctl,building: seconds)
+	@$(call quietly,magos-demo-real,cd tools/realnode && GOWORK=off go build -o $(abspath $(BIN))/magos-demo-real ./cmd/magos-demo-real,building: a minute on a first run)
 	@node="$$(tools/realnode/node/build.sh $(IMAGES_DIR))" && eval "$$node" && \
-	  cd tools/realnode && GOWORK=off go build -o $(abspath $(BIN))/magos-demo-real ./cmd/magos-demo-real && \
+	  cd tools/realnode && \
 	  MAGOS_NODE_IMAGE="$$MAGOS_NODE_IMAGE" MAGOS_IMAGES_DIR="$(abspath $(IMAGES_DIR))" \
 	  MAGOS_MAGOSCTL="$(abspath $(BIN))/magosctl" MAGOS_IMAGE_TAG=$(IMAGE_TAG) \
 	  $(abspath $(BIN))/magos-demo-real $(DEMO_REAL_FLAGS)
@@ -133,7 +150,8 @@ assets: ## Build etcd, kube-apiserver, tofu and the runner's providers from the 
 	tools/provision-assets.sh
 
 .PHONY: test
-test: ## Run every test, against real API servers and a real tofu.
+test: prereqs-test ## Run every test, against real API servers and a real tofu.
+	@$(call quietly,test-modules,go list -deps -test $(PACKAGES) >/dev/null && cd charts/tests && GOWORK=off go list -deps -test ./... >/dev/null,downloading the Go modules the tests need: a few minutes on a first run)
 	$(WITH_ASSETS) go test $(GO_TEST_FLAGS) $(PACKAGES)
 	$(WITH_ASSETS) cd charts/tests && GOWORK=off go test $(GO_TEST_FLAGS) ./...
 	cd tools/release && GOWORK=off go test $(GO_TEST_FLAGS) ./...

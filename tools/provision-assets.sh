@@ -11,7 +11,9 @@
 #   KUBEBUILDER_ASSETS=<dir holding etcd, kube-apiserver, kube-controller-manager, kubectl>
 #   MAGOS_TOFU=<path of the tofu binary>
 #   MAGOS_PROVIDERS=<OpenTofu provider mirror folder (unpacked filesystem mirror layout)>
-# Progress goes to stderr.
+# Progress goes to stderr: a line per tool built, with about how long it takes and how long is
+# left, and a line when it is done. What the go commands print goes to a log file per run,
+# $MAGOS_ASSETS_DIR/logs/assets-<time>.log, which those lines name (tools/assets-lib.sh).
 set -euo pipefail
 
 ETCD_VERSION=${ETCD_VERSION:-v3.6.16}
@@ -37,30 +39,39 @@ source "$(dirname "$0")/assets-lib.sh"
 
 # Only one build at a time (tests, make and the dev environment may all ask at once).
 exec 9>"$ASSETS/.lock"
-if command -v flock >/dev/null 2>&1; then flock 9; fi
+if command -v flock >/dev/null 2>&1 && ! flock -n 9; then
+  log "waiting for another build of the assets to finish (lock: $ASSETS/.lock)"
+  flock 9
+fi
+
+# The steps (tools/assets-lib.sh's run_steps): what each is called, about how long it takes on a
+# fresh machine (2 cores, empty module cache), and when it is done.
+STEP_LABEL[etcd]="etcd $ETCD_VERSION"
+STEP_SECONDS[etcd]=75
+etcd_done() { [[ -f "$ASSETS/etcd-$ETCD_VERSION/.complete" ]]; }
+STEP_LABEL[kube]="kube-apiserver, kube-controller-manager, kube-scheduler, kube-proxy, kubelet, kubectl $KUBE_VERSION"
+STEP_SECONDS[kube]=540
+# kubelet, kube-scheduler and kube-proxy joined later: a cache without them is rebuilt.
+kube_done() { [[ -f "$ASSETS/kube-$KUBE_VERSION/.complete" && -x "$ASSETS/kube-$KUBE_VERSION/kubelet" ]]; }
+STEP_LABEL[tofu]="OpenTofu $TOFU_VERSION"
+STEP_SECONDS[tofu]=210
+tofu_done() { [[ -f "$ASSETS/tofu-$TOFU_VERSION/.complete" ]]; }
 
 build_etcd() {
-  local out="$ASSETS/etcd-$ETCD_VERSION" mod="$ASSETS/build/etcd-$ETCD_VERSION" t0
-  [[ -f "$out/.complete" ]] && return
-  t0=$(date +%s)
-  log "building etcd $ETCD_VERSION (about 75s cold)"
+  local out="$ASSETS/etcd-$ETCD_VERSION" mod="$ASSETS/build/etcd-$ETCD_VERSION"
   new_module "$mod" magos.local/assets
-  (cd "$mod" && go get -tool "go.etcd.io/etcd/server/v3@$ETCD_VERSION" >&2 &&
+  (cd "$mod" && step_run go get -tool "go.etcd.io/etcd/server/v3@$ETCD_VERSION" &&
     rm -rf "$out" && mkdir -p "$out" &&
-    go build -trimpath -ldflags='-s -w' -o "$out/etcd" go.etcd.io/etcd/server/v3 >&2)
-  finish etcd "$out" "$t0"
+    step_run go build -trimpath -ldflags='-s -w' -o "$out/etcd" go.etcd.io/etcd/server/v3)
+  mark_complete "$out"
 }
 
 build_kube() {
-  local out="$ASSETS/kube-$KUBE_VERSION" mod="$ASSETS/build/kube-$KUBE_VERSION" t0 gomod minor staging
-  # kubelet, kube-scheduler and kube-proxy joined later: a cache without them is rebuilt.
-  [[ -f "$out/.complete" && -x "$out/kubelet" ]] && return
-  t0=$(date +%s)
-  log "building kube-apiserver, kube-controller-manager, kube-scheduler, kube-proxy, kubelet, kubectl $KUBE_VERSION (about 9 min cold)"
+  local out="$ASSETS/kube-$KUBE_VERSION" mod="$ASSETS/build/kube-$KUBE_VERSION" gomod minor staging
   new_module "$mod" magos.local/assets
   # k8s.io/kubernetes pins its staging modules at v0.0.0 with replace => ./staging/...; point
   # every one of them at its published twin (v1.X.Y -> v0.X.Y).
-  gomod=$(cd "$mod" && go mod download -json "k8s.io/kubernetes@$KUBE_VERSION" |
+  gomod=$(cd "$mod" && step_output go mod download -json "k8s.io/kubernetes@$KUBE_VERSION" |
     sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",\{0,1\}$/\1/p')
   staging=$(sed -n 's#^[[:space:]]*\(k8s.io/[^ ]*\) => ./staging/.*#\1#p' "$gomod" | sort -u)
   [[ -n "$staging" ]] || { log "no staging modules found in $gomod"; exit 1; }
@@ -83,48 +94,44 @@ build_kube() {
     stamp+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
   done
   (cd "$mod" &&
-    go get -tool "k8s.io/kubernetes/cmd/kube-apiserver@$KUBE_VERSION" \
+    step_run go get -tool "k8s.io/kubernetes/cmd/kube-apiserver@$KUBE_VERSION" \
       "k8s.io/kubernetes/cmd/kube-controller-manager@$KUBE_VERSION" \
       "k8s.io/kubernetes/cmd/kubectl@$KUBE_VERSION" "k8s.io/kubernetes/cmd/kube-scheduler@$KUBE_VERSION" \
-      "k8s.io/kubernetes/cmd/kube-proxy@$KUBE_VERSION" "k8s.io/kubernetes/cmd/kubelet@$KUBE_VERSION" >&2 &&
+      "k8s.io/kubernetes/cmd/kube-proxy@$KUBE_VERSION" "k8s.io/kubernetes/cmd/kubelet@$KUBE_VERSION" &&
     rm -rf "$out" && mkdir -p "$out" &&
-    go build -trimpath -ldflags="-s -w$stamp" -o "$out/" k8s.io/kubernetes/cmd/kube-apiserver \
+    step_run go build -trimpath -ldflags="-s -w$stamp" -o "$out/" k8s.io/kubernetes/cmd/kube-apiserver \
       k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kubectl \
-      k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kube-proxy k8s.io/kubernetes/cmd/kubelet >&2)
-  finish kubernetes "$out" "$t0"
+      k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kube-proxy k8s.io/kubernetes/cmd/kubelet)
+  mark_complete "$out"
 }
 
 build_tofu() {
-  local out="$ASSETS/tofu-$TOFU_VERSION" mod="$ASSETS/build/tofu-$TOFU_VERSION" t0
-  [[ -f "$out/.complete" ]] && return
-  t0=$(date +%s)
-  log "building OpenTofu $TOFU_VERSION (about 3.5 min cold)"
+  local out="$ASSETS/tofu-$TOFU_VERSION" mod="$ASSETS/build/tofu-$TOFU_VERSION"
   new_module "$mod" magos.local/assets
   # OpenTofu replaces hcl with its own fork; replace directives of a dependency are ignored, so
   # carry them over into the throwaway module.
   local gomod
-  gomod=$(cd "$mod" && go mod download -json "github.com/opentofu/opentofu@$TOFU_VERSION" |
+  gomod=$(cd "$mod" && step_output go mod download -json "github.com/opentofu/opentofu@$TOFU_VERSION" |
     sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",\{0,1\}$/\1/p')
   grep -E '^replace [^(]' "$gomod" >>"$mod/go.mod" || true
-  (cd "$mod" && go get -tool "github.com/opentofu/opentofu/cmd/tofu@$TOFU_VERSION" >&2 &&
+  (cd "$mod" && step_run go get -tool "github.com/opentofu/opentofu/cmd/tofu@$TOFU_VERSION" &&
     rm -rf "$out" && mkdir -p "$out" &&
-    go build -trimpath -ldflags='-s -w -X github.com/opentofu/opentofu/version.dev=no' -o "$out/tofu" github.com/opentofu/opentofu/cmd/tofu >&2)
-  finish tofu "$out" "$t0"
+    step_run go build -trimpath -ldflags='-s -w -X github.com/opentofu/opentofu/version.dev=no' -o "$out/tofu" github.com/opentofu/opentofu/cmd/tofu)
+  mark_complete "$out"
 }
 
 # The provider mirror: OpenTofu's unpacked filesystem mirror layout,
 # <host>/<namespace>/<type>/<version>/<os>_<arch>/terraform-provider-<type>_v<version>.
 PROVIDERS="$ASSETS/providers-time-$TIME_PROVIDER_VERSION-kubectl-$KUBECTL_PROVIDER_VERSION"
+STEP_LABEL[providers]="the providers hashicorp/time $TIME_PROVIDER_VERSION and gavinbunney/kubectl $KUBECTL_PROVIDER_VERSION"
+STEP_SECONDS[providers]=180
+providers_done() { [[ -f "$PROVIDERS/.complete" ]]; }
 
 build_providers() {
-  local t0
-  [[ -f "$PROVIDERS/.complete" ]] && return
-  t0=$(date +%s)
-  log "building the providers hashicorp/time $TIME_PROVIDER_VERSION and gavinbunney/kubectl $KUBECTL_PROVIDER_VERSION (about 3 min cold)"
   rm -rf "$PROVIDERS"
   build_provider hashicorp time github.com/hashicorp/terraform-provider-time "$TIME_PROVIDER_VERSION"
   build_provider gavinbunney kubectl github.com/gavinbunney/terraform-provider-kubectl "$KUBECTL_PROVIDER_VERSION"
-  finish providers "$PROVIDERS" "$t0"
+  mark_complete "$PROVIDERS"
 }
 
 # build_provider NAMESPACE TYPE MODULE VERSION builds the provider MODULE@VERSION (its main
@@ -134,8 +141,8 @@ build_provider() {
   mod="$ASSETS/build/provider-$type-$version"
   dir="$PROVIDERS/registry.opentofu.org/$ns/$type/${version#v}/$(go env GOOS)_$(go env GOARCH)"
   new_module "$mod" magos.local/assets
-  (cd "$mod" && go get -tool "$module@$version" >&2 && mkdir -p "$dir" &&
-    go build -trimpath -ldflags='-s -w' -o "$dir/terraform-provider-${type}_$version" "$module" >&2)
+  (cd "$mod" && step_run go get -tool "$module@$version" && mkdir -p "$dir" &&
+    step_run go build -trimpath -ldflags='-s -w' -o "$dir/terraform-provider-${type}_$version" "$module")
 }
 
 # MAGOS_ASSETS_ONLY=tofu builds only OpenTofu and prints only MAGOS_TOFU; =providers builds only
@@ -143,13 +150,12 @@ build_provider() {
 # them and MAGOS_ASSETS_DIR).
 case ${MAGOS_ASSETS_ONLY:-} in
 tofu)
-  build_tofu
+  run_steps tofu
   echo "MAGOS_TOFU=$ASSETS/tofu-$TOFU_VERSION/tofu"
-echo "MAGOS_PROVIDERS=$PROVIDERS"
   exit 0
   ;;
 providers)
-  build_providers
+  run_steps providers
   echo "MAGOS_PROVIDERS=$PROVIDERS"
   exit 0
   ;;
@@ -160,10 +166,7 @@ providers)
   ;;
 esac
 
-build_etcd
-build_tofu
-build_providers
-build_kube
+run_steps etcd tofu providers kube
 
 # One folder in the layout envtest expects (KUBEBUILDER_ASSETS).
 bin="$ASSETS/k8s-$KUBE_VERSION-etcd-$ETCD_VERSION"

@@ -16,8 +16,10 @@
 #   MAGOS_NODE_BIN=<dir holding containerd, ctr, containerd-shim-runc-v2, runc, pause>
 #   MAGOS_CNI_BIN=<dir holding the CNI plugins>
 #   MAGOS_NODE_ROOTFS=<the Debian root filesystem tarball>
-# Progress goes to stderr. Needs root (debootstrap), gcc and Debian's libseccomp-dev (for runc):
-# `apt-get install debootstrap libseccomp-dev` if they are missing.
+# Progress goes to stderr, a few lines as provision-assets.sh writes them; what the go commands
+# and debootstrap print goes to $MAGOS_ASSETS_DIR/logs/node-<time>.log (tools/assets-lib.sh).
+# Needs root (debootstrap), gcc and Debian's libseccomp-dev (for runc): `tools/prereqs.sh
+# test-real` says what is missing and how to install it.
 set -euo pipefail
 
 CONTAINERD_VERSION=${CONTAINERD_VERSION:-v2.4.2}
@@ -38,82 +40,86 @@ LOG_PREFIX=node
 source "$(dirname "$0")/assets-lib.sh"
 
 exec 8>"$ASSETS/.node-lock"
-if command -v flock >/dev/null 2>&1; then flock 8; fi
+if command -v flock >/dev/null 2>&1 && ! flock -n 8; then
+  log "waiting for another build of the node's parts to finish (lock: $ASSETS/.node-lock)"
+  flock 8
+fi
+
+# The steps (tools/assets-lib.sh's run_steps): what each is called, about how long it takes on a
+# fresh machine, and when it is done.
+STEP_LABEL[rootfs]="a Debian $DEBIAN_SUITE root filesystem (debootstrap)"
+STEP_SECONDS[rootfs]=60
+rootfs_done() { [[ -f "$ASSETS/node-rootfs-$DEBIAN_SUITE/.complete" ]]; }
+STEP_LABEL[containerd]="containerd $CONTAINERD_VERSION"
+STEP_SECONDS[containerd]=180
+containerd_done() { [[ -f "$ASSETS/containerd-$CONTAINERD_VERSION/.complete" ]]; }
+STEP_LABEL[runc]="runc $RUNC_VERSION (cgo, libseccomp)"
+STEP_SECONDS[runc]=60
+runc_done() { [[ -f "$ASSETS/runc-$RUNC_VERSION/.complete" ]]; }
+STEP_LABEL[cni]="the CNI plugins $CNI_PLUGINS_VERSION"
+STEP_SECONDS[cni]=20
+cni_done() { [[ -f "$ASSETS/cni-plugins-$CNI_PLUGINS_VERSION/.complete" ]]; }
 
 build_containerd() {
-  local out="$ASSETS/containerd-$CONTAINERD_VERSION" mod="$ASSETS/build-node/containerd-$CONTAINERD_VERSION" t0
-  [[ -f "$out/.complete" ]] && return
-  t0=$(date +%s)
-  log "building containerd $CONTAINERD_VERSION (about 3 min cold)"
+  local out="$ASSETS/containerd-$CONTAINERD_VERSION" mod="$ASSETS/build-node/containerd-$CONTAINERD_VERSION"
   new_module "$mod" magos.local/node
   local m=github.com/containerd/containerd/v2 tags='urfave_cli_no_docs osusergo netgo static_build'
-  (cd "$mod" && go get -tool "$m/cmd/containerd@$CONTAINERD_VERSION" "$m/cmd/ctr@$CONTAINERD_VERSION" \
-      "$m/cmd/containerd-shim-runc-v2@$CONTAINERD_VERSION" >&2 &&
-    rm -rf "$out" && mkdir -p "$out" &&
-    CGO_ENABLED=0 go build -trimpath -tags "$tags" -ldflags='-s -w' -o "$out/" "$m/cmd/containerd" "$m/cmd/ctr" >&2 &&
-    CGO_ENABLED=0 go build -trimpath -tags "$tags no_grpc" -ldflags='-s -w' -o "$out/" "$m/cmd/containerd-shim-runc-v2" >&2)
-  finish containerd "$out" "$t0"
+  (cd "$mod" && step_run go get -tool "$m/cmd/containerd@$CONTAINERD_VERSION" "$m/cmd/ctr@$CONTAINERD_VERSION" \
+      "$m/cmd/containerd-shim-runc-v2@$CONTAINERD_VERSION" &&
+    rm -rf "$out" && mkdir -p "$out" && export CGO_ENABLED=0 &&
+    step_run go build -trimpath -tags "$tags" -ldflags='-s -w' -o "$out/" "$m/cmd/containerd" "$m/cmd/ctr" &&
+    step_run go build -trimpath -tags "$tags no_grpc" -ldflags='-s -w' -o "$out/" "$m/cmd/containerd-shim-runc-v2")
+  mark_complete "$out"
 }
 
 build_runc() {
-  local out="$ASSETS/runc-$RUNC_VERSION" mod="$ASSETS/build-node/runc-$RUNC_VERSION" t0
-  [[ -f "$out/.complete" ]] && return
-  t0=$(date +%s)
-  log "building runc $RUNC_VERSION (cgo, libseccomp)"
+  local out="$ASSETS/runc-$RUNC_VERSION" mod="$ASSETS/build-node/runc-$RUNC_VERSION"
   if ! [[ -f /usr/include/seccomp.h ]]; then
     log "runc needs libseccomp's headers: apt-get install libseccomp-dev"
     exit 1
   fi
   new_module "$mod" magos.local/node
   # Without runc's default libpathrs tag: that one needs a Rust library.
-  (cd "$mod" && go get -tool "github.com/opencontainers/runc@$RUNC_VERSION" >&2 &&
-    rm -rf "$out" && mkdir -p "$out" &&
-    CGO_ENABLED=1 go build -trimpath -tags 'seccomp urfave_cli_no_docs' -ldflags='-s -w' -o "$out/runc" github.com/opencontainers/runc >&2)
-  finish runc "$out" "$t0"
+  (cd "$mod" && step_run go get -tool "github.com/opencontainers/runc@$RUNC_VERSION" &&
+    rm -rf "$out" && mkdir -p "$out" && export CGO_ENABLED=1 &&
+    step_run go build -trimpath -tags 'seccomp urfave_cli_no_docs' -ldflags='-s -w' -o "$out/runc" github.com/opencontainers/runc)
+  mark_complete "$out"
 }
 
 build_cni() {
-  local out="$ASSETS/cni-plugins-$CNI_PLUGINS_VERSION" mod="$ASSETS/build-node/cni-$CNI_PLUGINS_VERSION" t0
-  [[ -f "$out/.complete" ]] && return
-  t0=$(date +%s)
-  log "building CNI plugins $CNI_PLUGINS_VERSION"
+  local out="$ASSETS/cni-plugins-$CNI_PLUGINS_VERSION" mod="$ASSETS/build-node/cni-$CNI_PLUGINS_VERSION"
   new_module "$mod" magos.local/node
   local m=github.com/containernetworking/plugins/plugins
-  (cd "$mod" && go get -tool "$m/main/bridge@$CNI_PLUGINS_VERSION" "$m/main/loopback@$CNI_PLUGINS_VERSION" \
-      "$m/ipam/host-local@$CNI_PLUGINS_VERSION" "$m/meta/portmap@$CNI_PLUGINS_VERSION" >&2 &&
-    rm -rf "$out" && mkdir -p "$out" &&
-    CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o "$out/" "$m/main/bridge" "$m/main/loopback" "$m/ipam/host-local" "$m/meta/portmap" >&2)
-  finish "CNI plugins" "$out" "$t0"
+  (cd "$mod" && step_run go get -tool "$m/main/bridge@$CNI_PLUGINS_VERSION" "$m/main/loopback@$CNI_PLUGINS_VERSION" \
+      "$m/ipam/host-local@$CNI_PLUGINS_VERSION" "$m/meta/portmap@$CNI_PLUGINS_VERSION" &&
+    rm -rf "$out" && mkdir -p "$out" && export CGO_ENABLED=0 &&
+    step_run go build -trimpath -ldflags='-s -w' -o "$out/" "$m/main/bridge" "$m/main/loopback" "$m/ipam/host-local" "$m/meta/portmap")
+  mark_complete "$out"
 }
 
 build_rootfs() {
-  local out="$ASSETS/node-rootfs-$DEBIAN_SUITE" t0
-  [[ -f "$out/.complete" ]] && return
-  t0=$(date +%s)
-  log "debootstrap $DEBIAN_SUITE (about 2 min cold)"
-  local dir="$ASSETS/build-node/rootfs-$DEBIAN_SUITE"
+  local out="$ASSETS/node-rootfs-$DEBIAN_SUITE" dir="$ASSETS/build-node/rootfs-$DEBIAN_SUITE"
   rm -rf "$dir" "$out" && mkdir -p "$dir" "$out"
-  debootstrap --variant=minbase --include="$NODE_PACKAGES" "$DEBIAN_SUITE" "$dir" "$DEBIAN_MIRROR" >"$ASSETS/build-node/debootstrap.log" 2>&1 ||
-    { tail -20 "$ASSETS/build-node/debootstrap.log" >&2; exit 1; }
+  step_run debootstrap --variant=minbase --include="$NODE_PACKAGES" "$DEBIAN_SUITE" "$dir" "$DEBIAN_MIRROR"
   rm -rf "$dir"/var/cache/apt/archives/*.deb "$dir"/var/lib/apt/lists/*
   tar -C "$dir" -cf "$out/rootfs.tar" .
   rm -rf "$dir"
-  finish "Debian root filesystem" "$out" "$t0"
+  mark_complete "$out"
 }
 
 build_pause() {
   # The pause binary is ours (tools/realnode/pause), so it is rebuilt every time: a second.
   local out="$ASSETS/node-bin-$CONTAINERD_VERSION-$RUNC_VERSION"
   mkdir -p "$out"
-  (cd "$ROOT/tools/realnode" && CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o "$out/pause" ./pause >&2)
+  # Its output is shown only when it fails (it may download modules on a first run).
+  local output
+  output=$(cd "$ROOT/tools/realnode" && CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o "$out/pause" ./pause 2>&1) ||
+    { log "building the pause binary failed:" && printf '%s\n' "$output" >&2 && exit 1; }
   for b in containerd ctr containerd-shim-runc-v2; do ln -sfn "$ASSETS/containerd-$CONTAINERD_VERSION/$b" "$out/$b"; done
   ln -sfn "$ASSETS/runc-$RUNC_VERSION/runc" "$out/runc"
 }
 
-build_rootfs
-build_containerd
-build_runc
-build_cni
+run_steps rootfs containerd runc cni
 build_pause
 rm -rf "$ASSETS/build-node"
 

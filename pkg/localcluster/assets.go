@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -75,11 +74,13 @@ func provision() error {
 	if err != nil {
 		return err
 	}
-	var out, stderr bytes.Buffer
+	// Its progress lines, and on a failure the tail of its log and the log's path, go straight to
+	// the terminal; the error does not repeat them.
+	var out bytes.Buffer
 	cmd := exec.Command("bash", filepath.Join(root, "tools", "provision-assets.sh"))
-	cmd.Stdout, cmd.Stderr = &out, io.MultiWriter(&stderr, os.Stderr)
+	cmd.Stdout, cmd.Stderr = &out, os.Stderr
 	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("test assets: tools/provision-assets.sh: %w\n%s", err, stderr.String())
+		return fmt.Errorf("test assets: tools/provision-assets.sh: %w (what it said is above)", err)
 	}
 	sc := bufio.NewScanner(&out)
 	for sc.Scan() {

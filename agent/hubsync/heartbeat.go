@@ -40,6 +40,8 @@ type heartbeat struct {
 	now                func() time.Time
 	// skew is where each renewal records the hub's version read from the Lease.
 	skew *skewCheck
+	// log is the manager's logger.
+	log logr.Logger
 
 	// The audit's memory (used by the heartbeat's goroutine only).
 	// behind: the mirrors out of sync at the last audit, by mirror name.
@@ -84,7 +86,8 @@ func (h *heartbeat) NeedLeaderElection() bool { return true }
 // stale), the next audit comes sooner, so that a starting agent heartbeats as soon as its
 // initial sync is done.
 func (h *heartbeat) Start(ctx context.Context) error {
-	log := ctrl.LoggerFrom(ctx).WithName("heartbeat").WithValues("namespace", h.namespace)
+	log := h.log.WithName("heartbeat").WithValues("namespace", h.namespace)
+	ctx = ctrl.LoggerInto(ctx, log)
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	next := time.Now()

@@ -216,7 +216,7 @@ func SetupWithManager(mgr ctrl.Manager, opts Options) error {
 		spoke: mgr.GetCache(), hub: hub.GetCache(),
 		identity: opts.ClusterName + "/" + opts.Identity, version: opts.AgentVersion,
 		interval: opts.HeartbeatInterval, duration: opts.LeaseDuration, grace: opts.SyncGrace,
-		now: opts.Clock, behind: map[string]lag{}, skew: skew,
+		now: opts.Clock, behind: map[string]lag{}, skew: skew, log: mgr.GetLogger(),
 	}
 	if err := mgr.Add(hb); err != nil {
 		return fmt.Errorf("hubsync: %w", err)

@@ -50,7 +50,8 @@ func TestVersion(t *testing.T) {
 	status("us-east-1", "v0.1.4", metav1.Condition{Status: metav1.ConditionTrue, Reason: magosv1.ReasonAgentHeartbeating})
 	status("eu-west-1", "v0.4.0", metav1.Condition{Status: metav1.ConditionFalse, Reason: magosv1.ReasonAgentVersionSkew,
 		Message: "agent v0.4.0 is outside the supported version skew: hub v0.2.1 supports agents v0.1.x to v0.3.x"})
-	f.create(t, &magosv1.Cluster{ObjectMeta: metav1.ObjectMeta{Name: "lab"}, Spec: magosv1.ClusterSpec{Transport: magosv1.TransportDirect}})
+	f.create(t, &magosv1.Cluster{ObjectMeta: metav1.ObjectMeta{Name: "lab"}, Spec: magosv1.ClusterSpec{Transport: magosv1.TransportDirect,
+		Kubeconfig: &magosv1.KubeconfigSource{Path: "/etc/magos/lab.kubeconfig"}}})
 	f.create(t, &magosv1.Cluster{ObjectMeta: metav1.ObjectMeta{Name: "new"}, Spec: magosv1.ClusterSpec{Transport: magosv1.TransportAgent}})
 
 	want := "Client: " + version.Get() + "\n" +

@@ -230,7 +230,12 @@ func TestAgentDefaults(t *testing.T) {
 		"hub": map[string]any{"kubeconfigSecret": map[string]any{"name": "hub-kubeconfig", "key": "kubeconfig"}}})
 	d := as[appsv1.Deployment](t, objs["Deployment/magos-agent"])
 	c := d.Spec.Template.Spec.Containers[0]
-	for _, arg := range []string{"controller", "--cluster-name=eu-west-1", "--hub-kubeconfig=/etc/magos/hub/kubeconfig", "--runner-mode=job", "--runner-image=ghcr.io/magosfleet/magos-runner:v0.1.0", "--leader-elect=true"} {
+	// The runner image's tag defaults to the chart's appVersion, the release's image tag.
+	ch, err := loader.Load(filepath.Join("..", "magos-agent"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, arg := range []string{"controller", "--cluster-name=eu-west-1", "--hub-kubeconfig=/etc/magos/hub/kubeconfig", "--runner-mode=job", "--runner-image=ghcr.io/magosfleet/magos-runner:" + ch.Metadata.AppVersion, "--leader-elect=true"} {
 		if !slices.Contains(c.Args, arg) {
 			t.Errorf("agent args %v lack %s", c.Args, arg)
 		}

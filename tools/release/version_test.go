@@ -136,7 +136,7 @@ func TestReleaseNotes(t *testing.T) {
 	if _, err := ReleaseNotes("## v0.4.0\n\n## v0.3.0\n- x\n", "v0.4.0"); err == nil {
 		t.Error("an empty section: want an error")
 	}
-	// The repository's own CHANGELOG.md has the notes of the VERSION file's next version.
+	// The repository's own CHANGELOG.md has the notes of the VERSION file's version.
 	file, err := os.ReadFile(filepath.Join(repoRoot, "VERSION"))
 	if err != nil {
 		t.Fatal(err)
@@ -144,6 +144,14 @@ func TestReleaseNotes(t *testing.T) {
 	b, err := os.ReadFile(filepath.Join(repoRoot, "CHANGELOG.md"))
 	if err != nil {
 		t.Fatal(err)
+	}
+	// Between releases (a -dev VERSION) the changes gather under Unreleased; a release's
+	// commit has its own section.
+	if strings.HasSuffix(strings.TrimSpace(string(file)), "-dev") {
+		if !strings.Contains(string(b), "\n## Unreleased\n") {
+			t.Error("CHANGELOG.md has no ## Unreleased section for the changes since the last release")
+		}
+		return
 	}
 	next := core(strings.TrimSpace(string(file)))
 	notes, err := ReleaseNotes(string(b), next)

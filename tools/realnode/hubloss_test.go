@@ -412,11 +412,13 @@ func applyGitOps(t *testing.T, ctx context.Context, hub *cluster, file string) {
 	}
 }
 
-// lossWorkspace is a Workspace of the Project edge in region, polling its ref every 5 s.
+// lossWorkspace is a Workspace of the Project edge in region, polling its ref every 5 s. Its
+// scheduled re-plan is an hour away (the default is 3 minutes): every run in the test is one a
+// commit started, so that the ledger counts the applies of the rollout alone.
 func lossWorkspace(name, repoURL, region string) *magosv1.Workspace {
 	return &magosv1.Workspace{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: Namespace, Labels: map[string]string{"region": region},
-			Annotations: map[string]string{keys.GitPollInterval: "5s"}},
+			Annotations: map[string]string{keys.GitPollInterval: "5s", keys.ReconcileInterval: "1h"}},
 		Spec: magosv1.WorkspaceSpec{
 			ProjectRef:      magosv1.ProjectReference{Name: lossProject},
 			Source:          magosv1.Source{RepoURL: repoURL, TargetRevision: "main", Path: "."},

@@ -225,7 +225,7 @@ func TestLosingTheHub(t *testing.T) {
 	waitRelease(t, ctx, spokes["r1"], "vB")
 	approveStep(t, ctx, env, hub, "r2", commitB)
 	waitRelease(t, ctx, spokes["r2"], "vB")
-	waitAwaitingApproval(t, ctx, hub, "r3", commitB)
+	waitAwaitingApproval(t, ctx, hub, "r3", commitB, nil)
 	waitPlanned(t, ctx, spokes["r3"], commitB)
 	before := readLedger(t, ctx, spokes)
 	t.Logf("commit B applied in r1 and r2, r3 awaits approval (%s since start); ledger: %s", time.Since(began).Round(time.Second), before)
@@ -276,9 +276,15 @@ func TestLosingTheHub(t *testing.T) {
 		}
 	}
 
+	// From here on, until r3 is approved on the new hub, the spokes' ledger must not change.
+	unchanged := func(ctx context.Context) string { return before.changes(readLedger(t, ctx, spokes)) }
+
 	// 8. The agents re-register and the mirrors come back, as many as the spokes' Workspaces.
 	waitFleetBack(t, ctx, hub)
 	poll(t, ctx, 3*time.Minute, "the mirrors back on the new hub", func(ctx context.Context) (bool, string) {
+		if why := unchanged(ctx); why != "" {
+			t.Fatalf("while the mirrors came back: %s", why)
+		}
 		var missing []string
 		for _, r := range lossRegions {
 			onSpoke, mirrors := &magosv1.WorkspaceList{}, &magosv1.WorkspaceList{}
@@ -298,7 +304,7 @@ func TestLosingTheHub(t *testing.T) {
 
 	// 9. The new hub decides from what the spokes say: r1 and r2 done at B, r3 awaiting a new
 	// approval. Nothing applies while it waits, and no region goes back to A.
-	waitAwaitingApproval(t, ctx, hub, "r3", commitB)
+	waitAwaitingApproval(t, ctx, hub, "r3", commitB, unchanged)
 	r := &magosv1.Rollout{}
 	if err := hub.Client.Get(ctx, client.ObjectKey{Namespace: Namespace, Name: lossProject}, r); err != nil {
 		t.Fatal(err)
@@ -316,7 +322,7 @@ func TestLosingTheHub(t *testing.T) {
 	}
 	// A negative, watched for a bounded time: nothing applies, nothing goes back.
 	err = wait.PollUntilContextTimeout(ctx, 2*time.Second, 30*time.Second, true, func(ctx context.Context) (bool, error) {
-		if diff := before.changes(readLedger(t, ctx, spokes)); diff != "" {
+		if diff := unchanged(ctx); diff != "" {
 			return false, fmt.Errorf("while r3 awaited a new approval on the new hub: %s", diff)
 		}
 		for _, name := range lossWorkspaces {
@@ -463,10 +469,16 @@ func stepStatus(ctx context.Context, hub *cluster, step string) (*magosv1.StepSt
 }
 
 // waitAwaitingApproval waits for the hub to show step awaiting the approval of one plan per
-// Workspace of the step, each of commit.
-func waitAwaitingApproval(t *testing.T, ctx context.Context, hub *cluster, step, commit string) {
+// Workspace of the step, each of commit. A guard (nil for none) that returns a reason fails the
+// test at once: something happened that must not while the step waits.
+func waitAwaitingApproval(t *testing.T, ctx context.Context, hub *cluster, step, commit string, guard func(ctx context.Context) string) {
 	t.Helper()
 	poll(t, ctx, 4*time.Minute, "step "+step+" awaiting approval", func(ctx context.Context) (bool, string) {
+		if guard != nil {
+			if why := guard(ctx); why != "" {
+				t.Fatalf("while step %s should await approval: %s", step, why)
+			}
+		}
 		st, r, err := stepStatus(ctx, hub, step)
 		if err != nil {
 			return false, err.Error()
@@ -487,7 +499,7 @@ func waitAwaitingApproval(t *testing.T, ctx context.Context, hub *cluster, step,
 // commit.
 func approveStep(t *testing.T, ctx context.Context, env bedEnv, hub *cluster, step, commit string) {
 	t.Helper()
-	waitAwaitingApproval(t, ctx, hub, step, commit)
+	waitAwaitingApproval(t, ctx, hub, step, commit, nil)
 	out, err := exec.CommandContext(ctx, env.Magosctl, "--kubeconfig", hub.Kubeconfig, "-n", Namespace, "rollout", "approve", lossProject, "--step", step).CombinedOutput()
 	if err != nil {
 		t.Fatalf("magosctl rollout approve %s --step %s: %v\n%s", lossProject, step, err, out)

@@ -350,8 +350,10 @@ func TestLosingTheHub(t *testing.T) {
 		b := before[key]
 		switch {
 		case strings.HasPrefix(key, "r3/"):
-			if len(e.applies) != len(b.applies)+1 || e.release != "vB" {
-				t.Fatalf("%s after the approval: %s, want one apply more than %s, releasing vB", key, e, b)
+			// Before, r3's current run was the plan of B (the Jobs of A's run gone); now it is
+			// B's apply, which changed the state once.
+			if len(e.applies) != len(b.applies)+1 || e.serial != b.serial+1 || e.release != "vB" {
+				t.Fatalf("%s after the approval: %s, want one apply and one state change more than %s, releasing vB", key, e, b)
 			}
 			if last := e.applyTimes[len(e.applyTimes)-1]; last.Before(approved.Truncate(time.Second)) {
 				t.Fatalf("%s applied at %s, before the approval on the new hub at %s", key, last, approved)
@@ -588,7 +590,9 @@ func readState(ctx context.Context, spoke *cluster, workspace string) (tofuState
 }
 
 // ledgerEntry is what the spoke itself records of a Workspace's applies: its apply Jobs (names
-// and when each completed) and its tofu state.
+// and when each was created; the agent keeps the Jobs of a Workspace's current run only, so a
+// new apply, even of the same commit, shows as another Job name) and its tofu state (a serial
+// one higher for every apply that changed it, and the release it recorded).
 type ledgerEntry struct {
 	tofuState
 	applies    []string

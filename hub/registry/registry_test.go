@@ -809,8 +809,13 @@ func renewLease(ctx context.Context, c client.Client, ns, holder string, seconds
 	}
 	lease.Spec.HolderIdentity, lease.Spec.LeaseDurationSeconds = ptr(holder), ptr(seconds)
 	lease.Spec.RenewTime = &metav1.MicroTime{Time: time.Now()}
-	if lease.Annotations == nil && len(annotations) > 0 {
+	if lease.Annotations == nil {
 		lease.Annotations = map[string]string{}
+	}
+	// An agent reports its version (the hub refuses one that does not): this build's, unless
+	// the test says otherwise.
+	if _, ok := lease.Annotations[keys.AgentVersion]; !ok {
+		lease.Annotations[keys.AgentVersion] = version.Get()
 	}
 	maps.Copy(lease.Annotations, annotations)
 	if lease.ResourceVersion == "" {
@@ -1061,6 +1066,7 @@ func TestHeartbeatClockSkew(t *testing.T) {
 		}
 		lease.Spec.HolderIdentity, lease.Spec.LeaseDurationSeconds = ptr(name+"/agent"), ptr(int32(3))
 		lease.Spec.RenewTime = &metav1.MicroTime{Time: time.Now().Add(skew)}
+		lease.Annotations = map[string]string{keys.AgentVersion: version.Get()}
 		if lease.ResourceVersion == "" {
 			return env.Hub.Client.Create(ctx, lease)
 		}

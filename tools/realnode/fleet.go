@@ -20,6 +20,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -30,6 +31,7 @@ import (
 	"helm.sh/helm/v3/pkg/chart/loader"
 	"helm.sh/helm/v3/pkg/release"
 
+	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
 	"github.com/magosfleet/magos/pkg/scheme"
 )
 
@@ -407,4 +409,20 @@ func Gunzip(b []byte) (string, error) {
 	}
 	out, err := io.ReadAll(r)
 	return string(out), err
+}
+
+// WaitClustersReady waits until each named Cluster is Ready on the hub c, for at most timeout.
+func WaitClustersReady(ctx context.Context, c client.Client, names []string, timeout time.Duration) error {
+	return Poll(ctx, timeout, "the clusters Ready on the hub", func(ctx context.Context) (bool, string) {
+		for _, name := range names {
+			cl := &magosv1.Cluster{}
+			if err := c.Get(ctx, client.ObjectKey{Name: name}, cl); err != nil {
+				return false, err.Error()
+			}
+			if !meta.IsStatusConditionTrue(cl.Status.Conditions, magosv1.ConditionReady) {
+				return false, fmt.Sprintf("cluster %s: %+v", name, cl.Status.Conditions)
+			}
+		}
+		return true, ""
+	})
 }

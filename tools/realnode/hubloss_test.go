@@ -16,7 +16,6 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -439,18 +438,13 @@ func lossWorkspace(name, repoURL, region string) *magosv1.Workspace {
 // waitFleetBack waits for every spoke's cluster to be Ready on the hub.
 func waitFleetBack(t *testing.T, ctx context.Context, hub *cluster) {
 	t.Helper()
-	poll(t, ctx, 4*time.Minute, "the clusters Ready on the hub", func(ctx context.Context) (bool, string) {
-		for _, r := range lossRegions {
-			c := &magosv1.Cluster{}
-			if err := hub.Client.Get(ctx, client.ObjectKey{Name: r.name}, c); err != nil {
-				return false, err.Error()
-			}
-			if !meta.IsStatusConditionTrue(c.Status.Conditions, magosv1.ConditionReady) {
-				return false, fmt.Sprintf("cluster %s: %+v", r.name, c.Status.Conditions)
-			}
-		}
-		return true, ""
-	})
+	names := make([]string, 0, len(lossRegions))
+	for _, r := range lossRegions {
+		names = append(names, r.name)
+	}
+	if err := WaitClustersReady(ctx, hub.Client, names, 4*time.Minute); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // stepStatus is the hub's status of the Rollout's step, when it describes the current spec.

@@ -29,7 +29,6 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
@@ -212,18 +211,11 @@ func demo(ctx context.Context, env realnode.Env, dir string, timeout time.Durati
 	if err := errors.Join(errs...); err != nil {
 		return false, err
 	}
-	if err := realnode.Poll(ctx, 3*time.Minute, "the clusters Ready on the hub", func(ctx context.Context) (bool, string) {
-		for _, r := range regions {
-			c := &magosv1.Cluster{}
-			if err := hub.Client.Get(ctx, client.ObjectKey{Name: r.name}, c); err != nil {
-				return false, err.Error()
-			}
-			if !meta.IsStatusConditionTrue(c.Status.Conditions, magosv1.ConditionReady) {
-				return false, fmt.Sprintf("cluster %s: %+v", r.name, c.Status.Conditions)
-			}
-		}
-		return true, ""
-	}); err != nil {
+	names := make([]string, 0, len(regions))
+	for _, r := range regions {
+		names = append(names, r.name)
+	}
+	if err := realnode.WaitClustersReady(ctx, hub.Client, names, 3*time.Minute); err != nil {
 		return false, err
 	}
 	logf("the three clusters are Ready on the hub (%s since start)", time.Since(start).Round(time.Second))

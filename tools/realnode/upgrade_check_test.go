@@ -1,6 +1,7 @@
 package realnode
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -104,33 +105,41 @@ func TestCheckRunsAccounted(t *testing.T) {
 }
 
 func TestCheckMixedPhases(t *testing.T) {
-	// Upgrades: agent of s1 at 5-6, the hub at 10-11, the agent of s2 at 14-15.
 	phases := []upgradePhase{{"agent s1", at(5), at(6)}, {"hub", at(10), at(11)}, {"agent s2", at(14), at(15)}}
 	ledger := []applyRecord{
 		apply("s1/a", "B", "r1", 1, 2, 8, "old"),
 		apply("s1/b", "B", "r2", 8, 8, 9, "new"),    // a new agent, granted by the old hub
 		apply("s2/a", "B", "r3", 12, 12, 16, "old"), // an old agent, granted by the new hub
 	}
-	grants := []grantRecord{
-		{Cluster: "s1", Workspace: "a", RunID: "r1", HubImage: "magos-hub:old"},
-		{Cluster: "s1", Workspace: "b", RunID: "r2", HubImage: "magos-hub:old"},
-		{Cluster: "s2", Workspace: "a", RunID: "r3", HubImage: "magos-hub:new"},
+	grants := func() []grantRecord {
+		return []grantRecord{
+			{Cluster: "s1", Workspace: "a", RunID: "r1", HubImage: "magos-hub:old"},
+			{Cluster: "s1", Workspace: "b", RunID: "r2", HubImage: "magos-hub:old"},
+			{Cluster: "s2", Workspace: "a", RunID: "r3", Operation: "plan", HubImage: "magos-hub:old"},
+			{Cluster: "s2", Workspace: "a", RunID: "r3", HubImage: "magos-hub:new"},
+		}
 	}
-	if v := checkMixedPhases(phases, grants, ledger, "old", "new", "B"); len(v) != 0 {
+	if v := checkMixedPhases(phases, grants(), ledger, "old", "new", "B"); len(v) != 0 {
 		t.Fatalf("both mixed phases applied: %v", v)
 	}
-	// The hub upgraded before any new agent applied: the first mixed phase did nothing.
-	early := []upgradePhase{{"agent s1", at(5), at(6)}, {"hub", at(7), at(7)}, phases[2]}
-	grants[1].HubImage = "magos-hub:new"
-	if v := checkMixedPhases(early, grants, ledger, "old", "new", "B"); len(v) != 1 || !strings.Contains(v[0], "a new agent against the old hub") {
+	// The hub upgraded before a new agent applied anything: no apply of the first mixed phase.
+	g := grants()
+	g[1].HubImage = "magos-hub:new"
+	if v := checkMixedPhases(phases, g, ledger, "old", "new", "B"); len(v) != 1 || !strings.Contains(v[0], "a new agent against the old hub") {
 		t.Fatalf("want the first phase reported, got %v", v)
 	}
-	// The spoke's agent upgraded before it applied anything under the new hub.
-	ledger[2].Runner = "magos-runner:new"
-	if v := checkMixedPhases(phases, grants, ledger, "old", "new", "B"); len(v) == 0 || !strings.Contains(strings.Join(v, "\n"), "an old agent against the new hub") {
+	// The old hub's plan grant does not count as a grant of the apply.
+	g = grants()[:3]
+	if v := checkMixedPhases(phases, g, ledger, "old", "new", "B"); len(v) != 1 || !strings.Contains(v[0], "an old agent against the new hub") {
 		t.Fatalf("want the second phase reported, got %v", v)
 	}
-	if v := checkMixedPhases(phases[:1], grants, ledger, "old", "new", "B"); len(v) != 1 {
+	// Every agent upgraded before the new hub granted an apply.
+	l := slices.Clone(ledger)
+	l[2].Runner = "magos-runner:new"
+	if v := checkMixedPhases(phases, grants(), l, "old", "new", "B"); len(v) != 1 || !strings.Contains(v[0], "an old agent against the new hub") {
+		t.Fatalf("want the second phase reported, got %v", v)
+	}
+	if v := checkMixedPhases(phases[:1], grants(), ledger, "old", "new", "B"); len(v) != 1 {
 		t.Fatalf("one upgrade only: want it reported, got %v", v)
 	}
 }

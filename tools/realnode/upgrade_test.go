@@ -780,49 +780,36 @@ func checkRunsAccounted(grants []grantRecord, history map[string]*magosv1.Worksp
 	return out
 }
 
-// checkMixedPhases checks that each mixed-version phase kept deciding: between two upgrades, a
-// grant of the phase's hub led to an apply of commit sha by the phase's agents. The phases are
-// the upgrades in order (agent spoke-1, hub, agent spoke-2, agent spoke-3): after the first, a
-// new agent (runner image :newTag) applies under the old hub; after the hub, an old agent
-// (runner image :oldTag) applies under the new hub.
+// checkMixedPhases checks that each mixed-version phase kept deciding and applying commit sha:
+// a new agent applied a run the old hub granted (after spoke-1's agent was upgraded, before the
+// hub was), and an old agent applied a run the new hub granted (after the hub was upgraded,
+// before that spoke's agent was). Which release's agent created an apply Job is the runner image
+// it put in the Job (the agent chart's runner.image.tag: :oldTag or :newTag); which hub granted
+// it, the image of the hub Pod the grant names (keys.DecidedBy). phases are the upgrades done.
 func checkMixedPhases(phases []upgradePhase, grants []grantRecord, ledger []applyRecord, oldTag, newTag, sha string) []string {
 	if len(phases) < 2 {
 		return []string{fmt.Sprintf("only %d upgrades ran, want the agent of spoke-1 and then the hub", len(phases))}
 	}
-	grantOf := map[string]grantRecord{}
+	hubOf := map[string]string{} // the hub image of each run's apply grant
 	for _, g := range grants {
 		if g.Operation == "" || g.Operation == "apply" {
-			grantOf[g.Cluster+"/"+g.Workspace+"/"+g.RunID] = g
+			hubOf[g.Cluster+"/"+g.Workspace+"/"+g.RunID] = g.HubImage
 		}
 	}
-	type want struct {
-		what             string
-		from, to         time.Time
-		hubTag, agentTag string
-	}
-	end := time.Now()
-	if len(phases) > 2 {
-		end = phases[2].from
-	}
-	wants := []want{
-		{"a new agent against the old hub", phases[0].to, phases[1].from, oldTag, newTag},
-		{"an old agent against the new hub", phases[1].to, end, newTag, oldTag},
-	}
 	var out []string
-	for _, w := range wants {
+	for _, w := range []struct{ what, hubTag, agentTag string }{
+		{"a new agent against the old hub", oldTag, newTag},
+		{"an old agent against the new hub", newTag, oldTag},
+	} {
 		var found []string
 		for _, a := range ledger {
-			g, ok := grantOf[a.Label+"/"+a.RunID]
-			if a.Revision != sha || !ok || a.Created.Before(w.from) || a.Created.After(w.to) {
-				continue
-			}
-			if strings.HasSuffix(a.Runner, ":"+w.agentTag) && strings.HasSuffix(g.HubImage, ":"+w.hubTag) {
+			hub, ok := hubOf[a.Label+"/"+a.RunID]
+			if ok && a.Revision == sha && strings.HasSuffix(a.Runner, ":"+w.agentTag) && strings.HasSuffix(hub, ":"+w.hubTag) {
 				found = append(found, a.Label)
 			}
 		}
 		if len(found) == 0 {
-			out = append(out, fmt.Sprintf("%s (%s to %s): no apply of %s granted by a hub of :%s and run by an agent of :%s", w.what,
-				w.from.Format("15:04:05"), w.to.Format("15:04:05"), short(sha), w.hubTag, w.agentTag))
+			out = append(out, fmt.Sprintf("%s: no apply of %s granted by a hub of :%s and run by an agent of :%s", w.what, short(sha), w.hubTag, w.agentTag))
 		}
 	}
 	return out

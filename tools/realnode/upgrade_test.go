@@ -15,6 +15,7 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -927,6 +928,15 @@ func schemasOf(t *testing.T, versions []any) map[string]string {
 		schema, _, _ := unstructured.NestedFieldNoCopy(m, "schema", "openAPIV3Schema")
 		raw, err := json.Marshal(schema)
 		if err != nil {
+			t.Fatal(err)
+		}
+		// Through the API's own type, so that a file and a served schema compare as the API
+		// server reads them (empty fields, key order).
+		var props apiextensionsv1.JSONSchemaProps
+		if err := json.Unmarshal(raw, &props); err != nil {
+			t.Fatalf("the schema of version %s: %v", name, err)
+		}
+		if raw, err = json.Marshal(props); err != nil {
 			t.Fatal(err)
 		}
 		out[name] = string(raw)

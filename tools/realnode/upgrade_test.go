@@ -221,11 +221,15 @@ func TestUpgradeMidRollout(t *testing.T) {
 		for _, name := range upgradeWorkspaces {
 			w := workspace(name, repoURL, s.region)
 			w.Spec.ProjectRef.Name = upgradeRollout
+			// No scheduled re-plan (default every 3m) during the test: one of an Applied
+			// Workspace of the approval step plans anew, which voids the step's approval.
+			w.Annotations = map[string]string{keys.ReconcileInterval: "2h"}
 			mustCreate(t, ctx, spokes[s.name].Client, variables(name, map[string]string{"region": s.region}, nil))
 			mustCreate(t, ctx, spokes[s.name].Client, w)
 		}
 	}
 	grants := watchGrants(t, ctx, hub)
+	applies := watchApplies(t, ctx, spokes)
 
 	// 4. Commit A rolls out everywhere on the previous release (step r2 approved as users do).
 	shaA := headOf(t, filepath.Join(repos, "fleet.git"))
@@ -289,7 +293,7 @@ func TestUpgradeMidRollout(t *testing.T) {
 	t.Logf("upgrade: commit B Applied everywhere after %s", time.Since(started).Round(time.Second))
 	seen := grants.stop()
 
-	ledger := readApplyLedger(t, ctx, spokes)
+	ledger := applies.stop()
 	t.Logf("upgrade: the ledger (apply Jobs the kubelets ran):\n%s", formatApplyLedger(ledger))
 	t.Logf("upgrade: the grants the hub wrote:\n%s", formatGrants(seen))
 	var stepOrder [][]string
@@ -569,16 +573,67 @@ func applyLedgerOf(ctx context.Context, cl *cluster, label string) ([]applyRecor
 	return out, nil
 }
 
-// readApplyLedger reads the apply Jobs of every spoke, in the order they were created.
-func readApplyLedger(t *testing.T, ctx context.Context, spokes map[string]*cluster) []applyRecord {
+// applyWatch records the spokes' apply Jobs until stopped. The agent deletes a run's Jobs when
+// a later run of its Workspace starts, so the ledger is kept as the Jobs come and go: each Job
+// as last seen (a Job lives on for seconds at least after it finished).
+type applyWatch struct {
+	mu     sync.Mutex
+	seen   map[string]applyRecord // by cluster/Job
+	ctx    context.Context
+	spokes map[string]*cluster
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// watchApplies polls the spokes' apply Jobs every 500ms into the ledger.
+func watchApplies(t *testing.T, ctx context.Context, spokes map[string]*cluster) *applyWatch {
 	t.Helper()
-	var all []applyRecord
+	ctx, cancel := context.WithCancel(ctx)
+	w := &applyWatch{seen: map[string]applyRecord{}, ctx: ctx, spokes: spokes, cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(w.done)
+		tick := time.NewTicker(500 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			w.poll(ctx, spokes)
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	t.Cleanup(func() { w.stop() })
+	return w
+}
+
+func (w *applyWatch) poll(ctx context.Context, spokes map[string]*cluster) {
 	for _, s := range upgradeSpokes {
 		l, err := applyLedgerOf(ctx, spokes[s.name], s.name)
 		if err != nil {
-			t.Fatal(err)
+			continue
 		}
-		all = append(all, l...)
+		w.mu.Lock()
+		for _, a := range l {
+			w.seen[s.name+"/"+a.Job] = a
+		}
+		w.mu.Unlock()
+	}
+}
+
+// stop reads the spokes a last time, ends the watch and returns the ledger in the order the
+// Jobs were created.
+func (w *applyWatch) stop() []applyRecord {
+	if w.ctx.Err() == nil {
+		w.poll(w.ctx, w.spokes)
+	}
+	w.cancel()
+	<-w.done
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var all []applyRecord
+	for _, a := range w.seen {
+		all = append(all, a)
 	}
 	slices.SortFunc(all, func(a, b applyRecord) int { return a.Created.Compare(b.Created) })
 	return all

@@ -130,6 +130,34 @@ test-real: prereqs-test-real images ## Install both charts into real clusters in
 	  MAGOS_MAGOSCTL="$(abspath $(BIN))/magosctl" MAGOS_IMAGE_TAG=$(IMAGE_TAG) MAGOS_REAL_SUMMARY="$$summary" \
 	  GOWORK=off go test -count=1 -timeout 40m -v $(REAL_TEST_FLAGS) ./... >&2 && cat "$$summary"
 
+# make test-upgrade upgrades the previous release to this checkout on real nodes, mid-rollout
+# (TestUpgradeMidRollout in tools/realnode; docs/operations.md#upgrading). UPGRADE_FROM names
+# the release to upgrade from: empty for the previous release (tools/upgrade-from.sh: the newest
+# vX.Y.Z tag before HEAD, else CHANGELOG.md's newest release), or any git ref. That release's
+# images and charts are built from its own tree (tools/upgrade-old-release.sh, under
+# $(UPGRADE_DIR)); the nodes load both releases' images. It ends with one line on stdout:
+# upgrade: <from> -> <tag> mid-rollout ok: ...
+UPGRADE_FROM ?=
+UPGRADE_DIR  := $(BIN)/upgrade
+
+.PHONY: test-upgrade
+test-upgrade: prereqs-test-real images ## Upgrade the previous release (UPGRADE_FROM=<ref>) to this checkout on real nodes, mid-rollout.
+	@$(call quietly,magosctl,go build -ldflags '$(LDFLAGS)' -o $(BIN)/magosctl ./hub/cmd/magosctl,building: seconds)
+	@from="$$(tools/upgrade-from.sh $(UPGRADE_FROM))" && eval "$$from" && \
+	  echo "test-upgrade: upgrading from $$MAGOS_UPGRADE_FROM_VERSION (commit $$MAGOS_UPGRADE_FROM_COMMIT; $$MAGOS_UPGRADE_FROM_HOW) to $(VERSION) (commit $$(git rev-parse HEAD), images :$(IMAGE_TAG))" >&2 && \
+	  old="$(UPGRADE_DIR)/$$MAGOS_UPGRADE_FROM_VERSION" && \
+	  tools/upgrade-old-release.sh "$$old" "$$MAGOS_UPGRADE_FROM_VERSION" "$$MAGOS_UPGRADE_FROM_COMMIT" && \
+	  node="$$(tools/realnode/node/build.sh $(IMAGES_DIR))" && eval "$$node" && \
+	  imgs="$(UPGRADE_DIR)/images" && rm -rf "$$imgs" && mkdir -p "$$imgs" && \
+	  ln -f $(IMAGES_DIR)/pause.tar $(IMAGES_DIR)/magos-hub.tar $(IMAGES_DIR)/magos-agent.tar $(IMAGES_DIR)/magos-runner.tar "$$imgs/" && \
+	  for target in hub agent runner; do ln -f "$$old/images/magos-$$target.tar" "$$imgs/from-magos-$$target.tar"; done && \
+	  summary="$$(mktemp)" && cd tools/realnode && \
+	  MAGOS_NODE_IMAGE="$$MAGOS_NODE_IMAGE" MAGOS_IMAGES_DIR="$(abspath $(UPGRADE_DIR))/images" \
+	  MAGOS_MAGOSCTL="$(abspath $(BIN))/magosctl" MAGOS_IMAGE_TAG=$(IMAGE_TAG) MAGOS_REAL_SUMMARY="$$summary" \
+	  MAGOS_UPGRADE_FROM_VERSION="$$MAGOS_UPGRADE_FROM_VERSION" MAGOS_UPGRADE_FROM_COMMIT="$$MAGOS_UPGRADE_FROM_COMMIT" \
+	  MAGOS_UPGRADE_FROM_CHARTS="$(abspath $(UPGRADE_DIR))/$$MAGOS_UPGRADE_FROM_VERSION/charts" \
+	  GOWORK=off go test -count=1 -timeout 30m -v -run '^TestUpgradeMidRollout$$' $(UPGRADE_TEST_FLAGS) . >&2 && cat "$$summary"
+
 # make demo-real is make demo on real nodes: a hub node and three spoke nodes (us-east-1,
 # eu-west-1, ap-south-1) on the Docker network magos-demo (10.214.0.0/24, apart from
 # test-real's), both charts installed with Helm, every run a runner Job, and the Rollout

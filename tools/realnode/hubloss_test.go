@@ -215,7 +215,7 @@ func TestLosingTheHub(t *testing.T) {
 		}
 		waitRelease(t, ctx, spokes[r.name], "vA")
 	}
-	waitRolloutApplied(t, ctx, hub)
+	waitRestoredRolloutApplied(t, ctx, hub)
 	t.Logf("commit A applied in every region (%s since start)", time.Since(began).Round(time.Second))
 
 	// 4. Commit B: applied in r1, approved and applied in r2, waiting for approval in r3.
@@ -224,7 +224,7 @@ func TestLosingTheHub(t *testing.T) {
 	waitRelease(t, ctx, spokes["r1"], "vB")
 	approveStep(t, ctx, env, hub, "r2", commitB)
 	waitRelease(t, ctx, spokes["r2"], "vB")
-	waitAwaitingApproval(t, ctx, hub, "r3", commitB, nil)
+	waitRestoredAwaitingApproval(t, ctx, hub, "r3", commitB, nil)
 	waitPlanned(t, ctx, spokes["r3"], commitB)
 	before := readLedger(t, ctx, spokes)
 	t.Logf("commit B applied in r1 and r2, r3 awaits approval (%s since start); ledger: %s", time.Since(began).Round(time.Second), before)
@@ -303,7 +303,7 @@ func TestLosingTheHub(t *testing.T) {
 
 	// 9. The new hub decides from what the spokes say: r1 and r2 done at B, r3 awaiting a new
 	// approval. Nothing applies while it waits, and no region goes back to A.
-	waitAwaitingApproval(t, ctx, hub, "r3", commitB, unchanged)
+	waitRestoredAwaitingApproval(t, ctx, hub, "r3", commitB, unchanged)
 	r := &magosv1.Rollout{}
 	if err := hub.Client.Get(ctx, client.ObjectKey{Namespace: Namespace, Name: lossProject}, r); err != nil {
 		t.Fatal(err)
@@ -343,7 +343,7 @@ func TestLosingTheHub(t *testing.T) {
 	approved := time.Now()
 	approveStep(t, ctx, env, hub, "r3", commitB)
 	waitRelease(t, ctx, spokes["r3"], "vB")
-	waitRolloutApplied(t, ctx, hub)
+	waitRestoredRolloutApplied(t, ctx, hub)
 	after := readLedger(t, ctx, spokes)
 	for key, e := range after {
 		b := before[key]
@@ -464,10 +464,10 @@ func stepStatus(ctx context.Context, hub *cluster, step string) (*magosv1.StepSt
 	return nil, r, fmt.Errorf("no step %s in the status", step)
 }
 
-// waitAwaitingApproval waits for the hub to show step awaiting the approval of one plan per
+// waitRestoredAwaitingApproval waits for the hub to show step awaiting the approval of one plan per
 // Workspace of the step, each of commit. A guard (nil for none) that returns a reason fails the
 // test at once: something happened that must not while the step waits.
-func waitAwaitingApproval(t *testing.T, ctx context.Context, hub *cluster, step, commit string, guard func(ctx context.Context) string) {
+func waitRestoredAwaitingApproval(t *testing.T, ctx context.Context, hub *cluster, step, commit string, guard func(ctx context.Context) string) {
 	t.Helper()
 	poll(t, ctx, 4*time.Minute, "step "+step+" awaiting approval", func(ctx context.Context) (bool, string) {
 		if guard != nil {
@@ -495,7 +495,7 @@ func waitAwaitingApproval(t *testing.T, ctx context.Context, hub *cluster, step,
 // commit.
 func approveStep(t *testing.T, ctx context.Context, env bedEnv, hub *cluster, step, commit string) {
 	t.Helper()
-	waitAwaitingApproval(t, ctx, hub, step, commit, nil)
+	waitRestoredAwaitingApproval(t, ctx, hub, step, commit, nil)
 	out, err := exec.CommandContext(ctx, env.Magosctl, "--kubeconfig", hub.Kubeconfig, "-n", Namespace, "rollout", "approve", lossProject, "--step", step).CombinedOutput()
 	if err != nil {
 		t.Fatalf("magosctl rollout approve %s --step %s: %v\n%s", lossProject, step, err, out)
@@ -503,8 +503,8 @@ func approveStep(t *testing.T, ctx context.Context, env bedEnv, hub *cluster, st
 	t.Logf("%s", strings.TrimSpace(string(out)))
 }
 
-// waitRolloutApplied waits for the hub's Rollout to be Applied.
-func waitRolloutApplied(t *testing.T, ctx context.Context, hub *cluster) {
+// waitRestoredRolloutApplied waits for the hub's Rollout to be Applied.
+func waitRestoredRolloutApplied(t *testing.T, ctx context.Context, hub *cluster) {
 	t.Helper()
 	poll(t, ctx, 3*time.Minute, "the Rollout Applied", func(ctx context.Context) (bool, string) {
 		r := &magosv1.Rollout{}

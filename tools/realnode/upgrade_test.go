@@ -568,6 +568,17 @@ func applyLedgerOf(ctx context.Context, cl *cluster, label string) ([]applyRecor
 				}
 			}
 		}
+		// The Pod of a finished Job may be gone already (the agent deletes a run's Jobs when the
+		// next run starts): the Job controller's own count of its Pods and its times stand in.
+		if n := int(j.Status.Succeeded + j.Status.Failed + j.Status.Active); n > a.Pods {
+			a.Pods = n
+		}
+		if a.Started.IsZero() && j.Status.StartTime != nil {
+			a.Started = j.Status.StartTime.Time
+		}
+		if a.Finished.IsZero() && !a.Running && j.Status.CompletionTime != nil {
+			a.Finished = j.Status.CompletionTime.Time
+		}
 		out = append(out, a)
 	}
 	return out, nil
@@ -615,7 +626,13 @@ func (w *applyWatch) poll(ctx context.Context, spokes map[string]*cluster) {
 		}
 		w.mu.Lock()
 		for _, a := range l {
-			w.seen[s.name+"/"+a.Job] = a
+			key := s.name + "/" + a.Job
+			// Once seen terminated, the container's times are final: a later sighting without the
+			// Pod (the Job's times stand in then) keeps them.
+			if was, ok := w.seen[key]; ok && !was.Finished.IsZero() && !was.Running {
+				a.Started, a.Finished, a.Running = was.Started, was.Finished, false
+			}
+			w.seen[key] = a
 		}
 		w.mu.Unlock()
 	}
@@ -746,9 +763,18 @@ func watchGrants(t *testing.T, ctx context.Context, hub *cluster) *grantWatch {
 		defer tick.Stop()
 		for {
 			pods := &corev1.PodList{}
+			// only is the image every hub Pod runs now, when they all run one: a grant first seen
+			// then was written by a replica of that image (the mirror keeps no writer: the agent's
+			// up-sync drops keys.DecidedBy within moments, so the Pod named on it is often unseen).
+			only := ""
 			if err := hub.Client.List(ctx, pods, client.InNamespace(system), client.MatchingLabels{"app.kubernetes.io/name": "magos-hub"}); err == nil {
-				for _, p := range pods.Items {
+				for i, p := range pods.Items {
 					images[p.Name] = p.Spec.Containers[0].Image
+					if i == 0 {
+						only = p.Spec.Containers[0].Image
+					} else if only != p.Spec.Containers[0].Image {
+						only = "mixed"
+					}
 				}
 			}
 			list := &magosv1.WorkspaceList{}
@@ -763,6 +789,9 @@ func watchGrants(t *testing.T, ctx context.Context, hub *cluster) *grantWatch {
 					r := grantRecord{Cluster: cluster, Workspace: w.Labels[keys.OriginName], RunID: a[keys.GrantedRun],
 						Operation: a[keys.GrantedOperation], Revision: a[keys.GrantedRevision], DecidedBy: a[keys.DecidedBy], Seen: time.Now()}
 					r.HubImage = images[r.DecidedBy]
+					if r.HubImage == "" && only != "mixed" {
+						r.HubImage = only
+					}
 					key := strings.Join([]string{r.Cluster, r.Workspace, r.RunID, r.Operation}, "/")
 					if _, ok := g.seen[key]; !ok {
 						g.seen[key] = r

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -144,8 +145,13 @@ func TestMakeChecksPrereqsFirst(t *testing.T) {
 		t.Fatal("make is not installed")
 	}
 	for _, target := range []string{"test", "test-real", "demo-real", "node-image"} {
-		cmd := exec.Command("make", "-n", target)
+		// Run as a top-level make even under `make test` (whose MAKELEVEL and MAKEFLAGS would
+		// make this one print "make[1]: Entering directory" first).
+		cmd := exec.Command("make", "--no-print-directory", "-n", target)
 		cmd.Dir = repoRoot(t)
+		cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool {
+			return strings.HasPrefix(kv, "MAKELEVEL=") || strings.HasPrefix(kv, "MAKEFLAGS=") || strings.HasPrefix(kv, "MFLAGS=")
+		})
 		out, err := cmd.Output()
 		if err != nil {
 			t.Fatalf("make -n %s: %v", target, err)

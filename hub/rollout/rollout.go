@@ -46,6 +46,8 @@ const ControllerName = "rollout"
 // Soaking).
 const (
 	EventStepChanged = "StepChanged"
+	// EventStepCompleted: a step the Rollout was on is done (and soaked); the next is current.
+	EventStepCompleted = "StepCompleted"
 	// EventRevisionChanged: the Rollout started rolling out a new commit of a repository and ref.
 	EventRevisionChanged = "RevisionChanged"
 )
@@ -235,6 +237,14 @@ func (r *Reconciler) recordTransitions(ro *magosv1.Rollout, d decide.Decision) {
 	old := ro.Status
 	first := old.Phase == ""
 	steps := len(ro.Spec.Strategy.Steps)
+	if !first && old.CurrentStep < d.CurrentStep {
+		// Every step from the one current before to the one current now is done (and soaked).
+		for i := old.CurrentStep; i < d.CurrentStep && i < len(d.Steps); i++ {
+			st := d.Steps[i]
+			r.Recorder.Eventf(ro, nil, corev1.EventTypeNormal, EventStepCompleted, "Step "+st.Name,
+				"Step %d/%d %s completed: %d/%d applied, %d failed", i+1, steps, st.Name, st.Applied, st.Matched, st.Failed)
+		}
+	}
 	if (first || old.CurrentStep != d.CurrentStep) && d.CurrentStep < steps && d.Reason != magosv1.ReasonNoWorkspacesFound && d.Reason != magosv1.ReasonInvalidSelector {
 		// The action names the step: the events API folds Events that differ only in their
 		// note into one series, and each step change deserves its own.
@@ -295,7 +305,12 @@ func (r *Reconciler) recordTransitions(ro *magosv1.Rollout, d decide.Decision) {
 		if magosv1.InfoOf(d.Phase, d.Reason).Failed || d.Reason == magosv1.ReasonWaitingForClusters || d.Reason == magosv1.ReasonDriftDetected {
 			kind = corev1.EventTypeWarning
 		}
-		r.Recorder.Eventf(ro, nil, kind, d.Reason, "Decide", "%s", d.Message)
+		// The action names the step the reason is about (a notification says which), if any.
+		action := "Decide"
+		if d.CurrentStep < steps && d.Reason != magosv1.ReasonRolloutCompleted {
+			action = "Step " + d.CurrentStepName
+		}
+		r.Recorder.Eventf(ro, nil, kind, d.Reason, action, "%s", d.Message)
 	}
 }
 

@@ -70,6 +70,46 @@ func TestHubSecretAccess(t *testing.T) {
 	}
 }
 
+// TestHubNotificationAccess checks what notifications add to the hub's rights: a get on exactly
+// the Secrets the webhooks name (URL and Authorization), beside the kubeconfigs', and a read of
+// Events; without webhooks, neither.
+func TestHubNotificationAccess(t *testing.T) {
+	secret := func(ns, name, key string) map[string]any {
+		return map[string]any{"namespace": ns, "name": name, "key": key}
+	}
+	objs := render(t, "magos-hub", map[string]any{"config": map[string]any{
+		"clusters": []any{map[string]any{"name": "lab", "kubeconfig": map[string]any{"secretRef": secret(namespace, "lab-kubeconfig", "kubeconfig")}}},
+		"notifications": map[string]any{"webhooks": []any{
+			map[string]any{"name": "oncall", "format": "slack", "urlSecretRef": secret(namespace, "magos-webhooks", "oncall")},
+			map[string]any{"name": "audit", "urlSecretRef": secret(namespace, "magos-webhooks", "audit"),
+				"authorizationSecretRef": secret("audit", "audit-token", "authorization")},
+		}},
+	}})
+	for key, names := range map[string][]string{
+		"Role/magos-hub-kubeconfigs":       {"lab-kubeconfig", "magos-webhooks"},
+		"Role/audit/magos-hub-kubeconfigs": {"audit-token"},
+	} {
+		role := as[rbacv1.Role](t, objs[key])
+		if len(role.Rules) != 1 || !slices.Equal(role.Rules[0].ResourceNames, names) || !slices.Equal(role.Rules[0].Verbs, []string{"get"}) {
+			t.Errorf("%s rules %+v, want get on secrets %v only", key, role.Rules, names)
+		}
+	}
+	readsEvents := func(objs map[string]*unstructured.Unstructured) bool {
+		for _, r := range as[rbacv1.ClusterRole](t, objs["ClusterRole/magos-hub"]).Rules {
+			if slices.Contains(r.APIGroups, "events.k8s.io") && slices.Contains(r.Resources, "events") && slices.Contains(r.Verbs, "watch") {
+				return true
+			}
+		}
+		return false
+	}
+	if !readsEvents(objs) {
+		t.Error("with webhooks, the hub may not watch Events (events.k8s.io)")
+	}
+	if readsEvents(render(t, "magos-hub", nil)) {
+		t.Error("without webhooks, the hub may watch Events")
+	}
+}
+
 // TestAgentSecretAccess checks that the agent may read Secrets only in workspaceNamespaces, and
 // is told the same namespaces (--secret-namespaces) so that it reads none elsewhere.
 func TestAgentSecretAccess(t *testing.T) {

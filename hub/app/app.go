@@ -15,6 +15,8 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/spf13/pflag"
+	eventsv1 "k8s.io/api/events/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/apimachinery/pkg/util/validation"
 	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
@@ -32,6 +34,7 @@ import (
 	"github.com/magosfleet/magos/hub/dashboard"
 	"github.com/magosfleet/magos/hub/fleet"
 	"github.com/magosfleet/magos/hub/fleetview"
+	"github.com/magosfleet/magos/hub/notify"
 	"github.com/magosfleet/magos/hub/project"
 	"github.com/magosfleet/magos/hub/registry"
 	"github.com/magosfleet/magos/hub/rollout"
@@ -103,6 +106,8 @@ func CacheOptions() cache.Options {
 	byObject := map[client.Object]cache.ByObject{}
 	maps.Copy(byObject, fleet.HubCacheByObject())
 	maps.Copy(byObject, registry.HubCacheByObject())
+	// Of the Events, those of Rollouts: what notifications are made of (package notify).
+	byObject[&eventsv1.Event{}] = cache.ByObject{Field: fields.OneTermEqualSelector("regarding.kind", "Rollout")}
 	return cache.Options{ByObject: byObject, DefaultTransform: cache.TransformStripManagedFields()}
 }
 
@@ -207,6 +212,19 @@ func New(opts Options) (*Hub, error) {
 		}
 		if err := local.Add(dash); err != nil {
 			return nil, fmt.Errorf("hub: adding the dashboard: %w", err)
+		}
+	}
+	if cfg.Notifications.Enabled() {
+		n := notify.New(notify.Options{
+			Config:   cfg.Notifications,
+			Cache:    local.GetCache(),
+			Client:   local.GetClient(),
+			Secrets:  local.GetAPIReader(),
+			Recorder: local.GetEventRecorder("magos-hub-notify"),
+			Logger:   opts.Logger.WithName("notify"),
+		})
+		if err := local.Add(n); err != nil {
+			return nil, fmt.Errorf("hub: adding the notifier: %w", err)
 		}
 	}
 	if !opts.WithoutDecisionControllers {

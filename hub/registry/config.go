@@ -20,6 +20,7 @@ import (
 	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
 	"github.com/magosfleet/magos/hub/decider"
 	"github.com/magosfleet/magos/hub/fleet"
+	"github.com/magosfleet/magos/hub/notify"
 	"github.com/magosfleet/magos/pkg/config"
 )
 
@@ -60,6 +61,8 @@ type Config struct {
 	// ProjectParallelGracePeriod is how long a new Project without a Rollout waits for one
 	// before it runs its Workspaces in parallel.
 	ProjectParallelGracePeriod time.Duration `mapstructure:"projectParallelGracePeriod"`
+	// Notifications are the webhooks the hub tells what happens to Rollouts (package notify).
+	Notifications notify.Config `mapstructure:"notifications"`
 }
 
 // LogConfig configures the hub's logger.
@@ -177,6 +180,7 @@ func (c *Config) Validate() error {
 	if (c.Dashboard.CertFile == "") != (c.Dashboard.KeyFile == "") {
 		errs.Add("dashboard.certFile", "and dashboard.keyFile must be set together (HTTPS) or both left empty (HTTP)")
 	}
+	c.Notifications.Validate("notifications", &errs)
 	seen := map[string]int{}
 	for i := range c.Clusters {
 		cl := &c.Clusters[i]

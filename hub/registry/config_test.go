@@ -173,3 +173,55 @@ func TestLoadConfigEnvAndFlagsOverrideTheFile(t *testing.T) {
 		t.Fatalf("kubeApiQps %g and kubeApiBurst %d, want 150 from the flag and the default %d", cfg.KubeAPIQPS, cfg.KubeAPIBurst, registry.DefaultKubeAPIBurst)
 	}
 }
+
+// TestLoadConfigNotifications: the notifications section reads from YAML with its defaults, and
+// a bad webhook is refused at load with its key.
+func TestLoadConfigNotifications(t *testing.T) {
+	cfg, err := registry.LoadConfig(writeConfig(t, `
+notifications:
+  dashboardUrl: https://magos.example.com/
+  webhooks:
+  - name: oncall
+    format: slack
+    urlSecretRef: {namespace: magos-system, name: magos-webhooks, key: oncall}
+    events: [StepAwaitingApproval, RolloutFailed]
+    projects: ["payments/*"]
+    retryFor: 30m
+  - name: audit
+    urlSecretRef: {namespace: magos-system, name: magos-webhooks}
+    authorizationSecretRef: {namespace: magos-system, name: audit-token}
+`), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := cfg.Notifications
+	if n.DashboardURL != "https://magos.example.com" || len(n.Webhooks) != 2 {
+		t.Fatalf("notifications = %+v", n)
+	}
+	oncall, audit := n.Webhooks[0], n.Webhooks[1]
+	if oncall.Format != "slack" || oncall.RetryFor != 30*time.Minute || oncall.Timeout != 10*time.Second ||
+		!slices.Equal(oncall.Events, []string{"StepAwaitingApproval", "RolloutFailed"}) || oncall.URLSecretRef.Key != "oncall" {
+		t.Errorf("oncall = %+v", oncall)
+	}
+	if audit.Format != "cloudevents" || audit.URLSecretRef.Key != "url" || audit.AuthorizationSecretRef.Key != "authorization" || audit.RetryFor != time.Hour {
+		t.Errorf("audit = %+v, want the defaults", audit)
+	}
+
+	_, err = registry.LoadConfig(writeConfig(t, `
+notifications:
+  webhooks:
+  - name: oncall
+    format: teams
+    urlSecretRef: {name: magos-webhooks}
+    events: [StepStart]
+`), nil)
+	for _, want := range []string{
+		`notifications.webhooks[0].format: must be cloudevents or slack, got "teams"`,
+		`notifications.webhooks[0].urlSecretRef.namespace: must be the namespace of the Secret`,
+		`notifications.webhooks[0].events[0]: must be one of StepStarted`,
+	} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("error %v does not say %q", err, want)
+		}
+	}
+}

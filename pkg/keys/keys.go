@@ -156,3 +156,8 @@ const (
 	// (NoWorkspacesFound) only on clusters synced after the Rollout was created.
 	SyncedAt = Prefix + "synced-at"
 )
+
+// NotifiedPrefix prefixes the annotation the hub writes on a Rollout's Event once its
+// notification reached a webhook: NotifiedPrefix + the webhook's name, the time of delivery. A
+// hub that starts again (or a new leader) does not send that Event to that webhook again.
+const NotifiedPrefix = "notified.magosproject.io/"

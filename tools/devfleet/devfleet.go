@@ -79,6 +79,9 @@ type Options struct {
 	// their Lease's renew time, their sync watermark) is shifted by it (magos-agent's hidden
 	// --testing-clock-skew).
 	AgentClockSkew map[string]time.Duration
+	// Notifications is the hub config's notifications section, as YAML would hold it
+	// (dashboardUrl, webhooks: see hub/notify.Config); nil: none.
+	Notifications map[string]any
 }
 
 // Fleet is a running local fleet.
@@ -100,6 +103,7 @@ type Fleet struct {
 	hubs      []string                   // the hub replicas' process names
 	grace     time.Duration              // Options.ProjectParallelGracePeriod
 	dashboard string                     // Options.Dashboard
+	notify    map[string]any             // Options.Notifications
 
 	// mu guards registered, bindings and the hub's config file.
 	mu         sync.Mutex
@@ -150,7 +154,7 @@ func Start(ctx context.Context, opts Options) (*Fleet, error) {
 	}
 	f := &Fleet{Dir: opts.Dir, Order: opts.Spokes, Spokes: map[string]*localcluster.Cluster{}, out: opts.Progress,
 		single: opts.Single, proxies: map[string]*transportProxy{}, registered: map[string]bool{},
-		grace: opts.ProjectParallelGracePeriod, bindings: maps.Clone(opts.Bindings)}
+		grace: opts.ProjectParallelGracePeriod, bindings: maps.Clone(opts.Bindings), notify: opts.Notifications}
 	if f.bindings == nil {
 		f.bindings = map[string][]string{}
 	}
@@ -295,6 +299,7 @@ type HubConfig struct {
 	ProjectParallelGracePeriod string         `json:"projectParallelGracePeriod,omitempty"`
 	Clusters                   []ClusterEntry `json:"clusters"`
 	Bindings                   []Binding      `json:"bindings,omitempty"`
+	Notifications              map[string]any `json:"notifications,omitempty"`
 }
 
 // Binding binds clusters to hub namespaces.
@@ -336,7 +341,7 @@ func WriteHubConfig(path string, cfg HubConfig) error {
 
 // writeHubConfig writes the hub's config file: every registered spoke (the hub hot-reloads it).
 func (f *Fleet) writeHubConfig() error {
-	var cfg HubConfig
+	cfg := HubConfig{Notifications: f.notify}
 	if f.grace > 0 {
 		cfg.ProjectParallelGracePeriod = f.grace.String()
 	}

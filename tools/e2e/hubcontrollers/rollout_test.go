@@ -46,7 +46,12 @@ func (w *world) mirrorGrant(cluster, ns, name string) (map[string]string, error)
 func TestRollout(t *testing.T) {
 	// A stopped agent keeps its cluster Available for the lease (15s): long enough for a grant
 	// to be decided on the hub and revoked before the agent could carry it down.
-	w := start(t, devfleet.Options{HubLeaseDuration: 15 * time.Second})
+	wh := newWebhooks(t)
+	w := start(t, devfleet.Options{HubLeaseDuration: 15 * time.Second, Notifications: wh.config()})
+
+	t.Run("notifications: each step, the approval wait, the failure and completion reach the webhooks in order", func(t *testing.T) {
+		w.notifications(t, wh)
+	})
 
 	t.Run("dev, staging, prod in order across clusters", func(t *testing.T) {
 		ns := "envs"

@@ -89,7 +89,18 @@ func run(ctx context.Context, args []string) error {
 		return fmt.Errorf("--dir: %w", err)
 	}
 	started := time.Now()
-	fleet, err := devfleet.Start(ctx, devfleet.Options{Dir: *dir, Spokes: *spokes, Single: *single, Progress: os.Stderr, Dashboard: *dashboard})
+	fopts := devfleet.Options{Dir: *dir, Spokes: *spokes, Single: *single, Progress: os.Stderr, Dashboard: *dashboard}
+	var hook *webhook
+	if cmd == "demo" {
+		// The hub tells a webhook on this machine what happens; it prints each notification.
+		var err error
+		if hook, err = startWebhook(os.Stdout); err != nil {
+			return err
+		}
+		defer hook.stop()
+		fopts.Notifications = hook.config()
+	}
+	fleet, err := devfleet.Start(ctx, fopts)
 	if err != nil {
 		return err
 	}
@@ -103,6 +114,12 @@ func run(ctx context.Context, args []string) error {
 		time.Since(started).Round(time.Second), *dir, filepath.Join(*dir, "logs"))
 	if err := printDashboard(ctx, fleet); err != nil {
 		return err
+	}
+	if hook != nil {
+		if err := hook.register(ctx, fleet); err != nil {
+			return err
+		}
+		fmt.Printf("notifications: the hub sends each step's start, approval wait and completion, and any failure, to a webhook on %s; each arrives below as a \"notification:\" line\n", hook.url)
 	}
 	if cmd == "up" {
 		fmt.Println("ready")
@@ -143,6 +160,7 @@ func run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	hook.waitForLast(ctx, 30*time.Second)
 	summary.Print(os.Stdout)
 	fmt.Printf("\ndemo: total wall time %s (including start-up)\n", time.Since(started).Round(time.Second))
 	switch {

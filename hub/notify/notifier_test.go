@@ -21,7 +21,6 @@ import (
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
@@ -102,29 +101,6 @@ func (r *receiver) slackTexts(t *testing.T) []string {
 		out = append(out, m.Text)
 	}
 	return out
-}
-
-// counter sums the hub's counter name over the series whose webhook label is webhook.
-func counter(t *testing.T, name, webhook string) float64 {
-	t.Helper()
-	families, err := ctrlmetrics.Registry.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var sum float64
-	for _, f := range families {
-		if f.GetName() != name {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "webhook" && l.GetValue() == webhook {
-					sum += m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	return sum
 }
 
 // syncBuffer is a log sink's buffer, written from several goroutines.
@@ -230,8 +206,8 @@ func TestNotifier(t *testing.T) {
 	h.CreateHub(t, api)
 
 	var logs syncBuffer
-	failedBefore := counter(t, "magos_notification_delivery_failures_total", "flaky")
-	droppedBefore := counter(t, "magos_notifications_dropped_total", "dead")
+	failedBefore := testenv.MetricSum(t, "magos_notification_delivery_failures_total", map[string]string{"webhook": "flaky"})
+	droppedBefore := testenv.MetricSum(t, "magos_notifications_dropped_total", map[string]string{"webhook": "dead"})
 	rec, stop := startNotifier(t, h, cfg, &logs)
 
 	// As the Rollout controller records them, one after the other.
@@ -281,7 +257,7 @@ func TestNotifier(t *testing.T) {
 		}
 		return nil
 	})
-	if got := counter(t, "magos_notification_delivery_failures_total", "flaky") - failedBefore; got != 4 {
+	if got := testenv.MetricSum(t, "magos_notification_delivery_failures_total", map[string]string{"webhook": "flaky"}) - failedBefore; got != 4 {
 		t.Errorf("magos_notification_delivery_failures_total{webhook=flaky} rose by %g, want 4 (the receiver refused 4 requests)", got)
 	}
 	if notes := rolloutEvents(t, h.Client, ns, "web", notify.EventNotificationFailed); len(notes) != 1 || !strings.Contains(notes[0], "Webhook flaky did not take the StepStarted notification: the receiver answered 503 Service Unavailable") {
@@ -289,7 +265,7 @@ func TestNotifier(t *testing.T) {
 	}
 
 	testenv.Eventually(t, 30*time.Second, func() error {
-		if got := counter(t, "magos_notifications_dropped_total", "dead") - droppedBefore; got != 1 {
+		if got := testenv.MetricSum(t, "magos_notifications_dropped_total", map[string]string{"webhook": "dead"}) - droppedBefore; got != 1 {
 			return fmt.Errorf("magos_notifications_dropped_total{webhook=dead} rose by %g, want 1", got)
 		}
 		if notes := rolloutEvents(t, h.Client, ns, "api", notify.EventNotificationDropped); len(notes) != 1 {

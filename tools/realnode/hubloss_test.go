@@ -275,8 +275,10 @@ func TestLosingTheHub(t *testing.T) {
 		}
 	}
 
-	// From here on, until r3 is approved on the new hub, the spokes' ledger must not change.
-	unchanged := func(ctx context.Context) string { return before.changes(readLedger(t, ctx, spokes)) }
+	// From here on, until r3 is approved on the new hub, the spokes' ledger must not change. It
+	// is read on the test's context, not a poll's: a poll's deadline must end that poll with its
+	// own reason, not fail a read of the ledger.
+	unchanged := func(context.Context) string { return before.changes(readLedger(t, ctx, spokes)) }
 
 	// 8. The agents re-register and the mirrors come back, as many as the spokes' Workspaces.
 	waitFleetBack(t, ctx, hub)

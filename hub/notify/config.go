@@ -67,14 +67,7 @@ type Webhook struct {
 }
 
 // SecretKeyRef names a key of a Secret on the hub.
-type SecretKeyRef struct {
-	Namespace string `mapstructure:"namespace"`
-	Name      string `mapstructure:"name"`
-	Key       string `mapstructure:"key"`
-}
-
-// String names the key as namespace/name[key], never its value.
-func (r SecretKeyRef) String() string { return fmt.Sprintf("%s/%s[%s]", r.Namespace, r.Name, r.Key) }
+type SecretKeyRef = config.SecretKeyRef
 
 // Enabled reports whether any webhook is configured.
 func (c Config) Enabled() bool { return len(c.Webhooks) > 0 }
@@ -108,9 +101,9 @@ func (c *Config) Validate(prefix string, errs *config.Errors) {
 		default:
 			errs.Add(key+".format", "must be %s or %s, got %q", FormatCloudEvents, FormatSlack, w.Format)
 		}
-		w.URLSecretRef.validate(key+".urlSecretRef", DefaultURLKey, errs)
+		w.URLSecretRef.Validate(key+".urlSecretRef", DefaultURLKey, errs)
 		if w.AuthorizationSecretRef != nil {
-			w.AuthorizationSecretRef.validate(key+".authorizationSecretRef", DefaultAuthorizationKey, errs)
+			w.AuthorizationSecretRef.Validate(key+".authorizationSecretRef", DefaultAuthorizationKey, errs)
 		}
 		for j, p := range w.Projects {
 			ns, name, ok := strings.Cut(p, "/")
@@ -135,20 +128,6 @@ func (c *Config) Validate(prefix string, errs *config.Errors) {
 		case w.RetryFor < 0:
 			errs.Add(key+".retryFor", "must be a positive duration (e.g. 1h), got %s", w.RetryFor)
 		}
-	}
-}
-
-func (r *SecretKeyRef) validate(key, defaultKey string, errs *config.Errors) {
-	if len(validation.IsDNS1123Label(r.Namespace)) > 0 {
-		errs.Add(key+".namespace", "must be the namespace of the Secret, got %q", r.Namespace)
-	}
-	if len(validation.IsDNS1123Subdomain(r.Name)) > 0 {
-		errs.Add(key+".name", "must be a Secret name, got %q", r.Name)
-	}
-	if r.Key == "" {
-		r.Key = defaultKey
-	} else if len(validation.IsConfigMapKey(r.Key)) > 0 {
-		errs.Add(key+".key", "must be a Secret data key, got %q", r.Key)
 	}
 }
 

@@ -114,9 +114,8 @@ func FromEvent(ev *eventsv1.Event, ro *magosv1.Rollout, dashboard string) (n Not
 	if ev.Type == corev1.EventTypeWarning {
 		n.Severity = "warning"
 	}
-	n.Step, _ = strings.CutPrefix(ev.Action, "Step ")
-	if n.Step == ev.Action {
-		n.Step = ""
+	if step, ok := strings.CutPrefix(ev.Action, "Step "); ok {
+		n.Step = step
 	}
 	if ro != nil && ro.UID == ev.Regarding.UID {
 		n.Project = ro.Spec.ProjectRef

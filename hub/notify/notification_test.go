@@ -160,7 +160,7 @@ func TestConfigValidate(t *testing.T) {
 				`notifications.dashboardUrl: must be an http or https URL`,
 				`notifications.webhooks[0].name: must be a DNS label`,
 				`notifications.webhooks[0].format: must be cloudevents or slack, got "teams"`,
-				`notifications.webhooks[0].urlSecretRef.namespace: must be the namespace of the Secret`,
+				`notifications.webhooks[0].urlSecretRef.namespace: must be a namespace name`,
 				`notifications.webhooks[0].projects[0]: must be namespace/project or namespace/*, got "web"`,
 				`notifications.webhooks[0].events[0]: must be one of StepStarted, `,
 				`notifications.webhooks[0].timeout: must be a positive duration`,

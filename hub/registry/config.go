@@ -116,13 +116,8 @@ type KubeconfigConfig struct {
 	InCluster bool `mapstructure:"inCluster"`
 }
 
-// SecretRefConfig names a key of a Secret.
-type SecretRefConfig struct {
-	Namespace string `mapstructure:"namespace"`
-	Name      string `mapstructure:"name"`
-	// Key defaults to "kubeconfig".
-	Key string `mapstructure:"key"`
-}
+// SecretRefConfig names a key of a Secret (the key defaults to "kubeconfig").
+type SecretRefConfig = config.SecretKeyRef
 
 // DashboardConfig configures the hub's dashboard (package dashboard).
 type DashboardConfig struct {
@@ -224,18 +219,7 @@ func (c *Config) Validate() error {
 			case set == 0:
 				errs.Add(key+".kubeconfig", "set exactly one of path (a kubeconfig file), secretRef (a Secret key) and inCluster: true (the hub's own cluster, with the hub's own identity)")
 			case kc.SecretRef != nil:
-				ref := kc.SecretRef
-				if msgs := validation.IsDNS1123Label(ref.Namespace); len(msgs) > 0 {
-					errs.Add(key+".kubeconfig.secretRef.namespace", "must be a namespace name, got %q", ref.Namespace)
-				}
-				if msgs := validation.IsDNS1123Subdomain(ref.Name); len(msgs) > 0 {
-					errs.Add(key+".kubeconfig.secretRef.name", "must be a Secret name, got %q", ref.Name)
-				}
-				if ref.Key == "" {
-					ref.Key = "kubeconfig"
-				} else if msgs := validation.IsConfigMapKey(ref.Key); len(msgs) > 0 {
-					errs.Add(key+".kubeconfig.secretRef.key", "must be a Secret data key, got %q", ref.Key)
-				}
+				kc.SecretRef.Validate(key+".kubeconfig.secretRef", "kubeconfig", &errs)
 			}
 		}
 	}

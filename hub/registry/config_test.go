@@ -217,7 +217,7 @@ notifications:
 `), nil)
 	for _, want := range []string{
 		`notifications.webhooks[0].format: must be cloudevents or slack, got "teams"`,
-		`notifications.webhooks[0].urlSecretRef.namespace: must be the namespace of the Secret`,
+		`notifications.webhooks[0].urlSecretRef.namespace: must be a namespace name`,
 		`notifications.webhooks[0].events[0]: must be one of StepStarted`,
 	} {
 		if err == nil || !strings.Contains(err.Error(), want) {

@@ -18,6 +18,7 @@ import (
 	"github.com/go-viper/mapstructure/v2"
 	"github.com/spf13/pflag"
 	"github.com/spf13/viper"
+	"k8s.io/apimachinery/pkg/util/validation"
 )
 
 // Validator is implemented by configurations that check themselves after loading.
@@ -148,3 +149,31 @@ func (e *Errors) Add(key, format string, args ...any) {
 
 // Err joins the errors, or returns nil.
 func (e Errors) Err() error { return errors.Join(e...) }
+
+// SecretKeyRef names a key of a Secret in a configuration file: a direct cluster's kubeconfig, a
+// notification webhook's URL.
+type SecretKeyRef struct {
+	Namespace string `mapstructure:"namespace"`
+	Name      string `mapstructure:"name"`
+	// Key defaults to the one Validate is given.
+	Key string `mapstructure:"key"`
+}
+
+// String names the key as namespace/name[key], never its value.
+func (r SecretKeyRef) String() string { return fmt.Sprintf("%s/%s[%s]", r.Namespace, r.Name, r.Key) }
+
+// Validate adds an error to errs for each field that names no Secret key (under key, e.g.
+// clusters[0].kubeconfig.secretRef), and sets Key to defaultKey when it is empty.
+func (r *SecretKeyRef) Validate(key, defaultKey string, errs *Errors) {
+	if msgs := validation.IsDNS1123Label(r.Namespace); len(msgs) > 0 {
+		errs.Add(key+".namespace", "must be a namespace name, got %q", r.Namespace)
+	}
+	if msgs := validation.IsDNS1123Subdomain(r.Name); len(msgs) > 0 {
+		errs.Add(key+".name", "must be a Secret name, got %q", r.Name)
+	}
+	if r.Key == "" {
+		r.Key = defaultKey
+	} else if msgs := validation.IsConfigMapKey(r.Key); len(msgs) > 0 {
+		errs.Add(key+".key", "must be a Secret data key, got %q", r.Key)
+	}
+}

@@ -48,6 +48,10 @@ const (
 	// ReasonApprovalVoided (an Event): a plan of the step changed after its approval, which no
 	// longer holds; the step awaits approval again.
 	ReasonApprovalVoided = "ApprovalVoided"
+	// ReasonApprovalRejected: the current step requires approval and a person rejected the
+	// plans it waits with (spec.rejections): nothing of the step applies until a new plan asks
+	// for approval again or someone approves these plans after all.
+	ReasonApprovalRejected = "ApprovalRejected"
 	// ReasonPreviewing: with spec.planFirst, Workspaces of the current or a later step have not
 	// planned the change yet, so the current step applies nothing new.
 	ReasonPreviewing = "Previewing"
@@ -308,6 +312,33 @@ type StepApproval struct {
 	ApprovedAt metav1.Time `json:"approvedAt"`
 }
 
+// StepRejection rejects the plans of one step that waits for approval: the step applies
+// nothing and says who rejected them and why, until its plans change (a new commit or spec asks
+// for approval again) or an approval replaces the rejection. Writing one needs the verb
+// "approve" on the Rollout besides update, and rejectedBy must be the writer's own user name:
+// the magos-hub chart's admission policy enforces both.
+type StepRejection struct {
+	// Step is the step's name.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	Step string `json:"step"`
+	// Plans are the plans rejected, as the step's status listed them when they were rejected.
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=1000
+	// +listType=atomic
+	Plans []ApprovedPlan `json:"plans"`
+	// Reason says why, in the rejecter's words.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=1024
+	Reason string `json:"reason"`
+	// RejectedBy is the user who rejected them.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=256
+	RejectedBy string `json:"rejectedBy"`
+	// RejectedAt is when.
+	RejectedAt metav1.Time `json:"rejectedAt"`
+}
+
 // PlanStatus is a plan of a step that waits for approval.
 type PlanStatus struct {
 	// Workspace is the Workspace, as cluster/namespace/name.
@@ -470,6 +501,16 @@ type RolloutSpec struct {
 	// +listType=atomic
 	Approvals []StepApproval `json:"approvals,omitempty"`
 
+	// Rejections reject the plans of steps that require approval, at most one per step, each
+	// with its reason. Written by magosctl rollout reject or the dashboard, which remove the
+	// step's approval when they write one (and an approval written by them removes the step's
+	// rejection); see StepRejection for who may write one.
+	// +optional
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:XValidation:rule="self.all(a, self.exists_one(b, b.step == a.step))",message="at most one rejection per step"
+	// +listType=atomic
+	Rejections []StepRejection `json:"rejections,omitempty"`
+
 	// DriftAcceptances accept the drift of Workspaces in steps whose drift is block, at most one
 	// per Workspace (the API server refuses a second one). Written by magosctl rollout
 	// accept-drift.
@@ -590,6 +631,9 @@ type StepStatus struct {
 	// Approval is the approval the step's applies were granted under, while it holds.
 	// +optional
 	Approval *StepApproval `json:"approval,omitempty"`
+	// Rejection is the rejection of the plans the step waits with, while it holds them back.
+	// +optional
+	Rejection *StepRejection `json:"rejection,omitempty"`
 	// Targets are, with spec.targets Frozen, the Workspaces (cluster/namespace/name) recorded for
 	// the step when the change started: only they run in the step until the next change.
 	// +optional

@@ -291,8 +291,8 @@ func TestPauseResume(t *testing.T) {
 		if err := f.hub.Client.Get(f.ctx, key, &r); err != nil {
 			t.Fatal(err)
 		}
-		if r.Spec.Paused != tc.want {
-			t.Errorf("after %s: paused = %v", tc.verb, r.Spec.Paused)
+		if r.Spec.Paused != tc.want || r.Annotations[keys.PausedBy] != "magos-test-admin" {
+			t.Errorf("after %s: paused = %v, %s = %q", tc.verb, r.Spec.Paused, keys.PausedBy, r.Annotations[keys.PausedBy])
 		}
 	}
 }
@@ -438,7 +438,22 @@ func TestRolloutApprove(t *testing.T) {
 			t.Errorf("rollout status lacks %q:\n%s", want, status)
 		}
 	}
-	out := mustRun(t, f.hub.Kubeconfig, "rollout", "approve", "gate", "--step", "prod", "-n", "default")
+	// Rejecting first: a reason is required; the rejection names the plans, the reason and who.
+	if _, err := run(t, f.hub.Kubeconfig, "rollout", "reject", "gate", "--step", "prod", "-n", "default"); err == nil || !strings.Contains(err.Error(), `"reason" not set`) {
+		t.Errorf("reject without --reason: %v", err)
+	}
+	out := mustRun(t, f.hub.Kubeconfig, "rollout", "reject", "gate", "--step", "prod", "--reason", "destroys the queue", "-n", "default")
+	if !strings.Contains(out, "step prod rejected by magos-test-admin (2 plan(s)): destroys the queue") {
+		t.Errorf("reject output: %s", out)
+	}
+	if err := f.hub.Client.Get(f.ctx, client.ObjectKeyFromObject(ro), ro); err != nil {
+		t.Fatal(err)
+	}
+	if x := ro.Spec.Rejections; len(x) != 1 || x[0].RejectedBy != "magos-test-admin" || x[0].Reason != "destroys the queue" || len(x[0].Plans) != 2 || x[0].Plans[1].Digest != plans[1].Digest {
+		t.Errorf("rejections %+v, want prod's two plans rejected by magos-test-admin", x)
+	}
+	setStatus(magosv1.StepAwaitingApproval, plans...) // the hub decided the new spec
+	out = mustRun(t, f.hub.Kubeconfig, "rollout", "approve", "gate", "--step", "prod", "-n", "default")
 	if !strings.Contains(out, "step prod approved by magos-test-admin (2 plan(s))") {
 		t.Errorf("approve output: %s", out)
 	}
@@ -446,8 +461,8 @@ func TestRolloutApprove(t *testing.T) {
 	if err := f.hub.Client.Get(f.ctx, client.ObjectKeyFromObject(ro), &got); err != nil {
 		t.Fatal(err)
 	}
-	if len(got.Spec.Approvals) != 1 {
-		t.Fatalf("approvals %+v, want one", got.Spec.Approvals)
+	if len(got.Spec.Approvals) != 1 || len(got.Spec.Rejections) != 0 {
+		t.Fatalf("approvals %+v, rejections %+v: want one approval, the rejection gone", got.Spec.Approvals, got.Spec.Rejections)
 	}
 	a := got.Spec.Approvals[0]
 	if a.Step != "prod" || a.ApprovedBy != "magos-test-admin" || a.ApprovedAt.IsZero() || len(a.Plans) != 2 ||

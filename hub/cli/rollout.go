@@ -3,7 +3,6 @@ package cli
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -13,10 +12,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -24,6 +21,7 @@ import (
 
 	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
 	"github.com/magosfleet/magos/hub/rolloutgrid"
+	"github.com/magosfleet/magos/hub/steer"
 	"github.com/magosfleet/magos/pkg/decision"
 	"github.com/magosfleet/magos/pkg/mirror"
 	"github.com/magosfleet/magos/pkg/scheme"
@@ -109,6 +107,25 @@ func newRolloutCommand(o *Options) *cobra.Command {
 	}
 	approve.Flags().StringVar(&step, "step", "", "the step to approve (required)")
 	_ = approve.MarkFlagRequired("step")
+	var rejectStep, rejectReason string
+	reject := &cobra.Command{
+		Use:   "reject ROLLOUT --step STEP --reason TEXT",
+		Short: "Reject the plans a step that requires approval waits with, saying why",
+		Long: "Reject the plans a step that requires approval waits with: the rejection (spec.rejections)\n" +
+			"names each plan's Workspace, commit and digest, as rollout status lists them, with your\n" +
+			"reason and user name, and replaces the step's approval if it had one. The step applies none\n" +
+			"of them, and the Rollout's status and Events say who rejected them and why, until its plans\n" +
+			"change (a new commit asks for approval again) or rollout approve approves them after all.\n" +
+			"Refused unless the step awaits approval. Needs the verb approve on the Rollout.",
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return o.rejectStep(cmd, args[0], rejectStep, rejectReason)
+		},
+	}
+	reject.Flags().StringVar(&rejectStep, "step", "", "the step whose plans to reject (required)")
+	reject.Flags().StringVar(&rejectReason, "reason", "", "why (required)")
+	_ = reject.MarkFlagRequired("step")
+	_ = reject.MarkFlagRequired("reason")
 	var driftStep, workspace string
 	acceptDrift := &cobra.Command{
 		Use:   "accept-drift ROLLOUT (--workspace CLUSTER/NAMESPACE/NAME | --step STEP)",
@@ -156,7 +173,7 @@ func newRolloutCommand(o *Options) *cobra.Command {
 	rollback.Flags().StringVar(&to, "to", "", "the commit to roll back to (default: the last one every Workspace applied)")
 	rollback.Flags().StringVar(&reason, "reason", "", "why, for the Rollout's status and Events")
 	rollback.Flags().BoolVar(&cancel, "cancel", false, "stop holding the sources at the commit rolled back to")
-	cmd.AddCommand(status, pause, resume, approve, acceptDrift, rollback)
+	cmd.AddCommand(status, pause, resume, approve, reject, acceptDrift, rollback)
 	return cmd
 }
 
@@ -174,28 +191,19 @@ func (o *Options) rolloutNamed(ctx context.Context, name string) (client.Client,
 }
 
 // approveStep writes the approval of the plans step of Rollout name waits with, in the name of
-// the user the API server knows the caller as.
+// the user the API server knows the caller as (steer.Approve).
 func (o *Options) approveStep(cmd *cobra.Command, name, step string) error {
 	ctx := contextFor(cmd)
-	c, r, err := o.rolloutNamed(ctx, name)
+	c, ns, err := o.clientInNamespace()
 	if err != nil {
 		return err
 	}
-	ns := r.Namespace
-	a, err := approvalOf(r, step)
+	user, err := whoAmI(ctx, c)
 	if err != nil {
-		return fmt.Errorf("rollout %s/%s: %w", ns, name, err)
-	}
-	if a.ApprovedBy, err = whoAmI(ctx, c); err != nil {
 		return err
 	}
-	a.ApprovedAt = metav1.NewTime(o.Now().Truncate(time.Second))
-	if i := slices.IndexFunc(r.Spec.Approvals, func(x magosv1.StepApproval) bool { return x.Step == step }); i >= 0 {
-		r.Spec.Approvals[i] = a
-	} else {
-		r.Spec.Approvals = append(r.Spec.Approvals, a)
-	}
-	if err := updateRollout(ctx, c, r, "approving (its plans may have too)"); err != nil {
+	a, err := steer.Approve(ctx, c, client.ObjectKey{Namespace: ns, Name: name}, step, user, o.Now())
+	if err != nil {
 		return err
 	}
 	fmt.Fprintf(o.Out, "rollout %s/%s: step %s approved by %s (%d plan(s)):\n", ns, name, step, a.ApprovedBy, len(a.Plans))
@@ -205,73 +213,27 @@ func (o *Options) approveStep(cmd *cobra.Command, name, step string) error {
 	return nil
 }
 
-// updateRollout writes r, as read and changed by the caller, with an update, not a patch: it
-// fails if the Rollout changed since it was read (and with it what its status said), and then
-// asks to run the command again; doing says what the command was doing.
-func updateRollout(ctx context.Context, c client.Client, r *magosv1.Rollout, doing string) error {
-	if err := c.Update(ctx, r); err != nil {
-		if apierrors.IsConflict(err) {
-			return fmt.Errorf("rollout %s/%s changed while %s: run the command again", r.Namespace, r.Name, doing)
-		}
-		return fmt.Errorf("rollout %s/%s: %w", r.Namespace, r.Name, err)
+// rejectStep writes the rejection of the plans step of Rollout name waits with, for reason, in
+// the name of the user the API server knows the caller as (steer.Reject).
+func (o *Options) rejectStep(cmd *cobra.Command, name, step, reason string) error {
+	ctx := contextFor(cmd)
+	c, ns, err := o.clientInNamespace()
+	if err != nil {
+		return err
+	}
+	user, err := whoAmI(ctx, c)
+	if err != nil {
+		return err
+	}
+	x, err := steer.Reject(ctx, c, client.ObjectKey{Namespace: ns, Name: name}, step, reason, user, o.Now())
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(o.Out, "rollout %s/%s: step %s rejected by %s (%d plan(s)): %s\n", ns, name, step, x.RejectedBy, len(x.Plans), x.Reason)
+	for _, p := range x.Plans {
+		fmt.Fprintf(o.Out, "  %s  plan %s of commit %s\n", p.Workspace, p.Digest, shortSHA(p.Revision))
 	}
 	return nil
-}
-
-// approvalOf is the approval of the plans step of r waits with, as its status lists them
-// (approvedBy and approvedAt left for the caller). It refuses a step that does not await
-// approval, and a status that does not describe the Rollout's current spec.
-func approvalOf(r *magosv1.Rollout, step string) (magosv1.StepApproval, error) {
-	spec, err := stepOf(r, step)
-	if err != nil {
-		return magosv1.StepApproval{}, err
-	}
-	if !spec.RequireApproval {
-		return magosv1.StepApproval{}, fmt.Errorf("step %s does not require approval (steps[].requireApproval)", step)
-	}
-	st, err := decidedStatus(r, step)
-	if err != nil {
-		return magosv1.StepApproval{}, err
-	}
-	if st == nil || st.Phase != magosv1.StepAwaitingApproval || len(st.Plans) == 0 {
-		phase := "not decided yet"
-		if st != nil {
-			phase = st.Phase
-		}
-		return magosv1.StepApproval{}, fmt.Errorf("step %s is not awaiting approval (it is %s)", step, phase)
-	}
-	a := magosv1.StepApproval{Step: step}
-	for _, p := range st.Plans {
-		a.Plans = append(a.Plans, magosv1.ApprovedPlan{Workspace: p.Workspace, Revision: p.Revision, Digest: p.Digest})
-	}
-	return a, nil
-}
-
-// stepOf is step of r's spec; a step r does not have is an error naming those it has.
-func stepOf(r *magosv1.Rollout, step string) (*magosv1.RolloutStep, error) {
-	i := slices.IndexFunc(r.Spec.Strategy.Steps, func(s magosv1.RolloutStep) bool { return s.Name == step })
-	if i < 0 {
-		names := make([]string, len(r.Spec.Strategy.Steps))
-		for j, s := range r.Spec.Strategy.Steps {
-			names[j] = s.Name
-		}
-		return nil, fmt.Errorf("no step %q (steps: %s)", step, strings.Join(names, ", "))
-	}
-	return &r.Spec.Strategy.Steps[i], nil
-}
-
-// decidedStatus is the status of step as the hub last decided r (nil when it has not decided
-// the step yet). A status that does not describe r's current spec is an error: what it says
-// may no longer hold.
-func decidedStatus(r *magosv1.Rollout, step string) (*magosv1.StepStatus, error) {
-	if r.Status.ObservedGeneration != r.Generation {
-		return nil, fmt.Errorf("the hub has not decided the Rollout's latest spec yet (generation %d, status of %d): try again in a moment", r.Generation, r.Status.ObservedGeneration)
-	}
-	j := slices.IndexFunc(r.Status.Steps, func(s magosv1.StepStatus) bool { return s.Name == step })
-	if j < 0 {
-		return nil, nil
-	}
-	return &r.Status.Steps[j], nil
 }
 
 // acceptDrift writes the acceptance of the current drift of a Workspace (workspace), or of every
@@ -308,7 +270,7 @@ func (o *Options) acceptDrift(cmd *cobra.Command, name, workspace, step string) 
 		r.Spec.DriftAcceptances = append(slices.DeleteFunc(r.Spec.DriftAcceptances,
 			func(x magosv1.DriftAcceptance) bool { return x.Workspace == a.Workspace }), a)
 	}
-	if err := updateRollout(ctx, c, r, "accepting drift (its Workspaces may have drifted anew)"); err != nil {
+	if err := steer.Update(ctx, c, r, "accepting drift (its Workspaces may have drifted anew)"); err != nil {
 		return err
 	}
 	fmt.Fprintf(o.Out, "rollout %s/%s: drift of %d Workspace(s) accepted by %s:\n", ns, name, len(accepted), user)
@@ -320,10 +282,10 @@ func (o *Options) acceptDrift(cmd *cobra.Command, name, workspace, step string) 
 
 // driftedOf is the Workspaces step of r lists as drifted; a step that lists none is an error.
 func driftedOf(r *magosv1.Rollout, step string) ([]string, error) {
-	if _, err := stepOf(r, step); err != nil {
+	if _, err := steer.StepOf(r, step); err != nil {
 		return nil, err
 	}
-	st, err := decidedStatus(r, step)
+	st, err := steer.DecidedStatus(r, step)
 	if err != nil {
 		return nil, err
 	}
@@ -346,7 +308,7 @@ func driftAcceptance(ctx context.Context, c client.Client, r *magosv1.Rollout, k
 	if ns != r.Namespace {
 		return magosv1.DriftAcceptance{}, fmt.Errorf("workspace %s is not of the Rollout: its Workspaces live in namespace %s", key, r.Namespace)
 	}
-	m, err := hubMirror(ctx, c, cluster, ns, name)
+	m, err := steer.Mirror(ctx, c, cluster, ns, name)
 	if err != nil {
 		return magosv1.DriftAcceptance{}, err
 	}
@@ -401,7 +363,7 @@ func (o *Options) rollback(cmd *cobra.Command, name, to, reason string) error {
 	}
 	r.Spec.Rollback = &magosv1.RolloutRollback{Commits: targets, RequestedBy: user,
 		RequestedAt: metav1.NewTime(o.Now().Truncate(time.Second)), Reason: reason}
-	if err := updateRollout(ctx, c, r, "asking for the rollback"); err != nil {
+	if err := steer.Update(ctx, c, r, "asking for the rollback"); err != nil {
 		return err
 	}
 	fmt.Fprintf(o.Out, "rollout %s/%s: rolling back, last step first, as requested by %s:\n", ns, name, user)
@@ -423,29 +385,32 @@ func (o *Options) cancelRollback(cmd *cobra.Command, name string) error {
 		return fmt.Errorf("rollout %s/%s does not roll back", ns, name)
 	}
 	r.Spec.Rollback = nil
-	if err := updateRollout(ctx, c, r, "cancelling the rollback"); err != nil {
+	if err := steer.Update(ctx, c, r, "cancelling the rollback"); err != nil {
 		return err
 	}
 	_, err = fmt.Fprintf(o.Out, "rollout %s/%s: rollback cancelled; the refs' newest commits roll out again in step order\n", ns, name)
 	return err
 }
 
+// setPaused pauses or resumes Rollout name in the caller's name (steer.SetPaused).
 func (o *Options) setPaused(cmd *cobra.Command, name string, paused bool) error {
+	ctx := contextFor(cmd)
 	c, ns, err := o.clientInNamespace()
 	if err != nil {
 		return err
 	}
-	r := &magosv1.Rollout{}
-	r.Namespace, r.Name = ns, name
-	patch, _ := json.Marshal(map[string]any{"spec": map[string]any{"paused": paused}})
-	if err := c.Patch(contextFor(cmd), r, client.RawPatch(types.MergePatchType, patch)); err != nil {
-		return fmt.Errorf("rollout %s/%s: %w", ns, name, err)
+	user, err := whoAmI(ctx, c)
+	if err != nil {
+		return err
+	}
+	if err := steer.SetPaused(ctx, c, client.ObjectKey{Namespace: ns, Name: name}, paused, user); err != nil {
+		return err
 	}
 	verb := "resumed"
 	if paused {
 		verb = "paused"
 	}
-	_, err = fmt.Fprintf(o.Out, "rollout %s/%s %s\n", ns, name, verb)
+	_, err = fmt.Fprintf(o.Out, "rollout %s/%s %s by %s\n", ns, name, verb, user)
 	return err
 }
 

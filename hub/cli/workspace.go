@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"time"
@@ -12,6 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
+	"github.com/magosfleet/magos/hub/steer"
 	"github.com/magosfleet/magos/pkg/keys"
 	"github.com/magosfleet/magos/pkg/mirror"
 )
@@ -63,42 +63,21 @@ func newApproveCommand(o *Options) *cobra.Command {
 }
 
 // requestFromHub writes a request (keys.RetryRun or keys.ApproveRun) for the current run of
-// Workspace name (namespace -n) of cluster on its hub mirror, in the caller's own name, after
-// checking that the run can take it: a retry needs a run that ended (Applied, Failed,
-// ValidationFailed or Planned), an approval a Planned run. The write is conditional on the
-// mirror's version, so the request names the run it was checked against.
+// Workspace name (namespace -n) of cluster on its hub mirror, in the caller's own name
+// (steer.RequestRun).
 func (o *Options) requestFromHub(cmd *cobra.Command, cluster, name, key string) error {
 	c, ns, err := o.clientInNamespace()
 	if err != nil {
 		return err
 	}
 	ctx := contextFor(cmd)
-	m, err := hubMirror(ctx, c, cluster, ns, name)
-	if err != nil {
-		return err
-	}
-	run, phase := m.Status.CurrentRunID, m.Status.Phase
-	switch {
-	case run == "":
-		return fmt.Errorf("workspace %s/%s of cluster %s has no run yet", ns, name, cluster)
-	case key == keys.RetryRun && !phase.Settled():
-		return fmt.Errorf("workspace %s/%s of cluster %s is %s (run %s): only a run that ended can be retried", ns, name, cluster, orDash(string(phase)), run)
-	case key == keys.ApproveRun && phase != magosv1.PhasePlanned:
-		return fmt.Errorf("workspace %s/%s of cluster %s is %s (run %s): only a Planned run can be approved", ns, name, cluster, orDash(string(phase)), run)
-	}
 	user, err := whoAmI(ctx, c)
 	if err != nil {
 		return err
 	}
-	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{
-		"resourceVersion": m.ResourceVersion,
-		"annotations":     map[string]string{key: run, keys.RequestedBy: user},
-	}})
-	if err := c.Patch(ctx, m, client.RawPatch(types.MergePatchType, patch)); err != nil {
-		if apierrors.IsConflict(err) {
-			return fmt.Errorf("workspace %s/%s of cluster %s changed while asking (its run may have moved on): run the command again", ns, name, cluster)
-		}
-		return fmt.Errorf("workspace %s/%s of cluster %s: %w", ns, name, cluster, err)
+	run, err := steer.RequestRun(ctx, c, cluster, ns, name, key, user)
+	if err != nil {
+		return err
 	}
 	what := "retry"
 	if key == keys.ApproveRun {
@@ -107,19 +86,6 @@ func (o *Options) requestFromHub(cmd *cobra.Command, cluster, name, key string) 
 	_, err = fmt.Fprintf(o.Out, "workspace %s/%s of cluster %s: %s of run %s requested by %s; the agent of %s carries it down\n",
 		ns, name, cluster, what, run, user, cluster)
 	return err
-}
-
-// hubMirror reads the hub's mirror of Workspace ns/name of cluster. A Workspace the hub has no
-// mirror of is an error saying so.
-func hubMirror(ctx context.Context, c client.Reader, cluster, ns, name string) (*magosv1.Workspace, error) {
-	var m magosv1.Workspace
-	if err := c.Get(ctx, client.ObjectKey{Namespace: mirror.Namespace(cluster), Name: mirror.Name(ns, name)}, &m); err != nil {
-		if apierrors.IsNotFound(err) {
-			return nil, fmt.Errorf("workspace %s/%s of cluster %s: the hub has no mirror of it (is %s an agent cluster, and does the Workspace exist there?)", ns, name, cluster, cluster)
-		}
-		return nil, fmt.Errorf("workspace %s/%s of cluster %s: %w", ns, name, cluster, err)
-	}
-	return &m, nil
 }
 
 // annotateWorkspace sets one annotation on a Workspace with a merge patch, after checking that

@@ -197,7 +197,8 @@ func (s *Snapshot) Write(ctx context.Context, d decision.Decision, opts WriteOpt
 }
 
 // EventRetryRequested is the reason of the Event on the Rollout for every retry request a
-// rollback writes.
+// rollback writes, and for each a person writes on a mirror (the Rollout controller records
+// those, naming the person).
 const EventRetryRequested = "RetryRequested"
 
 // writeRetries writes each retry request of a rollback (magosproject.io/retry-run naming the

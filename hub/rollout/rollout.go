@@ -50,6 +50,9 @@ const (
 	EventStepCompleted = "StepCompleted"
 	// EventRevisionChanged: the Rollout started rolling out a new commit of a repository and ref.
 	EventRevisionChanged = "RevisionChanged"
+	// EventResumed: the Rollout was paused and is not any more; the Event names who resumed it
+	// (the annotation magosproject.io/paused-by) when it is known.
+	EventResumed = "Resumed"
 )
 
 // waitingRecheck is how soon a Rollout waiting for clusters is decided again.
@@ -66,6 +69,9 @@ type Reconciler struct {
 	active map[types.NamespacedName]bool
 	// self is the hub's own user name (decider.WhoAmI), asked once it is first needed.
 	self string
+	// retries are the runs whose retry by a person an Event has reported, by Workspace, so that
+	// each is reported once while this replica leads.
+	retries map[decide.Key]string
 }
 
 // EventRollbackStarted is the reason of the Event on a Rollout whose failed step wrote
@@ -210,6 +216,9 @@ func (r *Reconciler) reconcile(ctx context.Context, ro *magosv1.Rollout) (ctrl.R
 		ctrl.LoggerFrom(ctx).Info("wrote decisions", "step", d.CurrentStepName, "granted", len(out.Granted), "revoked", len(out.Revoked))
 	}
 	r.recordTransitions(ro, d)
+	if err := r.recordRequests(ctx, ro, snap.Workspaces); err != nil {
+		return ctrl.Result{}, err
+	}
 	statusErr := r.writeStatus(ctx, ro, d, out)
 
 	r.observe(ro, d)
@@ -300,6 +309,13 @@ func (r *Reconciler) recordTransitions(ro *magosv1.Rollout, d decide.Decision) {
 		r.Recorder.Eventf(ro, nil, corev1.EventTypeWarning, magosv1.ReasonProgressDeadlineExceeded, "Step "+d.CurrentStepName,
 			"Step %s has not progressed for %s: %s", d.CurrentStepName, ro.Spec.ProgressDeadline.Duration, d.Message)
 	}
+	if old.Reason == magosv1.ReasonPaused && d.Reason != magosv1.ReasonPaused && !ro.Spec.Paused {
+		by := ""
+		if who := ro.Annotations[keys.PausedBy]; who != "" {
+			by = " by " + who
+		}
+		r.Recorder.Eventf(ro, nil, corev1.EventTypeNormal, EventResumed, "Resume", "Resumed%s", by)
+	}
 	if (first || old.Reason != d.Reason) && !(drift && d.Reason == magosv1.ReasonDriftDetected) {
 		kind := corev1.EventTypeNormal
 		if magosv1.InfoOf(d.Phase, d.Reason).Failed || d.Reason == magosv1.ReasonWaitingForClusters || d.Reason == magosv1.ReasonDriftDetected {
@@ -312,6 +328,40 @@ func (r *Reconciler) recordTransitions(ro *magosv1.Rollout, d decide.Decision) {
 		}
 		r.Recorder.Eventf(ro, nil, kind, d.Reason, action, "%s", d.Message)
 	}
+}
+
+// recordRequests records an Event fleetview.EventRetryRequested for each Workspace of the Rollout that a
+// person (not the hub itself) asked for a retry of its current run, naming them, once per run.
+func (r *Reconciler) recordRequests(ctx context.Context, ro *magosv1.Rollout, ws []decide.Workspace) error {
+	var self string
+	for _, w := range ws {
+		if w.RetryRequested == "" || w.RetryRequested != w.RunID || w.RequestedBy == "" {
+			continue
+		}
+		if self == "" {
+			var err error
+			if self, err = r.identity(ctx); err != nil {
+				return err
+			}
+		}
+		if w.RequestedBy == self {
+			continue
+		}
+		r.mu.Lock()
+		seen := r.retries[w.Key] == w.RunID
+		if !seen {
+			if r.retries == nil {
+				r.retries = map[decide.Key]string{}
+			}
+			r.retries[w.Key] = w.RunID
+		}
+		r.mu.Unlock()
+		if !seen {
+			r.Recorder.Eventf(ro, nil, corev1.EventTypeNormal, fleetview.EventRetryRequested, "Retry",
+				"Retry of run %s of %s requested by %s", w.RunID, w.Key, w.RequestedBy)
+		}
+	}
+	return nil
 }
 
 // maxDriftNamed is how many newly drifted Workspaces a DriftDetected Event names.

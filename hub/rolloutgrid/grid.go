@@ -285,6 +285,9 @@ func StepState(s magosv1.StepStatus, now time.Time) string {
 	if s.Phase == magosv1.StepAwaitingApproval {
 		fmt.Fprintf(&b, " (%d plan(s))", len(s.Plans))
 	}
+	if s.Rejection != nil {
+		b.WriteString(", rejected by " + s.Rejection.RejectedBy)
+	}
 	if s.Approval != nil {
 		b.WriteString(", approved by " + s.Approval.ApprovedBy)
 	}

@@ -172,3 +172,90 @@ func TestDecideParkedPlanAppliesWithoutApproval(t *testing.T) {
 		t.Errorf("parallel mode applied %v, want all four", f.appliedKeys())
 	}
 }
+
+// reject writes the rejection of the plans a decision lists for step prod, as magosctl does.
+func (f *fleet) reject(d Decision, by, reason string) {
+	x := magosv1.StepRejection{Step: "prod", RejectedBy: by, Reason: reason, RejectedAt: metav1.NewTime(time.Date(2026, 12, 3, 11, 0, 0, 0, time.UTC))}
+	for _, p := range d.Steps[1].Plans {
+		x.Plans = append(x.Plans, magosv1.ApprovedPlan{Workspace: p.Workspace, Revision: p.Revision, Digest: p.Digest})
+	}
+	f.rollout.Spec.Rejections = []magosv1.StepRejection{x}
+}
+
+// TestDecideRejection: a rejection of exactly the plans a step waits with holds the step back
+// and says who rejected them and why, and sets aside an approval that is not newer than it; an
+// approval newer than the rejection applies; a rejection that no longer names every plan (a plan
+// changed, a plan left out, another step) is void and the step simply awaits approval; once the
+// rejection is replaced by an approval the step applies.
+func TestDecideRejection(t *testing.T) {
+	const why = "Step prod: its 2 plan(s) were rejected by carol at 2026-12-03T11:00:00Z: destroys the queue (a new plan asks for approval again; magosctl rollout approve payments-platform --step prod approves these)"
+	tests := []struct {
+		name string
+		// mutate changes the fleet after the rejection is written; approve writes an approval too.
+		mutate  func(f *fleet)
+		approve bool
+		// rejected: the step is held back by the rejection; applies: the approval applies.
+		rejected, applies bool
+	}{
+		{name: "an approval newer than the rejection", approve: true, applies: true, mutate: func(f *fleet) {
+			f.rollout.Spec.Approvals[0].ApprovedAt = metav1.NewTime(time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC))
+		}},
+		{name: "rejected", rejected: true},
+		{name: "rejected beside an older approval", approve: true, rejected: true},
+		{name: "a plan changed since", mutate: func(f *fleet) {
+			f.reset(k("c3", "c"), magosv1.ReasonConfigurationChanged)
+			f.plans[k("c3", "c")] = "plan-c-changed"
+		}},
+		{name: "a plan left out", mutate: func(f *fleet) {
+			f.rollout.Spec.Rejections[0].Plans = f.rollout.Spec.Rejections[0].Plans[:1]
+		}},
+		{name: "another commit", mutate: func(f *fleet) { f.rollout.Spec.Rejections[0].Plans[0].Revision = "rev-0" }},
+		{name: "another step", mutate: func(f *fleet) { f.rollout.Spec.Rejections[0].Step = "dev" }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := approvalFleet(t, nil)
+			_, d := f.walk()
+			if tt.approve {
+				f.approve(d, "alice")
+			}
+			f.reject(d, "carol", "destroys the queue")
+			if tt.mutate != nil {
+				tt.mutate(f)
+			}
+			grants := len(f.grants)
+			_, d = f.walk()
+			if tt.applies {
+				assertStatus(t, d, magosv1.PhaseApplied, magosv1.ReasonRolloutCompleted, 3)
+				return
+			}
+			if !tt.rejected {
+				assertStatus(t, d, magosv1.PhaseReconciling, magosv1.ReasonAwaitingApproval, 1)
+				if d.Steps[1].Rejection != nil {
+					t.Errorf("step prod lists rejection %+v that no longer names its plans", d.Steps[1].Rejection)
+				}
+				return
+			}
+			assertStatus(t, d, magosv1.PhaseReconciling, magosv1.ReasonApprovalRejected, 1)
+			if d.Message != why {
+				t.Errorf("message %q\nwant %q", d.Message, why)
+			}
+			s := d.Steps[1]
+			if s.Phase != magosv1.StepAwaitingApproval || len(s.Plans) != 2 || s.Approval != nil || s.Rejection == nil || s.Rejection.RejectedBy != "carol" {
+				t.Errorf("step prod %+v: want AwaitingApproval with its 2 plans, rejected by carol, no approval", s)
+			}
+			for _, g := range f.grants[grants:] {
+				if !g.PlanOnly {
+					t.Errorf("apply grant %+v under a rejection", g)
+				}
+			}
+			assertKeys(t, "applies", f.appliedKeys(), []Key{k("c1", "a")})
+
+			// The rejection replaced by an approval (as magosctl rollout approve does): it applies.
+			f.rollout.Spec.Rejections = nil
+			f.approve(d, "alice")
+			_, d = f.walk()
+			assertStatus(t, d, magosv1.PhaseApplied, magosv1.ReasonRolloutCompleted, 3)
+		})
+	}
+}

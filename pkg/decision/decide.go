@@ -9,6 +9,7 @@ import (
 
 	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
 	"github.com/magosfleet/magos/pkg/changewindow"
+	"github.com/magosfleet/magos/pkg/keys"
 	"github.com/magosfleet/magos/pkg/policy"
 )
 
@@ -390,6 +391,9 @@ func gate(d *Decision, steps []step, current int, ms []member, in Input, win win
 			s := &steps[current]
 			msg = fmt.Sprintf("Rollout is paused at step %s (%d/%d applied)", s.spec.Name, s.applied, len(s.matched))
 		}
+		if by := ro.Annotations[keys.PausedBy]; by != "" {
+			msg += "; paused by " + by
+		}
 		halt(d, steps, current, magosv1.PhaseReconciling, magosv1.ReasonPaused, msg)
 		if current < len(steps) {
 			steps[current].phase = magosv1.StepWaiting
@@ -517,6 +521,12 @@ func progressStep(d *Decision, steps []step, current int, ms []member, ro *magos
 	} else if !gap.complete() {
 		d.Reason, d.Message = magosv1.ReasonPreviewing, previewing(steps, current, ms, gap)
 		s.phase = magosv1.StepPreviewing
+	} else if s.awaitingApproval() && s.rejection != nil {
+		r := s.rejection
+		d.Reason = magosv1.ReasonApprovalRejected
+		d.Message = fmt.Sprintf("Step %s: its %d plan(s) were rejected by %s at %s: %s (a new plan asks for approval again; magosctl rollout approve %s --step %s approves these)",
+			s.spec.Name, len(s.plans), r.RejectedBy, r.RejectedAt.UTC().Format(time.RFC3339), r.Reason, ro.Name, s.spec.Name)
+		s.phase = magosv1.StepAwaitingApproval
 	} else if s.awaitingApproval() {
 		d.Reason = magosv1.ReasonAwaitingApproval
 		d.Message = fmt.Sprintf("Step %s awaits approval of %d plan(s): magosctl rollout approve %s --step %s",

@@ -48,11 +48,18 @@ func approvals(s *step, ms []member, ro *magosv1.Rollout) (voided string) {
 	if !s.spec.RequireApproval {
 		return ""
 	}
-	j := slices.IndexFunc(ro.Spec.Approvals, func(a magosv1.StepApproval) bool { return a.Step == s.spec.Name })
-	if j < 0 {
+	a, r := stepApproval(ro, s.spec.Name), stepRejection(ro, s.spec.Name)
+	if r != nil && (a == nil || !a.ApprovedAt.After(r.RejectedAt.Time)) {
+		// A rejection newer than the step's approval (or as new) sets the approval aside; while it
+		// names every plan waiting, it holds them back and the step says so.
+		if rejects(r, s, ms) {
+			s.rejection = r
+		}
 		return ""
 	}
-	a := &ro.Spec.Approvals[j]
+	if a == nil {
+		return ""
+	}
 	approved := make(map[string]magosv1.ApprovedPlan, len(a.Plans))
 	for _, p := range a.Plans {
 		approved[p.Workspace] = p
@@ -93,6 +100,38 @@ func approvals(s *step, ms []member, ro *magosv1.Rollout) (voided string) {
 		}
 	}
 	return ""
+}
+
+// stepApproval is the approval of step in spec.approvals (nil: none).
+func stepApproval(ro *magosv1.Rollout, step string) *magosv1.StepApproval {
+	if j := slices.IndexFunc(ro.Spec.Approvals, func(a magosv1.StepApproval) bool { return a.Step == step }); j >= 0 {
+		return &ro.Spec.Approvals[j]
+	}
+	return nil
+}
+
+// stepRejection is the rejection of step in spec.rejections (nil: none).
+func stepRejection(ro *magosv1.Rollout, step string) *magosv1.StepRejection {
+	if j := slices.IndexFunc(ro.Spec.Rejections, func(r magosv1.StepRejection) bool { return r.Step == step }); j >= 0 {
+		return &ro.Spec.Rejections[j]
+	}
+	return nil
+}
+
+// rejects reports whether rejection r names every plan step s waits with (same Workspace, commit
+// and digest), and it waits with at least one: a plan that changed since (a new commit, a new
+// spec) makes the step ask for approval again.
+func rejects(r *magosv1.StepRejection, s *step, ms []member) bool {
+	if len(s.plans) == 0 {
+		return false
+	}
+	for _, i := range s.plans {
+		w := ms[i].ws
+		if !slices.Contains(r.Plans, magosv1.ApprovedPlan{Workspace: w.Key.String(), Revision: w.CurrentRevision, Digest: approvalDigest(*w)}) {
+			return false
+		}
+	}
+	return true
 }
 
 // grantMatched marks the grantable members of step s in available clusters to be granted, at

@@ -19,6 +19,9 @@ import (
 	"github.com/magosfleet/magos/pkg/keys"
 )
 
+// rejectRand draws the random fleets' rejections apart from their other draws.
+var rejectRand = rand.New(rand.NewSource(11))
+
 var (
 	randomPhases = []magosv1.Phase{
 		"", magosv1.PhasePending, magosv1.PhasePending, magosv1.PhasePending, magosv1.PhasePlanning,
@@ -270,6 +273,16 @@ func randomInput(rng *rand.Rand) Input {
 					}
 				}
 				in.Rollout.Spec.Approvals = append(in.Rollout.Spec.Approvals, a)
+				// Sometimes a rejection beside it, of the same plans or of some of them.
+				// (Drawn from rejectRand, so that the other draws stay as they were.)
+				if rejectRand.Intn(2) == 0 && len(a.Plans) > 0 {
+					at := randomEpoch.Add(time.Duration(rejectRand.Intn(3)-1) * time.Hour) // before, with or after the approval
+					x := magosv1.StepRejection{Step: s.Name, RejectedBy: "bob", Reason: "no", RejectedAt: metav1.NewTime(at),
+						Plans: slices.Clone(a.Plans[:len(a.Plans)-rejectRand.Intn(2)])}
+					if len(x.Plans) > 0 {
+						in.Rollout.Spec.Rejections = append(in.Rollout.Spec.Rejections, x)
+					}
+				}
 			}
 		}
 		in.Rollout.Spec.Strategy.Steps = append(in.Rollout.Spec.Strategy.Steps, s)
@@ -387,6 +400,10 @@ func TestDecideInvariants(t *testing.T) {
 		if reasons[r] < 20 {
 			t.Errorf("only %d random cases ended %s: %v", reasons[r], r, reasons)
 		}
+	}
+	// Rarer: a step held back by a rejection of its plans (TestDecideRejection walks it through).
+	if reasons[magosv1.ReasonApprovalRejected] == 0 {
+		t.Errorf("no random case ended ApprovalRejected: %v", reasons)
 	}
 	// Rarer (a deleted Workspace in the current step of a gated Rollout whose approval names
 	// it): TestDecideDestroyWaitsForApproval walks it through.
@@ -567,6 +584,19 @@ func checkInvariants(t *testing.T, in Input, d Decision) (tags []string) {
 					if _, ok := in.Clusters[w.Key.Cluster]; ok {
 						approvalHolds = false
 					}
+				}
+			}
+		}
+	}
+	// A rejection of the current step as new as its approval, or newer, sets the approval aside.
+	if gated && approvalHolds {
+		for _, x := range in.Rollout.Spec.Rejections {
+			if x.Step != cur.Name {
+				continue
+			}
+			for _, a := range in.Rollout.Spec.Approvals {
+				if a.Step == cur.Name && !a.ApprovedAt.After(x.RejectedAt.Time) {
+					approvalHolds = false
 				}
 			}
 		}

@@ -66,6 +66,9 @@ func stepStatuses(steps []step, ms []member) []magosv1.StepStatus {
 		if !s.soakEnds.IsZero() {
 			out[i].SoakEndsAt = &metav1.Time{Time: s.soakEnds}
 		}
+		if s.rejection != nil {
+			out[i].Rejection = s.rejection.DeepCopy()
+		}
 		if s.approval != nil {
 			out[i].Approval = s.approval.DeepCopy()
 		}

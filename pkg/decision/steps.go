@@ -42,9 +42,11 @@ type step struct {
 	// done); soakEnds is when its soak ends (zero without minSuccessTime).
 	succeededAt, soakEnds time.Time
 	// plans are, while the step is current and requires approval, the members whose plans wait
-	// for it; approval is the step's approval when it covers them all.
-	plans    []int
-	approval *magosv1.StepApproval
+	// for it; approval is the step's approval when it covers them all, rejection its
+	// rejection when that covers them all (and then approval is nil).
+	plans     []int
+	approval  *magosv1.StepApproval
+	rejection *magosv1.StepRejection
 	// targets are, with spec.targets Frozen, the keys recorded for the step (nil: none yet),
 	// recordedAt when; late counts the members the step selects that are not among them.
 	targets    []string

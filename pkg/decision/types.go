@@ -102,6 +102,9 @@ type Workspace struct {
 	Trigger string
 	// RetryRequested is the magosproject.io/retry-run annotation: the run a retry was asked of.
 	RetryRequested string
+	// RequestedBy is the magosproject.io/requested-by annotation: who wrote the last request of
+	// a person (a retry, an approval of its plan).
+	RequestedBy string
 	// Applied are the commits of Source the Workspace applied (status.appliedRevisions), oldest
 	// first.
 	Applied []string

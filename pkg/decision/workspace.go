@@ -44,7 +44,7 @@ func FromWorkspace(cluster string, ws *magosv1.Workspace) Workspace {
 		Changes:            ptr.Deref(ws.Status.ResourceChanges, magosv1.ResourceChanges{}),
 		PolicyViolations:   int32(len(ws.Status.PolicyViolations)),
 	}
-	w.Trigger, w.RetryRequested, w.Applied = ws.Status.CurrentRunTrigger, ann[keys.RetryRun], appliedOf(ws, src)
+	w.Trigger, w.RetryRequested, w.RequestedBy, w.Applied = ws.Status.CurrentRunTrigger, ann[keys.RetryRun], ann[keys.RequestedBy], appliedOf(ws, src)
 	if d := ws.Status.Drift; d.DriftedAt(ws.Status.ObservedRevision) {
 		w.Drifted, w.DriftDigest = true, d.PlanDigest
 		w.DriftChanges = ptr.Deref(d.ResourceChanges, magosv1.ResourceChanges{})

@@ -74,6 +74,10 @@ const (
 	ApproveRun = Prefix + "approve-run"
 	// RequestedBy is the user who wrote the last request (the hub's admission policy checks it).
 	RequestedBy = Prefix + "requested-by"
+	// PausedBy, on a Rollout, is the user who last paused or resumed it (spec.paused), written
+	// with it by magosctl rollout pause|resume and the dashboard: the Rollout's Events name them.
+	// The hub's admission policy holds it to its writer's user name when it changes.
+	PausedBy = Prefix + "paused-by"
 )
 
 // HubRefusal is written by the hub on a Workspace it reads but takes no part of (its cluster

@@ -740,6 +740,33 @@ func TestRolloutApprovalNeedsTheApproveVerb(t *testing.T) {
 		t.Errorf("an editor's pause of a Rollout with an approval was refused: %v", err)
 	}
 	refused("an editor cannot remove an approval", "editor-ed", nil, "needs the verb approve")
+
+	// Rejections: the verb approve and the writer's own name, like approvals.
+	rejection := func(by string) []magosv1.StepRejection {
+		return []magosv1.StepRejection{{Step: "prod", RejectedBy: by, Reason: "not today", RejectedAt: metav1.NewTime(time.Now().Truncate(time.Second)),
+			Plans: []magosv1.ApprovedPlan{{Workspace: "eu-west-1/" + ns + "/app", Revision: "0123abcd", Digest: "a1b2c3d4e5f6"}}}}
+	}
+	reject := func(user string, rejections []magosv1.StepRejection) error {
+		c := as(user)
+		var cur magosv1.Rollout
+		if err := c.Get(ctx(t), client.ObjectKeyFromObject(ro), &cur); err != nil {
+			t.Fatal(err)
+		}
+		cur.Spec.Rejections = rejections
+		return c.Update(ctx(t), &cur)
+	}
+	for _, tc := range []struct{ name, user, by, want string }{
+		{"an editor cannot reject", "editor-ed", "editor-ed", "changing the rejections of Rollout web needs the verb approve"},
+		{"an approver rejects only in their own name", "approver-amy", "someone-else", "rejectedBy must be approver-amy"},
+		{"an approver's rejection", "approver-amy", "approver-amy", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := reject(tc.user, rejection(tc.by))
+			if (tc.want == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tc.want)) {
+				t.Errorf("error %v, want %q", err, tc.want)
+			}
+		})
+	}
 }
 
 // TestWorkspaceRequestsNeedTheirVerbs: with the magos-hub chart's request policy (the local hub

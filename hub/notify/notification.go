@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -12,57 +13,54 @@ import (
 
 	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
 	"github.com/magosfleet/magos/hub/rollout"
+	"github.com/magosfleet/magos/hub/timeline"
 )
 
 // Notification types: what happened to a Rollout. Each comes from one Event the hub's Rollout
 // controller records on the Rollout (its reason in parentheses), so a notification says what the
-// Rollout's Events say, once per Event.
+// Rollout's Events say, once per Event. They are the timeline's entry types of those Events
+// (package timeline, TypeOf: one definition of what an Event of a Rollout means).
 const (
 	// StepStarted: a step became the current one (StepChanged).
-	StepStarted = "StepStarted"
+	StepStarted = timeline.StepStarted
 	// StepCompleted: a step is done, and soaked (StepCompleted).
-	StepCompleted = "StepCompleted"
+	StepCompleted = timeline.StepCompleted
 	// StepAwaitingApproval: the current step's plans wait for a person (AwaitingApproval).
-	StepAwaitingApproval = "StepAwaitingApproval"
+	StepAwaitingApproval = timeline.StepAwaitingApproval
+	// StepRejected: a person rejected the plans the current step waits with, saying why
+	// (ApprovalRejected).
+	StepRejected = timeline.StepRejected
 	// StepApproved: an approval of the current step's plans is in force (Approved).
-	StepApproved = "StepApproved"
+	StepApproved = timeline.StepApproved
 	// RolloutFailed: the Rollout halted on a failure (StepFailed, PreviewFailed,
 	// NoWorkspacesFound, InvalidSelector, InvalidVerification, InvalidChangeWindow).
-	RolloutFailed = "RolloutFailed"
+	RolloutFailed = timeline.RolloutFailed
 	// RolloutPaused: someone paused the Rollout (Paused).
-	RolloutPaused = "RolloutPaused"
+	RolloutPaused = timeline.RolloutPaused
 	// ProgressDeadlineExceeded: the current step has not progressed within
 	// spec.progressDeadline (ProgressDeadlineExceeded).
-	ProgressDeadlineExceeded = "ProgressDeadlineExceeded"
+	ProgressDeadlineExceeded = timeline.ProgressDeadlineExceeded
 	// RollbackStarted: a failed step rolled the Rollout back (RollbackStarted).
-	RollbackStarted = "RollbackStarted"
+	RollbackStarted = timeline.RollbackStarted
 	// DriftDetected: Workspaces of the current step drifted (DriftDetected).
-	DriftDetected = "DriftDetected"
+	DriftDetected = timeline.DriftDetected
 	// RolloutCompleted: every step is done (RolloutCompleted).
-	RolloutCompleted = "RolloutCompleted"
+	RolloutCompleted = timeline.RolloutCompleted
 )
 
-// Types are the notification types, in the order a Rollout usually meets them.
-var Types = []string{StepStarted, StepAwaitingApproval, StepApproved, StepCompleted, RolloutCompleted,
+// Types are the notification types, in the order a Rollout usually meets them: the timeline's
+// types that make a notification.
+var Types = []string{StepStarted, StepAwaitingApproval, StepRejected, StepApproved, StepCompleted, RolloutCompleted,
 	RolloutFailed, RolloutPaused, ProgressDeadlineExceeded, RollbackStarted, DriftDetected}
 
-// typeOf maps the reason of a Rollout's Event to its notification type.
-var typeOf = map[string]string{
-	rollout.EventStepChanged:               StepStarted,
-	rollout.EventStepCompleted:             StepCompleted,
-	magosv1.ReasonAwaitingApproval:         StepAwaitingApproval,
-	magosv1.ReasonApproved:                 StepApproved,
-	magosv1.ReasonStepFailed:               RolloutFailed,
-	magosv1.ReasonPreviewFailed:            RolloutFailed,
-	magosv1.ReasonNoWorkspacesFound:        RolloutFailed,
-	magosv1.ReasonInvalidSelector:          RolloutFailed,
-	magosv1.ReasonInvalidVerification:      RolloutFailed,
-	magosv1.ReasonInvalidChangeWindow:      RolloutFailed,
-	magosv1.ReasonPaused:                   RolloutPaused,
-	magosv1.ReasonProgressDeadlineExceeded: ProgressDeadlineExceeded,
-	rollout.EventRollbackStarted:           RollbackStarted,
-	magosv1.ReasonDriftDetected:            DriftDetected,
-	magosv1.ReasonRolloutCompleted:         RolloutCompleted,
+// typeOf is the notification type of an Event of a Rollout with reason (timeline.TypeOf, when
+// that type makes a notification).
+func typeOf(reason string) (string, bool) {
+	typ, ok := timeline.TypeOf(reason)
+	if !ok || !slices.Contains(Types, typ) {
+		return "", false
+	}
+	return typ, true
 }
 
 // ReportingController is the reporting controller of the Events notifications come from: the
@@ -102,7 +100,7 @@ func FromEvent(ev *eventsv1.Event, ro *magosv1.Rollout, dashboard string) (n Not
 	if ev.Regarding.Kind != "Rollout" || ev.ReportingController != ReportingController {
 		return Notification{}, false
 	}
-	typ, ok := typeOf[ev.Reason]
+	typ, ok := typeOf(ev.Reason)
 	if !ok {
 		return Notification{}, false
 	}

@@ -3,7 +3,7 @@
 # needs beyond Go, and says what is missing and the command that installs it:
 #
 #   test                     chromium (Debian's package) for the dashboard's browser test
-#                            (TestDashboardInABrowser in tools/e2e). Without it that test skips,
+#                            (TestDashboardInABrowser in tools/e2e/browser). Without it that test skips,
 #                            so this only warns, unless MAGOS_CI is set (.ci/run sets it): then
 #                            the test would fail, and so does this check.
 #   test-real, demo-real,    debootstrap (the nodes' Debian root filesystem), gcc and

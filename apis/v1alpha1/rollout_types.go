@@ -699,6 +699,11 @@ type RolloutStatus struct {
 	Reason string `json:"reason,omitempty"`
 	// +optional
 	Message string `json:"message,omitempty"`
+	// WaitingForClusters names, while the reason is WaitingForClusters, the clusters the Rollout
+	// waits for (unavailable, not synced, or removed), sorted; the message says why each.
+	// +optional
+	// +listType=atomic
+	WaitingForClusters []string `json:"waitingForClusters,omitempty"`
 	// +optional
 	LastReconcileTime *metav1.Time `json:"lastReconcileTime,omitempty"`
 	// NextWindowAt is, while the Rollout waits outside its change windows, when the next one

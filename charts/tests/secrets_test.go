@@ -110,6 +110,28 @@ func TestHubNotificationAccess(t *testing.T) {
 	}
 }
 
+// TestHubDashboardOIDCAccess checks that the dashboard's OIDC client secret is a Secret the hub
+// may get, by name, beside the others its config names, and that the values schema takes the
+// documented dashboard.oidc and refuses an issuer that is not https.
+func TestHubDashboardOIDCAccess(t *testing.T) {
+	oidc := map[string]any{"issuerURL": "https://login.example.com", "clientID": "magos",
+		"clientSecretRef": map[string]any{"namespace": "sso", "name": "magos-dashboard-oidc"},
+		"redirectURL":     "https://magos.example.com/oidc/callback", "scopes": []any{"openid", "groups"}, "sessionTTL": "8h"}
+	objs := render(t, "magos-hub", map[string]any{"config": map[string]any{"dashboard": map[string]any{"oidc": oidc}}})
+	role := as[rbacv1.Role](t, objs["Role/sso/magos-hub-kubeconfigs"])
+	if len(role.Rules) != 1 || !slices.Equal(role.Rules[0].ResourceNames, []string{"magos-dashboard-oidc"}) || !slices.Equal(role.Rules[0].Verbs, []string{"get"}) {
+		t.Errorf("Role sso/magos-hub-kubeconfigs rules %+v, want get on secrets [magos-dashboard-oidc] only", role.Rules)
+	}
+	if objs["RoleBinding/sso/magos-hub-kubeconfigs"] == nil {
+		t.Error("no RoleBinding for the OIDC client secret's Role")
+	}
+	oidc["issuerURL"] = "http://login.example.com"
+	_, err := tryRender("magos-hub", map[string]any{"config": map[string]any{"dashboard": map[string]any{"oidc": oidc}}})
+	if err == nil || !strings.Contains(err.Error(), "at '/config/dashboard/oidc/issuerURL'") {
+		t.Errorf("an http issuer: error %v, want one at /config/dashboard/oidc/issuerURL", err)
+	}
+}
+
 // TestAgentSecretAccess checks that the agent may read Secrets only in workspaceNamespaces, and
 // is told the same namespaces (--secret-namespaces) so that it reads none elsewhere.
 func TestAgentSecretAccess(t *testing.T) {

@@ -11,10 +11,12 @@ import (
 	"fmt"
 	"maps"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/spf13/pflag"
+	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/util/uuid"
@@ -206,6 +208,7 @@ func New(opts Options) (*Hub, error) {
 			Cache:       local.GetCache(),
 			APIReader:   local.GetAPIReader(),
 			Logger:      opts.Logger.WithName("dashboard"),
+			OIDC:        dashboardOIDC(cfg.Dashboard.OIDC, local.GetAPIReader()),
 		})
 		if err != nil {
 			return nil, fmt.Errorf("hub: %w", err)
@@ -239,6 +242,30 @@ func New(opts Options) (*Hub, error) {
 		return nil, fmt.Errorf("hub: %w", err)
 	}
 	return &Hub{Manager: mgr, Fleet: fl, Registry: reg, Dashboard: dash}, nil
+}
+
+// dashboardOIDC is the dashboard's OIDC sign-in of the config (nil without one): the client
+// secret is read from its Secret on the hub at each sign-in, with a get by name.
+func dashboardOIDC(o *registry.OIDCConfig, secrets client.Reader) *dashboard.OIDCOptions {
+	if o == nil {
+		return nil
+	}
+	ref := *o.ClientSecretRef
+	return &dashboard.OIDCOptions{
+		IssuerURL: o.IssuerURL, ClientID: o.ClientID, CAFile: o.CAFile, RedirectURL: o.RedirectURL,
+		Scopes: o.Scopes, SessionTTL: o.SessionTTL, DisplayName: o.DisplayName,
+		ClientSecret: func(ctx context.Context) (string, error) {
+			var sec corev1.Secret
+			if err := secrets.Get(ctx, client.ObjectKey{Namespace: ref.Namespace, Name: ref.Name}, &sec); err != nil {
+				return "", fmt.Errorf("reading Secret %s/%s: %w", ref.Namespace, ref.Name, err)
+			}
+			v, ok := sec.Data[ref.Key]
+			if !ok || len(v) == 0 {
+				return "", fmt.Errorf("Secret %s/%s has no key %s", ref.Namespace, ref.Name, ref.Key)
+			}
+			return strings.TrimSpace(string(v)), nil
+		},
+	}
 }
 
 // setupDecisionControllers registers the decision makers: Rollouts order a Project's Workspaces

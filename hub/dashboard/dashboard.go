@@ -18,9 +18,11 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 )
 
 //go:embed static
@@ -36,8 +38,9 @@ type Options struct {
 	CertFile, KeyFile string
 	// RestConfig reaches the hub's API server, to review callers' tokens and access.
 	RestConfig *rest.Config
-	// Cache is the hub's cache: Rollouts, Clusters and the mirrors (indexed by
-	// fleetview.ProjectIndex). The dashboard reads through it and watches it for changes.
+	// Cache is the hub's cache: Rollouts, Clusters, the mirrors (indexed by
+	// fleetview.ProjectIndex) and the Rollouts' Events (for their timelines). The dashboard
+	// reads through it and watches it for changes.
 	Cache cache.Cache
 	// APIReader reads what the cache leaves out (the mirrors' run records).
 	APIReader client.Reader
@@ -50,6 +53,9 @@ type Options struct {
 	Keepalive time.Duration
 	// Now is the clock (default time.Now).
 	Now func() time.Time
+	// OIDC, when set, also signs people in with an OpenID Connect provider (GET /oidc/login),
+	// beside the token sign-in.
+	OIDC *OIDCOptions
 }
 
 // Server serves the dashboard. It is a controller-runtime Runnable that runs on every hub
@@ -58,6 +64,11 @@ type Server struct {
 	opts    Options
 	access  *access
 	changes *notifier
+	// mapper maps the kinds the dashboard's actions write (with the caller's token) to their
+	// resources; discovery reads with the hub's own credentials.
+	mapper meta.RESTMapper
+	// oidc is the OIDC sign-in and its sessions (nil without Options.OIDC).
+	oidc    *oidcLogin
 	handler http.Handler
 	// addr holds, once Start listens, the address it listens on (see Addr).
 	addr chan string
@@ -84,7 +95,20 @@ func New(opts Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{opts: opts, access: a, changes: newNotifier(), addr: make(chan string, 1)}
+	httpClient, err := rest.HTTPClientFor(opts.RestConfig)
+	if err != nil {
+		return nil, fmt.Errorf("dashboard: a client of the hub's API server: %w", err)
+	}
+	mapper, err := apiutil.NewDynamicRESTMapper(opts.RestConfig, httpClient)
+	if err != nil {
+		return nil, fmt.Errorf("dashboard: the REST mapper: %w", err)
+	}
+	s := &Server{opts: opts, access: a, changes: newNotifier(), mapper: mapper, addr: make(chan string, 1)}
+	if opts.OIDC != nil {
+		if s.oidc, err = newOIDCLogin(s, *opts.OIDC); err != nil {
+			return nil, err
+		}
+	}
 	s.handler = s.routes()
 	return s, nil
 }
@@ -155,16 +179,29 @@ func (s *Server) routes() http.Handler {
 	page, _ := fs.Sub(static, "static")
 	mux.Handle("GET /", http.FileServerFS(page))
 	mux.HandleFunc("POST /login", s.login)
-	mux.HandleFunc("POST /logout", s.logout)
+	mux.HandleFunc("POST /logout", s.signOut)
+	mux.HandleFunc("GET /api/v1/auth-methods", s.authMethods)
+	if s.oidc != nil {
+		mux.HandleFunc("GET /oidc/login", s.oidc.login)
+		mux.HandleFunc("GET /oidc/callback", s.oidc.callback)
+	}
 	mux.HandleFunc("GET /api/v1/whoami", s.authenticated(s.whoami))
 	mux.HandleFunc("GET /api/v1/rollouts", s.authenticated(s.json(s.rollouts)))
 	mux.HandleFunc("GET /api/v1/watch/rollouts", s.authenticated(s.stream(s.rollouts)))
 	mux.HandleFunc("GET /api/v1/namespaces/{namespace}/rollouts/{name}", s.authenticated(s.json(s.grid)))
 	mux.HandleFunc("GET /api/v1/watch/namespaces/{namespace}/rollouts/{name}", s.authenticated(s.stream(s.grid)))
+	mux.HandleFunc("GET /api/v1/namespaces/{namespace}/rollouts/{name}/timeline", s.authenticated(s.json(s.timeline)))
+	mux.HandleFunc("GET /api/v1/watch/namespaces/{namespace}/rollouts/{name}/timeline", s.authenticated(s.stream(s.timeline)))
+	mux.HandleFunc("GET /api/v1/fleet", s.authenticated(s.json(s.fleet)))
+	mux.HandleFunc("GET /api/v1/watch/fleet", s.authenticated(s.stream(s.fleet)))
 	mux.HandleFunc("GET /api/v1/clusters", s.authenticated(s.json(s.clusters)))
 	mux.HandleFunc("GET /api/v1/clusters/{cluster}/workspaces", s.authenticated(s.json(s.clusterWorkspaces)))
 	mux.HandleFunc("GET /api/v1/clusters/{cluster}/namespaces/{namespace}/workspaces/{name}/runs", s.authenticated(s.json(s.runs)))
 	mux.HandleFunc("GET /api/v1/clusters/{cluster}/namespaces/{namespace}/workspaces/{name}/runs/{run}/{operation}", s.authenticated(s.json(s.runOutput)))
+	s.actionRoutes(mux)
+	if s.oidc != nil {
+		return securityHeaders(s.oidc.withSession(mux))
+	}
 	return securityHeaders(mux)
 }
 

@@ -21,6 +21,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
@@ -44,6 +45,7 @@ type fixture struct {
 	ctx   context.Context
 	admin client.Client
 	cs    *kubernetes.Clientset
+	cfg   *rest.Config
 	base  string
 }
 
@@ -103,7 +105,7 @@ func startWith(t testing.TB, config string) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &fixture{t: t, ctx: ctx, admin: env.Hub.Client, cs: cs, base: "http://" + addr}
+	f := &fixture{t: t, ctx: ctx, admin: env.Hub.Client, cs: cs, cfg: env.Hub.Config, base: "http://" + addr}
 	for _, ns := range []string{"team-a", "team-b"} {
 		f.create(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
 	}
@@ -442,6 +444,29 @@ func events(t *testing.T, ctx context.Context, f *fixture, token, path string) <
 	return out
 }
 
+// awaitUpdate reads the stream's events until an update, decoded as T, shows what want says
+// (shows returns true), or fails the test when the stream or ctx ends first.
+func awaitUpdate[T any](t *testing.T, ctx context.Context, stream <-chan event, want string, shows func(T) bool) {
+	t.Helper()
+	for {
+		select {
+		case ev, ok := <-stream:
+			if !ok {
+				t.Fatalf("the stream ended before showing %s", want)
+			}
+			var v T
+			if ev.name != "update" || json.Unmarshal([]byte(ev.data), &v) != nil {
+				t.Fatalf("event %q: %s", ev.name, ev.data)
+			}
+			if shows(v) {
+				return
+			}
+		case <-ctx.Done():
+			t.Fatalf("no event showing %s", want)
+		}
+	}
+}
+
 // TestDashboardStream: the stream of a Rollout's grid sends the grid at once and again when a
 // mirror's phase changes, and a stream for a Rollout the caller may not read is refused.
 func TestDashboardStream(t *testing.T) {
@@ -459,23 +484,7 @@ func TestDashboardStream(t *testing.T) {
 	stream := events(t, ctx, f, viewer, "/api/v1/watch/namespaces/team-a/rollouts/web")
 	next := func(want string) {
 		t.Helper()
-		for {
-			select {
-			case ev, ok := <-stream:
-				if !ok {
-					t.Fatalf("the stream ended before showing %s", want)
-				}
-				var g rolloutgrid.Grid
-				if ev.name != "update" || json.Unmarshal([]byte(ev.data), &g) != nil {
-					t.Fatalf("event %q: %s", ev.name, ev.data)
-				}
-				if slices.Contains(cells(g), want) {
-					return
-				}
-			case <-ctx.Done():
-				t.Fatalf("no event showing %s", want)
-			}
-		}
+		awaitUpdate(t, ctx, stream, want, func(g rolloutgrid.Grid) bool { return slices.Contains(cells(g), want) })
 	}
 	next("us/us-east-1/team-a/web=Idle")
 	us.Status.Phase = magosv1.PhaseApplying

@@ -45,8 +45,11 @@ func (n *notifier) notify() {
 }
 
 // watch subscribes n to the cache's Rollouts, Clusters and Workspaces (the hub caches mirrors
-// only).
+// only), and to the Rollouts' Events (watchEvents).
 func (n *notifier) watch(ctx context.Context, c cache.Informers) error {
+	if err := n.watchEvents(ctx, c); err != nil {
+		return err
+	}
 	h := toolscache.ResourceEventHandlerFuncs{
 		AddFunc:    func(any) { n.notify() },
 		UpdateFunc: func(any, any) { n.notify() },

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"maps"
 	"net"
+	"net/url"
 	"slices"
 	"strings"
 	"time"
@@ -127,6 +128,92 @@ type DashboardConfig struct {
 	// neither; neither serves plain HTTP).
 	CertFile string `mapstructure:"certFile"`
 	KeyFile  string `mapstructure:"keyFile"`
+	// OIDC, when set, also signs people in through an OpenID Connect provider, beside the
+	// token sign-in.
+	OIDC *OIDCConfig `mapstructure:"oidc"`
+}
+
+// OIDCConfig signs people in to the dashboard through an OpenID Connect provider (the
+// authorization code flow with PKCE). The hub's API server must trust the same issuer and
+// client ID (its --oidc-* flags): the dashboard reads with each person's ID token, so
+// Kubernetes RBAC on the users and groups it names decides what they see.
+type OIDCConfig struct {
+	// IssuerURL is the provider's issuer, an https URL exactly as its ID tokens name it.
+	IssuerURL string `mapstructure:"issuerURL"`
+	// ClientID is the dashboard's client at the provider (the ID tokens' audience).
+	ClientID string `mapstructure:"clientID"`
+	// ClientSecretRef names the Secret key holding the client's secret (the key defaults to
+	// DefaultOIDCClientSecretKey). The hub reads it at each sign-in.
+	ClientSecretRef *config.SecretKeyRef `mapstructure:"clientSecretRef"`
+	// CAFile is a PEM bundle of the certificate authorities to trust for the issuer (default:
+	// the system's).
+	CAFile string `mapstructure:"caFile"`
+	// RedirectURL is the dashboard's external URL followed by /oidc/callback, as registered at
+	// the provider.
+	RedirectURL string `mapstructure:"redirectURL"`
+	// Scopes are asked of the provider (default DefaultOIDCScopes; openid is required).
+	Scopes []string `mapstructure:"scopes"`
+	// SessionTTL bounds a session (default DefaultOIDCSessionTTL); the ID token's expiry ends
+	// it sooner when it comes first.
+	SessionTTL time.Duration `mapstructure:"sessionTTL"`
+	// DisplayName names the provider on the sign-in button (default: the issuer's host).
+	DisplayName string `mapstructure:"displayName"`
+}
+
+// Defaults of OIDCConfig.
+const (
+	// DefaultOIDCClientSecretKey is the Secret key clientSecretRef reads when it names none.
+	DefaultOIDCClientSecretKey = "client-secret"
+	// DefaultOIDCSessionTTL is the longest a dashboard session lasts by default.
+	DefaultOIDCSessionTTL = 8 * time.Hour
+)
+
+// DefaultOIDCScopes are the scopes asked of the provider by default. Add groups (or what your
+// provider calls it) for a groups claim that RBAC can bind.
+var DefaultOIDCScopes = []string{"openid", "email", "profile"}
+
+// validate checks the OIDC settings under key and fills in their defaults.
+func (o *OIDCConfig) validate(key string, errs *config.Errors) {
+	if u, err := url.Parse(o.IssuerURL); o.IssuerURL == "" || err != nil || u.Scheme != "https" || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
+		errs.Add(key+".issuerURL", "must be the provider's issuer, an https URL without query or fragment (e.g. https://login.example.com), got %q", o.IssuerURL)
+	}
+	if o.ClientID == "" {
+		errs.Add(key+".clientID", "must be set: the dashboard's client ID at the provider")
+	}
+	if o.ClientSecretRef == nil {
+		errs.Add(key+".clientSecretRef", "must name the Secret key holding the client secret ({namespace, name, key})")
+	} else {
+		o.ClientSecretRef.Validate(key+".clientSecretRef", DefaultOIDCClientSecretKey, errs)
+	}
+	u, err := url.Parse(o.RedirectURL)
+	switch {
+	case o.RedirectURL == "" || err != nil || u.Host == "" || (u.Scheme != "https" && u.Scheme != "http"):
+		errs.Add(key+".redirectURL", "must be the dashboard's external URL followed by /oidc/callback (e.g. https://magos.example.com/oidc/callback), got %q", o.RedirectURL)
+	case u.Path != "/oidc/callback":
+		errs.Add(key+".redirectURL", "must end in /oidc/callback, the dashboard's path for it, got %q", o.RedirectURL)
+	case u.Scheme == "http" && !loopback(u.Hostname()):
+		errs.Add(key+".redirectURL", "must be https (http only on a loopback address), got %q", o.RedirectURL)
+	}
+	if len(o.Scopes) == 0 {
+		o.Scopes = slices.Clone(DefaultOIDCScopes)
+	} else if !slices.Contains(o.Scopes, "openid") {
+		errs.Add(key+".scopes", "must include openid, got %v", o.Scopes)
+	}
+	switch {
+	case o.SessionTTL == 0:
+		o.SessionTTL = DefaultOIDCSessionTTL
+	case o.SessionTTL < 0:
+		errs.Add(key+".sessionTTL", "must be a positive duration (e.g. 8h), got %s", o.SessionTTL)
+	}
+}
+
+// loopback reports whether host is localhost or a loopback IP address.
+func loopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // Enabled reports whether the dashboard is to be served.
@@ -174,6 +261,9 @@ func (c *Config) Validate() error {
 	}
 	if (c.Dashboard.CertFile == "") != (c.Dashboard.KeyFile == "") {
 		errs.Add("dashboard.certFile", "and dashboard.keyFile must be set together (HTTPS) or both left empty (HTTP)")
+	}
+	if c.Dashboard.OIDC != nil {
+		c.Dashboard.OIDC.validate("dashboard.oidc", &errs)
 	}
 	c.Notifications.Validate("notifications", &errs)
 	seen := map[string]int{}

@@ -1,6 +1,7 @@
 package registry_test
 
 import (
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -130,10 +131,22 @@ func TestLoadConfigErrorsNameTheKey(t *testing.T) {
 			`bindings[0].clusters[0]: no registered cluster is named "b"`},
 		"binding bad selector": {"clusters:\n  - name: a\n    agent: {}\nbindings:\n  - namespaces: [pay]\n    clusterSelector: {matchExpressions: [{key: env, operator: Near}]}\n",
 			"bindings[0].clusterSelector"},
-		"dashboard no port":     {"dashboard: {bindAddress: localhost}\nclusters: []\n", `dashboard.bindAddress: must be host:port (e.g. :8443 or 127.0.0.1:8443), or 0 to turn the dashboard off, got "localhost"`},
-		"dashboard cert alone":  {"dashboard: {bindAddress: ':8480', certFile: /tls.crt}\nclusters: []\n", "dashboard.certFile: and dashboard.keyFile must be set together"},
-		"dashboard unknown key": {"dashboard: {bindAdress: ':8480'}\nclusters: []\n", "invalid keys: bindadress"},
-		"binding unknown key":   {"clusters:\n  - name: a\n    agent: {}\nbindings:\n  - namespaces: [pay]\n    cluster: [a]\n", "cluster"},
+		"dashboard no port":        {"dashboard: {bindAddress: localhost}\nclusters: []\n", `dashboard.bindAddress: must be host:port (e.g. :8443 or 127.0.0.1:8443), or 0 to turn the dashboard off, got "localhost"`},
+		"dashboard cert alone":     {"dashboard: {bindAddress: ':8480', certFile: /tls.crt}\nclusters: []\n", "dashboard.certFile: and dashboard.keyFile must be set together"},
+		"dashboard unknown key":    {"dashboard: {bindAdress: ':8480'}\nclusters: []\n", "invalid keys: bindadress"},
+		"binding unknown key":      {"clusters:\n  - name: a\n    agent: {}\nbindings:\n  - namespaces: [pay]\n    cluster: [a]\n", "cluster"},
+		"oidc http issuer":         {oidcConfig(`issuerURL: http://login.example.com`), `dashboard.oidc.issuerURL: must be the provider's issuer, an https URL`},
+		"oidc no issuer":           {oidcConfig(`issuerURL: ""`), `dashboard.oidc.issuerURL: must be the provider's issuer`},
+		"oidc no client":           {oidcConfig(`clientID: ""`), "dashboard.oidc.clientID: must be set"},
+		"oidc no secret":           {oidcConfig(`clientSecretRef: null`), "dashboard.oidc.clientSecretRef: must name the Secret key"},
+		"oidc secret no namespace": {oidcConfig(`clientSecretRef: {name: dex}`), "dashboard.oidc.clientSecretRef.namespace: must be a namespace name"},
+		"oidc redirect path":       {oidcConfig(`redirectURL: https://magos.example.com/callback`), "dashboard.oidc.redirectURL: must end in /oidc/callback"},
+		"oidc redirect http":       {oidcConfig(`redirectURL: http://magos.example.com/oidc/callback`), "dashboard.oidc.redirectURL: must be https (http only on a loopback address)"},
+		"oidc redirect relative":   {oidcConfig(`redirectURL: /oidc/callback`), "dashboard.oidc.redirectURL: must be the dashboard's external URL"},
+		"oidc scopes no openid":    {oidcConfig(`scopes: [email]`), "dashboard.oidc.scopes: must include openid"},
+		"oidc negative ttl":        {oidcConfig(`sessionTTL: -1h`), "dashboard.oidc.sessionTTL: must be a positive duration"},
+		"oidc ttl not a duration":  {oidcConfig(`sessionTTL: a day`), "sessionTTL"},
+		"oidc unknown key":         {oidcConfig(`issuer: https://login.example.com`), "'dashboard.oidc' has invalid keys: issuer"},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -145,6 +158,61 @@ func TestLoadConfigErrorsNameTheKey(t *testing.T) {
 				t.Fatalf("error %q does not contain %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// oidcConfig is a config whose dashboard.oidc is good but for override, a line of YAML that
+// replaces or adds one of its keys.
+func oidcConfig(override string) string {
+	lines := map[string]string{
+		"issuerURL":       "issuerURL: https://login.example.com",
+		"clientID":        "clientID: magos",
+		"clientSecretRef": "clientSecretRef: {namespace: magos-system, name: magos-dashboard-oidc}",
+		"redirectURL":     "redirectURL: https://magos.example.com/oidc/callback",
+	}
+	key, _, _ := strings.Cut(override, ":")
+	lines[key] = override
+	body := "clusters: []\ndashboard:\n  bindAddress: ':8480'\n  oidc:\n"
+	for _, k := range slices.Sorted(maps.Keys(lines)) {
+		body += "    " + lines[k] + "\n"
+	}
+	return body
+}
+
+// TestLoadConfigDashboardOIDC: dashboard.oidc reads from YAML with its defaults (scopes,
+// session TTL, the Secret key), and is off when absent.
+func TestLoadConfigDashboardOIDC(t *testing.T) {
+	cfg, err := registry.LoadConfig(writeConfig(t, oidcConfig("caFile: /etc/magos/oidc-ca.pem")), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := cfg.Dashboard.OIDC
+	if o == nil || o.IssuerURL != "https://login.example.com" || o.ClientID != "magos" || o.CAFile != "/etc/magos/oidc-ca.pem" ||
+		o.RedirectURL != "https://magos.example.com/oidc/callback" {
+		t.Fatalf("dashboard.oidc = %+v", o)
+	}
+	if o.ClientSecretRef.Namespace != "magos-system" || o.ClientSecretRef.Name != "magos-dashboard-oidc" || o.ClientSecretRef.Key != registry.DefaultOIDCClientSecretKey {
+		t.Errorf("clientSecretRef = %s, want magos-system/magos-dashboard-oidc[%s]", o.ClientSecretRef, registry.DefaultOIDCClientSecretKey)
+	}
+	if !slices.Equal(o.Scopes, registry.DefaultOIDCScopes) || o.SessionTTL != registry.DefaultOIDCSessionTTL {
+		t.Errorf("scopes %v and sessionTTL %s, want the defaults %v and %s", o.Scopes, o.SessionTTL, registry.DefaultOIDCScopes, registry.DefaultOIDCSessionTTL)
+	}
+
+	cfg, err = registry.LoadConfig(writeConfig(t, oidcConfig("sessionTTL: 30m")+"    scopes: [openid, groups]\n    displayName: Dex\n"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o := cfg.Dashboard.OIDC; o.SessionTTL != 30*time.Minute || !slices.Equal(o.Scopes, []string{"openid", "groups"}) || o.DisplayName != "Dex" {
+		t.Errorf("dashboard.oidc = %+v, want sessionTTL 30m, scopes [openid groups], displayName Dex", o)
+	}
+	// A loopback redirect may be plain HTTP (a dashboard reached through a port-forward).
+	if _, err := registry.LoadConfig(writeConfig(t, oidcConfig("redirectURL: http://127.0.0.1:8480/oidc/callback")), nil); err != nil {
+		t.Errorf("a loopback http redirectURL: %v", err)
+	}
+
+	cfg, err = registry.LoadConfig(writeConfig(t, "clusters: []\ndashboard: {bindAddress: ':8480'}\n"), nil)
+	if err != nil || cfg.Dashboard.OIDC != nil {
+		t.Errorf("without dashboard.oidc: %+v, %v; want no OIDC", cfg.Dashboard.OIDC, err)
 	}
 }
 

@@ -444,6 +444,7 @@ func (r *Reconciler) writeStatus(ctx context.Context, ro *magosv1.Rollout, d dec
 	want := ro.Status.DeepCopy()
 	want.ObservedGeneration = ro.Generation
 	want.Phase, want.Reason, want.Message = d.Phase, d.Reason, d.Message
+	want.WaitingForClusters = d.WaitingFor
 	want.CurrentStep, want.CurrentStepName = d.CurrentStep, d.CurrentStepName
 	want.AppliedWorkspaces, want.TotalWorkspaces = d.Applied, d.Total
 	want.Steps = d.Steps

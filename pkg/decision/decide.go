@@ -443,6 +443,7 @@ func gate(d *Decision, steps []step, current int, ms []member, in Input, win win
 		halt(d, steps, current, magosv1.PhaseReconciling, magosv1.ReasonWaitingForClusters,
 			fmt.Sprintf("Waiting for %s (step %s matches no Workspace yet: nothing new runs until the clusters it may select in have synced)",
 				strings.Join(waitingFor(l.blind, in.Clusters), "; "), l.spec.Name))
+		d.WaitingFor = waitedFor(l.blind)
 		s.phase = magosv1.StepWaiting
 		return holding
 	}
@@ -511,7 +512,7 @@ func progressStep(d *Decision, steps []step, current int, ms []member, ro *magos
 		grantPreviews(steps, current, ms)
 	}
 	if waiting := waitingFor(wait, clusters); len(waiting) > 0 {
-		d.Reason = magosv1.ReasonWaitingForClusters
+		d.Reason, d.WaitingFor = magosv1.ReasonWaitingForClusters, waitedFor(wait)
 		d.Message = fmt.Sprintf("Waiting for %s (step %s: %d/%d applied)",
 			strings.Join(waiting, "; "), s.spec.Name, s.applied, len(s.matched))
 		s.phase = magosv1.StepWaiting

@@ -502,8 +502,8 @@ func TestDecideClusterRemovedMidStep(t *testing.T) {
 	d := Decide(in)
 	assertStatus(t, d, magosv1.PhaseReconciling, magosv1.ReasonWaitingForClusters, 0)
 	want := "Waiting for cluster c2: removed from the hub's configuration while the step ran (register it again, or list it in the Rollout's annotation magosproject.io/acknowledge-removed-clusters to go on without it) (step prod: 1/1 applied)"
-	if d.Message != want || len(d.Grants) != 0 {
-		t.Fatalf("message %q grants %v, want %q and no grants", d.Message, d.Grants, want)
+	if d.Message != want || len(d.Grants) != 0 || !slices.Equal(d.WaitingFor, []string{"c2"}) {
+		t.Fatalf("message %q grants %v waiting for %v, want %q, no grants, waiting for c2", d.Message, d.Grants, d.WaitingFor, want)
 	}
 	if !slices.Equal(d.Steps[0].Clusters, []string{"c1", "c2"}) {
 		t.Fatalf("step clusters %v: the removed cluster is forgotten", d.Steps[0].Clusters)

@@ -1147,6 +1147,18 @@ func checkInvariants(t *testing.T, in Input, d Decision) (tags []string) {
 		}
 	}
 
+	// The clusters waited for are listed exactly when the Rollout waits for clusters, each once,
+	// sorted, and each named in the message.
+	if (d.Reason == magosv1.ReasonWaitingForClusters) != (len(d.WaitingFor) > 0) || !slices.IsSorted(d.WaitingFor) ||
+		len(slices.Compact(slices.Clone(d.WaitingFor))) != len(d.WaitingFor) {
+		t.Fatalf("reason %s waiting for %v", d.Reason, d.WaitingFor)
+	}
+	for _, c := range d.WaitingFor {
+		if !strings.Contains(d.Message, "cluster "+c+": ") {
+			t.Fatalf("waiting for %s, which the message %q does not name", c, d.Message)
+		}
+	}
+
 	// Fixed point: once the decision is written, deciding again writes nothing and says the same.
 	again := in
 	again.Workspaces = applyWrites(in.Workspaces, d, keys.GrantedByRollout)

@@ -182,10 +182,15 @@ func previewing(steps []step, current int, ms []member, g previewGap) string {
 
 // waitingFor describes the clusters a step waits for: "cluster <name>: <reason>", once each, in
 // cluster order.
-func waitingFor(names []string, clusters map[string]Cluster) []string {
+// waitedFor is the clusters names, sorted, each once: what Decision.WaitingFor lists.
+func waitedFor(names []string) []string {
 	names = slices.Clone(names)
 	slices.Sort(names)
-	names = slices.Compact(names)
+	return slices.Compact(names)
+}
+
+func waitingFor(names []string, clusters map[string]Cluster) []string {
+	names = waitedFor(names)
 	var out []string
 	for _, name := range names {
 		c, registered := clusters[name]

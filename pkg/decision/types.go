@@ -226,6 +226,9 @@ type Decision struct {
 	// has not for the Rollout's spec.progressDeadline (both unset without one).
 	LastProgress     time.Time
 	DeadlineExceeded bool
+	// WaitingFor names, with reason WaitingForClusters, the clusters the Rollout waits for,
+	// sorted (status.waitingForClusters).
+	WaitingFor []string
 	// ApprovalVoided says, when the current step's approval (spec.approvals) no longer covers
 	// the plans waiting in the step, why (empty otherwise).
 	ApprovalVoided string

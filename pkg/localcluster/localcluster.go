@@ -77,6 +77,9 @@ type Options struct {
 	// Controllers are more kube-controller-manager controllers to run with ControllerManager
 	// (their --controllers names, such as job-controller).
 	Controllers []string
+	// APIServerFlags are more kube-apiserver flags for every cluster, by name without the
+	// leading dashes ("oidc-issuer-url": "https://127.0.0.1:5556/"), set over envtest's own.
+	APIServerFlags map[string]string
 }
 
 // Cluster is one running API server.
@@ -216,10 +219,19 @@ func startCluster(name, assets, dir string, opts Options) (*Cluster, error) {
 			// Several API servers start at once on a loaded machine: give each more than
 			// envtest's default 20s.
 			ControlPlaneStartTimeout: time.Minute,
+			// And to stop: an API server draining its watches on a loaded machine has been seen
+			// to take longer than envtest's default 20s.
+			ControlPlaneStopTimeout: time.Minute,
 		}
 		if opts.Bare {
 			env.CRDInstallOptions = envtest.CRDInstallOptions{}
 			env.ErrorIfCRDPathMissing = false
+		}
+		if len(opts.APIServerFlags) > 0 {
+			args := env.ControlPlane.GetAPIServer().Configure()
+			for k, v := range opts.APIServerFlags {
+				args.Set(k, v)
+			}
 		}
 		return env
 	}

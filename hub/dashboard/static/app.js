@@ -19,7 +19,7 @@ function el(tag, attrs, ...children) {
 }
 
 function show(section) {
-  for (const id of ["login", "rollouts", "rollout"]) $(id).hidden = id !== section;
+  for (const id of ["login", "rollouts", "rollout", "fleet"]) $(id).hidden = id !== section;
 }
 
 function showError(msg) {
@@ -35,8 +35,20 @@ async function getJSON(path) {
   return body;
 }
 
+// loadAuthMethods offers the sign-in with an OIDC provider when the hub has one configured.
+async function loadAuthMethods() {
+  const res = await fetch("/api/v1/auth-methods", { credentials: "same-origin" }).catch(() => null);
+  const m = res && res.ok ? await res.json().catch(() => ({})) : {};
+  if (!m.oidc) return;
+  $("oidc-name").textContent = m.oidc.name;
+  $("oidc-login").href = m.oidc.loginURL;
+  $("oidc").hidden = false;
+}
+
 function signedOut() {
   if (source) { source.close(); source = null; }
+  loadAuthMethods();
+  followTimeline();
   $("whoami").textContent = "";
   $("logout").hidden = true;
   show("login");
@@ -53,6 +65,12 @@ function follow(path, render) {
   });
   source.addEventListener("error", (ev) => {
     if (ev.data) { showError(JSON.parse(ev.data).error); source.close(); return; }
+    // Refused on reconnecting: signed out elsewhere, or the session ended. whoami says which
+    // (a 401 shows the sign-in).
+    if (source && source.readyState === EventSource.CLOSED) {
+      getJSON("/api/v1/whoami").then(() => showError("the live view was refused: reload the page")).catch(() => {});
+      return;
+    }
     $("live").textContent = "live: reconnecting...";
   });
 }
@@ -114,6 +132,7 @@ function renderGrid(g) {
     rows.append(tr);
   }
   if (selected) loadRuns(selected);
+  renderActions(g); // actions.js
 }
 
 // previewBadge shows a Workspace's plan of the change in a Rollout with planFirst: what it
@@ -151,6 +170,7 @@ async function loadRuns(w) {
   let body;
   try { body = await getJSON(path); } catch (e) { showError(e.message); return; }
   $("runs").hidden = false;
+  renderRetry(w, body.runs); // actions.js
   $("runs-title").textContent = "Runs of " + w.namespace + "/" + w.name + " in " + w.cluster;
   $("runs-hint").textContent = "Plan text and logs come from the copies the agent of " + w.cluster +
     " keeps on the hub: reading them takes get on Secrets in namespace magos-cluster-" + w.cluster +
@@ -180,9 +200,8 @@ async function loadOutput(w, runID, operation) {
   $("output-log").textContent = "";
   let body;
   try { body = await getJSON(path); } catch (e) { $("output-plan").textContent = e.message; return; }
-  $("output-plan").textContent = body.planText
-    ? body.planText + (body.planTruncated ? "\n(cut at its size limit)" : "")
-    : "(no plan text: the " + operation + " printed none)";
+  if (body.planText) renderPlan($("output-plan"), body.planText, body.planTruncated ? "(cut at its size limit)" : "");
+  else $("output-plan").textContent = "(no plan text: the " + operation + " printed none)";
   $("output-log").textContent = (body.logTruncated ? "(only the end of " + body.outputBytes + " bytes)\n" : "") + body.log;
 }
 
@@ -199,8 +218,15 @@ async function route() {
     $("runs").hidden = true;
     $("output").hidden = true;
     show("rollout");
+    loadPermissions(ns, name); // actions.js
     follow("/api/v1/watch/namespaces/" + encodeURIComponent(ns) + "/rollouts/" + encodeURIComponent(name), renderGrid);
+    followTimeline(ns, name);
+  } else if (location.hash === "#/fleet") {
+    followTimeline();
+    show("fleet");
+    follow("/api/v1/watch/fleet", renderFleet);
   } else {
+    followTimeline();
     show("rollouts");
     follow("/api/v1/watch/rollouts", renderRollouts);
   }

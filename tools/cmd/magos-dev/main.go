@@ -183,11 +183,17 @@ func printDashboard(ctx context.Context, fleet *devfleet.Fleet) error {
 	if err != nil {
 		return err
 	}
-	file := filepath.Join(fleet.Dir, "dashboard.token")
-	if err := os.WriteFile(file, []byte(token+"\n"), 0o600); err != nil {
-		return fmt.Errorf("writing the dashboard token: %w", err)
+	operator, err := fleet.OperatorToken(ctx)
+	if err != nil {
+		return err
 	}
-	fmt.Printf("dashboard: %s (sign in with the token in %s)\n", url, file)
+	file, opFile := filepath.Join(fleet.Dir, "dashboard.token"), filepath.Join(fleet.Dir, "dashboard-operator.token")
+	for f, t := range map[string]string{file: token, opFile: operator} {
+		if err := os.WriteFile(f, []byte(t+"\n"), 0o600); err != nil {
+			return fmt.Errorf("writing a dashboard token: %w", err)
+		}
+	}
+	fmt.Printf("dashboard: %s (sign in with the token in %s to look, or in %s to act: pause, approve, reject, retry)\n", url, file, opFile)
 	return nil
 }
 

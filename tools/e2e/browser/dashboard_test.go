@@ -1,11 +1,10 @@
-package e2e
+package browser
 
 import (
 	"context"
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -63,33 +62,8 @@ type spokeChange struct {
 // (MAGOS_ARTIFACTS_DIR, default bin/artifacts). It logs how long each phase change in a spoke
 // took to show on the page (spoke watch to page, sampled every 100ms); it asserts no time.
 func TestDashboardInABrowser(t *testing.T) {
-	chromium, err := exec.LookPath("chromium")
-	if err != nil {
-		if os.Getenv("MAGOS_CI") != "" {
-			t.Fatal("chromium is not installed (.ci/run installs Debian's chromium package)")
-		}
-		t.Skip("chromium is not installed: apt-get install chromium to run the browser test")
-	}
-	addr := testenv.FreeAddress(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
-	var progress testenv.Buffer
-	f, err := devfleet.Start(ctx, devfleet.Options{Dir: t.TempDir(), Progress: &progress, Dashboard: addr})
-	if err != nil {
-		t.Fatalf("starting the fleet: %v\n%s", err, progress.String())
-	}
-	t.Cleanup(func() {
-		if err := f.Stop(); err != nil {
-			t.Errorf("stopping the fleet: %v", err)
-		}
-	})
-	token, err := f.DashboardToken(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := demo.Setup(ctx, f, demo.Options{Paused: true}); err != nil {
-		t.Fatal(err)
-	}
+	d := startDemo(t, 10*time.Minute, demo.Options{Paused: true})
+	f, ctx, token := d.Fleet, d.ctx, d.viewer
 
 	// The independent observer: a watch on every spoke's Workspace.
 	var mu sync.Mutex
@@ -102,32 +76,10 @@ func TestDashboardInABrowser(t *testing.T) {
 		})
 	}
 
-	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(chromium),
-		chromedp.Flag("disable-dev-shm-usage", true), chromedp.WindowSize(1280, 720))
-	if os.Geteuid() == 0 {
-		opts = append(opts, chromedp.NoSandbox)
-	}
-	allocCtx, cancelAlloc := chromedp.NewExecAllocator(ctx, opts...)
-	defer cancelAlloc()
-	browser, cancelBrowser := chromedp.NewContext(allocCtx)
-	defer cancelBrowser()
-	// Start the browser on this context: the first context an action runs on owns the browser,
-	// and the bounded contexts of steps end with their steps.
-	if err := chromedp.Do(browser); err != nil {
-		t.Fatalf("starting chromium: %v", err)
-	}
+	browser := newBrowser(t, ctx, browserOptions{Height: 720})
 
 	// Sign in, and find the Rollout in the list.
-	rolloutLink := fmt.Sprintf(`#rollout-rows tr[data-rollout="default/%s"] a`, demo.Project)
-	steps(t, browser, "signing in and opening the Rollout",
-		chromedp.Navigate(f.DashboardURL()),
-		chromedp.WaitVisible(chromedp.CSS("#login")),
-		chromedp.SendKeys(chromedp.CSS("#token"), token),
-		chromedp.Click(chromedp.CSS("#login-button")),
-		chromedp.WaitVisible(chromedp.CSS(rolloutLink)),
-		chromedp.Click(chromedp.CSS(rolloutLink)),
-		chromedp.WaitVisible(chromedp.CSS(`#grid-rows td[data-cluster] .ws`)),
-	)
+	signIn(t, browser, f.DashboardURL(), token)
 
 	// Read the grid every 100ms from now on, while the Rollout runs; one goroutine drives the
 	// browser: it also takes a screenshot once the first region shows applied and the last not.
@@ -339,7 +291,7 @@ func saveArtifact(t *testing.T, name string, data []byte) {
 	t.Helper()
 	dir := os.Getenv("MAGOS_ARTIFACTS_DIR")
 	if dir == "" {
-		dir = filepath.Join("..", "..", "bin", "artifacts")
+		dir = filepath.Join("..", "..", "..", "bin", "artifacts")
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)

@@ -219,9 +219,6 @@ func startCluster(name, assets, dir string, opts Options) (*Cluster, error) {
 			// Several API servers start at once on a loaded machine: give each more than
 			// envtest's default 20s.
 			ControlPlaneStartTimeout: time.Minute,
-			// And to stop: an API server draining its watches on a loaded machine has been seen
-			// to take longer than envtest's default 20s.
-			ControlPlaneStopTimeout: time.Minute,
 		}
 		if opts.Bare {
 			env.CRDInstallOptions = envtest.CRDInstallOptions{}

@@ -28,6 +28,8 @@ import (
 
 	"github.com/zitadel/oidc/v3/example/server/exampleop"
 	"github.com/zitadel/oidc/v3/example/server/storage"
+	"github.com/zitadel/oidc/v3/pkg/oidc"
+	"github.com/zitadel/oidc/v3/pkg/op"
 )
 
 // Options configures a Provider.
@@ -42,9 +44,28 @@ type Options struct {
 }
 
 // User is a person who may sign in, with a username and password on the provider's login page.
-// The ID tokens name them by ID (the sub claim).
+// The ID tokens name them by ID (the sub claim) and list their Groups (the groups claim).
 type User struct {
 	ID, Username, Password, Email string
+	Groups                        []string
+}
+
+// withGroups is the example provider's storage with a groups claim in the ID tokens of the
+// users that have groups (the example storage has none).
+type withGroups struct {
+	*storage.Storage
+	groups map[string][]string // by user ID
+}
+
+// SetUserinfoFromRequest fills the claims of an ID token: the example storage's, and groups.
+func (s withGroups) SetUserinfoFromRequest(ctx context.Context, userinfo *oidc.UserInfo, token op.IDTokenRequest, scopes []string) error {
+	if err := s.Storage.SetUserinfoFromRequest(ctx, userinfo, token, scopes); err != nil {
+		return err
+	}
+	if g := s.groups[token.GetSubject()]; len(g) > 0 {
+		userinfo.AppendClaims("groups", g)
+	}
+	return nil
 }
 
 // Provider is a running OpenID Provider.
@@ -95,7 +116,11 @@ func Start(opts Options) (*Provider, error) {
 		return nil, fmt.Errorf("oidcprovider: reading the users file: %w", err)
 	}
 	clients := map[string]*storage.Client{opts.ClientID: storage.WebClient(opts.ClientID, opts.ClientSecret, opts.RedirectURIs...)}
-	router := exampleop.SetupServer(p.Issuer, storage.NewStorageWithClients(store, clients), nil, false)
+	groups := map[string][]string{}
+	for _, u := range opts.Users {
+		groups[u.ID] = u.Groups
+	}
+	router := exampleop.SetupServer(p.Issuer, withGroups{Storage: storage.NewStorageWithClients(store, clients), groups: groups}, nil, false)
 	p.srv = &http.Server{
 		Handler:           p.recordTokens(router),
 		ReadHeaderTimeout: 10 * time.Second,

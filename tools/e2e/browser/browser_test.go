@@ -86,6 +86,9 @@ func startDemo(t *testing.T, timeout time.Duration, o demo.Options) demoFleet {
 		t.Fatalf("starting the fleet: %v\n%s", err, progress.String())
 	}
 	t.Cleanup(func() {
+		// End the test's context first: the watches the test opened on the API servers end with
+		// it, and an API server with a watch still open does not stop within envtest's timeout.
+		cancel()
 		if err := f.Stop(); err != nil {
 			t.Errorf("stopping the fleet: %v", err)
 		}

@@ -58,8 +58,8 @@ const (
 // through a real OpenID provider (zitadel/oidc's example provider, built from the Go module
 // proxy, over HTTPS with its own login page), and the hub's API server, started with --oidc-*
 // flags that trust that provider, decides what they see with Kubernetes RBAC on the ID token's
-// user: they list the Rollouts of the namespace a RoleBinding lets them read and not the
-// other's. Signing out shows the sign-in again and the old session cookie is refused; a session
+// user and groups: they list the Rollouts of the namespaces RoleBindings let them read, one
+// bound to the user and one to a group of the ID token's groups claim, and not the other's. Signing out shows the sign-in again and the old session cookie is refused; a session
 // ends at its TTL, and the open page then asks to sign in again without being reloaded. No
 // token the provider issued appears in a URL the browser requested or navigated to, in the
 // hub's log, or in what the page's script can read. Screenshots of the provider's login page
@@ -76,7 +76,7 @@ func TestOIDCSignInInABrowser(t *testing.T) {
 	clientSecret := "s3cret-" + randomHex(t)
 	provider, err := oidcprovider.Start(oidcprovider.Options{Dir: dir, ClientID: oidcClientID, ClientSecret: clientSecret,
 		RedirectURIs: []string{dashURL + "/oidc/callback"},
-		Users:        []oidcprovider.User{{ID: oidcUser, Username: oidcUser, Password: oidcPassword, Email: "alice@example.com"}}})
+		Users:        []oidcprovider.User{{ID: oidcUser, Username: oidcUser, Password: oidcPassword, Email: "alice@example.com", Groups: []string{"sre"}}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,6 +92,8 @@ func TestOIDCSignInInABrowser(t *testing.T) {
 		"oidc-ca-file":         provider.CAFile,
 		"oidc-username-claim":  "sub",
 		"oidc-username-prefix": "oidc:",
+		"oidc-groups-claim":    "groups",
+		"oidc-groups-prefix":   "oidc:",
 	}})
 	t.Logf("the hub's API server, trusting %s, started in %s", provider.Issuer, time.Since(start).Round(time.Millisecond))
 	admin := env.Hub.Client
@@ -99,16 +101,22 @@ func TestOIDCSignInInABrowser(t *testing.T) {
 		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "magos-system"}},
 		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team-a"}},
 		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team-b"}},
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team-c"}},
 		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "magos-system", Name: "magos-dashboard-oidc"},
 			StringData: map[string]string{registry.DefaultOIDCClientSecretKey: clientSecret}},
 		hubtest.Rollout("team-a", "web", []string{"all"}, map[string]string{"tier": "web"}),
 		hubtest.Rollout("team-b", "db", []string{"all"}, map[string]string{"tier": "db"}),
+		hubtest.Rollout("team-c", "api", []string{"all"}, map[string]string{"tier": "api"}),
 		// The person may read Rollouts in team-a only.
 		&rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "rollout-viewer"}, Rules: []rbacv1.PolicyRule{{
 			APIGroups: []string{magosv1.GroupVersion.Group}, Resources: []string{"rollouts"}, Verbs: []string{"get", "list", "watch"}}}},
 		&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "alice-views-rollouts"},
 			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "rollout-viewer"},
 			Subjects: []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: "oidc:" + oidcUser}}},
+		// ... and in team-c through a group the ID token names.
+		&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: "team-c", Name: "sre-views-rollouts"},
+			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "rollout-viewer"},
+			Subjects: []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.GroupKind, Name: "oidc:sre"}}},
 	} {
 		if err := admin.Create(ctx, obj); err != nil {
 			t.Fatalf("creating %T %s: %v", obj, obj.GetName(), err)
@@ -257,11 +265,13 @@ dashboard:
 		}
 		return nil
 	})
-	// RBAC decides on the ID token's user: team-a's Rollout, not team-b's.
+	// RBAC decides on the ID token's user and groups: team-a's Rollout (the user's binding) and
+	// team-c's (the group's), not team-b's.
 	steps(t, browser, "waiting for the Rollouts the person may list",
-		chromedp.WaitVisible(chromedp.CSS(`#rollout-rows tr[data-rollout="team-a/web"]`)))
-	if rows := pageText(`JSON.stringify([...document.querySelectorAll('#rollout-rows tr')].map(r => r.dataset.rollout))`); rows != `["team-a/web"]` {
-		t.Errorf("the page lists the Rollouts %s, want only team-a/web (RBAC lets oidc:%s read team-a only)", rows, oidcUser)
+		chromedp.WaitVisible(chromedp.CSS(`#rollout-rows tr[data-rollout="team-a/web"]`)),
+		chromedp.WaitVisible(chromedp.CSS(`#rollout-rows tr[data-rollout="team-c/api"]`)))
+	if rows := pageText(`JSON.stringify([...document.querySelectorAll('#rollout-rows tr')].map(r => r.dataset.rollout))`); rows != `["team-a/web","team-c/api"]` {
+		t.Errorf("the page lists the Rollouts %s, want team-a/web and team-c/api (RBAC lets oidc:%s read team-a, and the group oidc:sre team-c)", rows, oidcUser)
 	}
 	shot, err := chromedp.Run(browser, chromedp.CaptureScreenshot())
 	if err != nil {
@@ -273,8 +283,8 @@ dashboard:
 		t.Errorf("the page's script can read the cookies %q", c)
 	}
 	first := sessionCookie()
-	if status, me := whoami(first); status != http.StatusOK || me.User != "oidc:"+oidcUser {
-		t.Fatalf("whoami with the session cookie: %d %+v, want 200 oidc:%s", status, me, oidcUser)
+	if status, me := whoami(first); status != http.StatusOK || me.User != "oidc:"+oidcUser || !slices.Contains(me.Groups, "oidc:sre") {
+		t.Fatalf("whoami with the session cookie: %d %+v, want 200 oidc:%s in the group oidc:sre", status, me, oidcUser)
 	}
 
 	// Sign out: the page asks to sign in again, and the old cookie is refused.

@@ -16,7 +16,6 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/spf13/pflag"
-	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/util/uuid"
@@ -255,15 +254,8 @@ func dashboardOIDC(o *registry.OIDCConfig, secrets client.Reader) *dashboard.OID
 		IssuerURL: o.IssuerURL, ClientID: o.ClientID, CAFile: o.CAFile, RedirectURL: o.RedirectURL,
 		Scopes: o.Scopes, SessionTTL: o.SessionTTL, DisplayName: o.DisplayName,
 		ClientSecret: func(ctx context.Context) (string, error) {
-			var sec corev1.Secret
-			if err := secrets.Get(ctx, client.ObjectKey{Namespace: ref.Namespace, Name: ref.Name}, &sec); err != nil {
-				return "", fmt.Errorf("reading Secret %s/%s: %w", ref.Namespace, ref.Name, err)
-			}
-			v, ok := sec.Data[ref.Key]
-			if !ok || len(v) == 0 {
-				return "", fmt.Errorf("Secret %s/%s has no key %s", ref.Namespace, ref.Name, ref.Key)
-			}
-			return strings.TrimSpace(string(v)), nil
+			v, err := ref.Read(ctx, secrets)
+			return strings.TrimSpace(string(v)), err
 		},
 	}
 }

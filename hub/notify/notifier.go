@@ -388,15 +388,11 @@ func (s *sender) post(ctx context.Context, note Notification) error {
 	return nil
 }
 
-// secret reads a Secret key's value.
+// secret reads a Secret key's value (SecretKeyRef.Read), without surrounding spaces.
 func (s *sender) secret(ctx context.Context, ref SecretKeyRef) (string, error) {
-	var sec corev1.Secret
-	if err := s.n.opts.Secrets.Get(ctx, types.NamespacedName{Namespace: ref.Namespace, Name: ref.Name}, &sec); err != nil {
-		return "", fmt.Errorf("reading Secret %s/%s: %w", ref.Namespace, ref.Name, err)
-	}
-	v, ok := sec.Data[ref.Key]
-	if !ok || len(v) == 0 {
-		return "", fmt.Errorf("Secret %s/%s has no key %s", ref.Namespace, ref.Name, ref.Key)
+	v, err := ref.Read(ctx, s.n.opts.Secrets)
+	if err != nil {
+		return "", err
 	}
 	return string(bytes.TrimSpace(v)), nil
 }

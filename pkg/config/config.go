@@ -9,6 +9,7 @@
 package config
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"reflect"
@@ -18,7 +19,9 @@ import (
 	"github.com/go-viper/mapstructure/v2"
 	"github.com/spf13/pflag"
 	"github.com/spf13/viper"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
 // Validator is implemented by configurations that check themselves after loading.
@@ -161,6 +164,21 @@ type SecretKeyRef struct {
 
 // String names the key as namespace/name[key], never its value.
 func (r SecretKeyRef) String() string { return fmt.Sprintf("%s/%s[%s]", r.Namespace, r.Name, r.Key) }
+
+// Read returns the key's value from its Secret, read with c (the hub reads such Secrets by name,
+// each time it needs one, so a rotated value needs no restart). A missing or empty key is an
+// error naming it, never the value.
+func (r SecretKeyRef) Read(ctx context.Context, c client.Reader) ([]byte, error) {
+	var sec corev1.Secret
+	if err := c.Get(ctx, client.ObjectKey{Namespace: r.Namespace, Name: r.Name}, &sec); err != nil {
+		return nil, fmt.Errorf("reading Secret %s/%s: %w", r.Namespace, r.Name, err)
+	}
+	v, ok := sec.Data[r.Key]
+	if !ok || len(v) == 0 {
+		return nil, fmt.Errorf("Secret %s/%s has no key %q", r.Namespace, r.Name, r.Key)
+	}
+	return v, nil
+}
 
 // Validate adds an error to errs for each field that names no Secret key (under key, e.g.
 // clusters[0].kubeconfig.secretRef), and sets Key to defaultKey when it is empty.

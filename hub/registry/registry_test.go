@@ -22,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/util/retry"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
@@ -1055,7 +1056,9 @@ func TestHeartbeatClockSkew(t *testing.T) {
 	ctx := context.Background()
 	cfg := newConfigDir(t, clusterYAML(agentEntry("behind", ""), agentEntry("ahead", "")))
 	startHub(t, cfg.file(), func(o *app.Options) { o.HealthInterval = time.Minute })
-	skewed := func(name string, skew time.Duration) error {
+	// renewSkewed renews an agent's Lease with its clock skewed; skewed does so as the agent
+	// would, reading the Lease again after a conflict (CI once saw one here).
+	renewSkewed := func(name string, skew time.Duration) error {
 		ns := mirror.Namespace(name)
 		lease := &coordinationv1.Lease{}
 		err := env.Hub.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: keys.AgentLease}, lease)
@@ -1071,6 +1074,9 @@ func TestHeartbeatClockSkew(t *testing.T) {
 			return env.Hub.Client.Create(ctx, lease)
 		}
 		return env.Hub.Client.Update(ctx, lease)
+	}
+	skewed := func(name string, skew time.Duration) error {
+		return retry.RetryOnConflict(retry.DefaultBackoff, func() error { return renewSkewed(name, skew) })
 	}
 	for _, name := range []string{"behind", "ahead"} {
 		testenv.Eventually(t, 60*time.Second, func() error {

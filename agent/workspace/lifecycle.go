@@ -256,7 +256,9 @@ func (r *Reconciler) grantAllowsRun(ctx context.Context, ws *magosv1.Workspace, 
 		return false
 	}
 	if g.StaleFor(ws.Status.CurrentRunID) {
-		r.reportStaleGrant(ws, g.Run)
+		if !spentOnEarlierRun(ws, g.Run) {
+			r.reportStaleGrant(ws, g.Run)
+		}
 		return false
 	}
 	if r.opts.HubConnected && g.Unfenced() {
@@ -820,6 +822,19 @@ func (r *Reconciler) reportOtherPlan(ctx context.Context, ws *magosv1.Workspace,
 	log.FromContext(ctx).Info("not applying: the grant approves another plan", "runID", ws.Status.CurrentRunID, "grantedPlan", granted, "planDigest", ws.Status.PlanDigest)
 	r.recorder.Eventf(ws, nil, corev1.EventTypeWarning, ReasonOtherPlanApproved, "Ignore",
 		"Not applying run %s: its grant approves plan %s, and this run's plan is %s", ws.Status.CurrentRunID, granted, message.Or(ws.Status.PlanDigest, "unknown"))
+}
+
+// spentOnEarlierRun reports whether run, which a grant names, is a run of this Workspace's
+// history (status.runs) that ran: the grant is the one that run used, which the hub leaves in
+// place after the run ended (it starts nothing, and the next grant replaces it). Ignoring it is
+// routine, not worth a StaleGrant Event each run.
+func spentOnEarlierRun(ws *magosv1.Workspace, run string) bool {
+	for _, rec := range ws.Status.Runs {
+		if rec.RunID == run {
+			return len(rec.Operations) > 0
+		}
+	}
+	return false
 }
 
 // reportStaleGrant emits one StaleGrant event per stale grant seen.

@@ -338,6 +338,18 @@ func TestStaleGrantIgnored(t *testing.T) {
 	})
 	grant(t, c, key, ws.Status.CurrentRunID)
 	waitFor(t, c, key, 180*time.Second, inPhase(magosv1.PhaseApplied, magosv1.ReasonApplySucceeded))
+
+	// The hub leaves a spent grant in place (it starts nothing; the next grant replaces it): the
+	// next run ignores it without a StaleGrant Event, since the run it names is in the history.
+	applied := ws.Status.CurrentRunID
+	annotate(t, c, key, map[string]any{keys.ReconcileRequest: time.Now().Format(time.RFC3339Nano)})
+	next := pendingRun(t, c, key, magosv1.ReasonManualReconcileRequested, applied)
+	stillPending(t, c, key, next.Status.CurrentRunID)
+	for _, note := range events(t, c, key, "StaleGrant") {
+		if strings.Contains(note, "grant for run "+applied+":") {
+			t.Errorf("a StaleGrant Event for the grant of the run that applied: %q", note)
+		}
+	}
 }
 
 // TestManualGrantHonouredOnce: a grant without granted-run (a person or upstream tooling

@@ -39,9 +39,8 @@ type WriteOptions struct {
 	// By is the value of magosproject.io/granted-by: keys.GrantedByRollout or
 	// keys.GrantedByProject.
 	By string
-	// Recorder, when set, records an Event on Regarding for every grant written, and for every
-	// revocation of a grant that could still start a run (not for removing a spent grant:
-	// decision.Change.Spent).
+	// Recorder, when set, records an Event on Regarding for every grant and every revocation
+	// written (a decision revokes only grants that could still start a run).
 	Recorder events.EventRecorder
 	// Regarding is the Rollout or Project that decided.
 	Regarding runtime.Object
@@ -179,21 +178,78 @@ func (s *Snapshot) Write(ctx context.Context, d decision.Decision, opts WriteOpt
 	}
 
 	now := time.Now()
-	for _, g := range out.Granted {
+	for range out.Granted {
 		grantsTotal.WithLabelValues(opts.By).Inc()
 		if !reacted.IsZero() {
 			decisionLatency.WithLabelValues(opts.By).Observe(max(now.Sub(reacted), 0).Seconds())
 		}
-		recordEvent(opts, written[g.Key], corev1.EventTypeNormal, EventGranted, "Grant", "Granted run %s to %s", g.Run, g.Key.String())
 	}
-	for _, r := range out.Revoked {
+	for range out.Revoked {
 		revokesTotal.WithLabelValues(opts.By).Inc()
-		if r.Spent {
-			continue // housekeeping: an Event per finished run would double the Events of a rollout
-		}
-		recordEvent(opts, written[r.Key], corev1.EventTypeNormal, EventRevoked, "Revoke", "Revoked the grant of %s", r.Key.String())
+	}
+	for _, note := range GrantNotes(out.Granted) {
+		recordEvent(opts, related(written, out.Granted), corev1.EventTypeNormal, EventGranted, "Grant", "%s", note)
+	}
+	for _, note := range RevokeNotes(out.Revoked) {
+		recordEvent(opts, related(written, out.Revoked), corev1.EventTypeNormal, EventRevoked, "Revoke", "%s", note)
 	}
 	return out, errors.Join(append(errs, noticeErr)...)
+}
+
+// maxEventNote bounds the note of one Granted or Revoked Event: the API server refuses an
+// Event whose note passes 1 kB (events.k8s.io/v1).
+const maxEventNote = 1000
+
+// GrantNotes are the notes of the Granted Events of one write pass: one Event for the pass, not
+// one per grant (a step of 500 Workspaces granted at once is a handful of Events, not 500 writes
+// on the hub's API server). One grant reads "Granted run R to C/NS/NAME"; several read
+// "Granted 3 runs: run R1 to K1, run R2 to K2, run R3 to K3", continued in as many Events as the
+// note's size limit asks, so that every grant is named. The Workspaces' own annotations, and
+// the Rollout's status, say the same.
+func GrantNotes(granted []decision.Change) []string {
+	items := make([]string, len(granted))
+	for i, g := range granted {
+		items[i] = fmt.Sprintf("run %s to %s", g.Run, g.Key)
+	}
+	return passNotes(items, "Granted ", func(n int) string { return fmt.Sprintf("Granted %d runs: ", n) })
+}
+
+// RevokeNotes are the notes of the Revoked Events of one write pass, as GrantNotes: "Revoked
+// the grant of C/NS/NAME", or "Revoked 2 grants: C/NS/A, C/NS/B".
+func RevokeNotes(revoked []decision.Change) []string {
+	items := make([]string, len(revoked))
+	for i, r := range revoked {
+		items[i] = r.Key.String()
+	}
+	return passNotes(items, "Revoked the grant of ", func(n int) string { return fmt.Sprintf("Revoked %d grants: ", n) })
+}
+
+// passNotes joins items into notes of at most maxEventNote bytes: one item after single, or
+// several after many(count of the note's items).
+func passNotes(items []string, single string, many func(int) string) []string {
+	var notes []string
+	for len(items) > 0 {
+		n, size := 0, len(many(len(items)))
+		for n < len(items) && (n == 0 || size+2+len(items[n]) <= maxEventNote) {
+			size += 2 + len(items[n])
+			n++
+		}
+		if n == 1 {
+			notes = append(notes, single+items[0])
+		} else {
+			notes = append(notes, many(n)+strings.Join(items[:n], ", "))
+		}
+		items = items[n:]
+	}
+	return notes
+}
+
+// related is the Workspace an Event of a pass concerns when the pass wrote one change only.
+func related(written map[decision.Key]*magosv1.Workspace, changes []decision.Change) *magosv1.Workspace {
+	if len(changes) != 1 {
+		return nil
+	}
+	return written[changes[0].Key]
 }
 
 // EventRetryRequested is the reason of the Event on the Rollout for every retry request a

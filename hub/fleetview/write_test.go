@@ -3,8 +3,8 @@ package fleetview_test
 import (
 	"context"
 	"fmt"
-	"slices"
 	"testing"
+	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
@@ -85,10 +85,11 @@ func TestGrantIsFencedToTheVersionDecidedOn(t *testing.T) {
 	}
 }
 
-// TestRevokedEventsOnlyForGrantsThatCouldRun: revoking the grant of a run that has not started
-// records a Revoked Event on the deciding object; removing the grant of a run that has applied
-// (a grant that can start nothing) records none, though both are revoked and counted.
-func TestRevokedEventsOnlyForGrantsThatCouldRun(t *testing.T) {
+// TestPausingRevokesOnlyGrantsThatCouldRun: a paused Rollout, decided from the hub's snapshot,
+// revokes the grant of a run that has not started, and the writer records a Revoked Event on
+// the Rollout for it; the grant of a run that has applied can start nothing (run IDs are never
+// reused) and is left where it is, with no write and no Event.
+func TestPausingRevokesOnlyGrantsThatCouldRun(t *testing.T) {
 	const region, ns = "us-east-1", "spent"
 	h, mgr, spoke := startSpoke(t, region, ns)
 	ctx := context.Background()
@@ -119,20 +120,18 @@ func TestRevokedEventsOnlyForGrantsThatCouldRun(t *testing.T) {
 		snap = s
 		return nil
 	})
-	var d decision.Decision
-	for _, name := range []string{"web-done", "web-waiting"} {
-		key := decision.Key{Cluster: region, Namespace: ns, Name: name}
-		d.Members = append(d.Members, key)
-		// As Decide revokes them: each revocation says whether its grant is spent.
-		i := slices.IndexFunc(snap.Workspaces, func(w decision.Workspace) bool { return w.Key == key })
-		d.Revokes = append(d.Revokes, decision.Change{Key: key, Spent: i >= 0 && snap.Workspaces[i].GrantSpent()})
-	}
-	recorder := events.NewFakeRecorder(10)
 	ro := &magosv1.Rollout{}
 	ro.Namespace, ro.Name = ns, "web"
+	ro.Spec.ProjectRef, ro.Spec.Paused = "web", true
+	ro.Spec.Strategy.Steps = []magosv1.RolloutStep{{Name: "prod", Selector: magosv1.LabelSelector{MatchLabels: map[string]magosv1.LabelValue{"env": "prod"}}}}
+	d := decision.Decide(decision.Input{Namespace: ns, Project: "web", Rollout: ro, Clusters: snap.Clusters, Workspaces: snap.Workspaces, Now: time.Now()})
+	if d.Reason != magosv1.ReasonPaused {
+		t.Fatalf("decided %s (%s), want Paused", d.Reason, d.Message)
+	}
+	recorder := events.NewFakeRecorder(10)
 	out, err := snap.Write(ctx, d, fleetview.WriteOptions{By: keys.GrantedByRollout, Recorder: recorder, Regarding: ro})
-	if err != nil || len(out.Revoked) != 2 {
-		t.Fatalf("revoked %+v (%v), want both grants revoked", out.Revoked, err)
+	if err != nil || len(out.Revoked) != 1 || out.Revoked[0].Key.Name != "web-waiting" {
+		t.Fatalf("revoked %+v (%v), want the grant of web-waiting only", out.Revoked, err)
 	}
 	close(recorder.Events)
 	var got []string
@@ -142,6 +141,13 @@ func TestRevokedEventsOnlyForGrantsThatCouldRun(t *testing.T) {
 	want := "Normal Revoked Revoked the grant of " + region + "/" + ns + "/web-waiting"
 	if len(got) != 1 || got[0] != want {
 		t.Fatalf("Events %q, want only %q", got, want)
+	}
+	done := &magosv1.Workspace{}
+	if err := spoke.Get(ctx, client.ObjectKey{Namespace: ns, Name: "web-done"}, done); err != nil {
+		t.Fatal(err)
+	}
+	if done.Annotations[keys.GrantedRun] != "20261203T100000-web-done" {
+		t.Fatalf("the spent grant of web-done was removed: %v", done.Annotations)
 	}
 }
 

@@ -560,8 +560,12 @@ func halt(d *Decision, steps []step, current int, phase magosv1.Phase, reason, m
 }
 
 // writes turns the members marked granted into grants (unless they already hold one for their
-// run) and, when revoke is set, revokes every other grant except those of members in flight,
-// saying of each revocation whether the grant it removes is spent.
+// run) and, when revoke is set, revokes every other grant that could still start a run: not
+// those of members in flight, and not spent ones (Workspace.GrantSpent). A spent grant names a
+// finished run or one the Workspace left; every run has a run ID of its own, minted once
+// (runner.NewRunID), and the agent starts a run only under a grant naming it, so a spent grant
+// starts nothing and stays until the next grant of the Workspace replaces it: removing it would
+// cost a write per run for nothing.
 func writes(d *Decision, ms []member, revoke bool) {
 	for i := range ms {
 		m := &ms[i]
@@ -570,8 +574,8 @@ func writes(d *Decision, ms []member, revoke bool) {
 			if c := m.change(); !m.ws.Holds(c) {
 				d.Grants = append(d.Grants, c)
 			}
-		case revoke && m.ws.HasGrant() && !m.ws.InFlight():
-			d.Revokes = append(d.Revokes, Change{Key: m.ws.Key, Spent: m.ws.GrantSpent()})
+		case revoke && m.ws.HasGrant() && !m.ws.InFlight() && !m.ws.GrantSpent():
+			d.Revokes = append(d.Revokes, Change{Key: m.ws.Key})
 		}
 	}
 }

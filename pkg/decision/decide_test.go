@@ -102,9 +102,9 @@ func TestDecideSeedPatterns(t *testing.T) {
 			if d.Applied != int32(len(tt.ws)) || d.Total != int32(len(tt.ws)) {
 				t.Fatalf("applied %d/%d, want %d", d.Applied, d.Total, len(tt.ws))
 			}
-			// The spent grants of the last step are cleaned up once, then nothing is written.
-			if len(d.Revokes) != len(tt.batches[len(tt.batches)-1]) {
-				t.Fatalf("completion revokes %v, want the last step's spent grants", d.Revokes)
+			// The spent grants of the last step stay (they start nothing): completion writes nothing.
+			if d.HasWrites() {
+				t.Fatalf("completion writes %v %v, want nothing (spent grants are left)", d.Grants, d.Revokes)
 			}
 			if d := f.decide(); d.HasWrites() {
 				t.Fatalf("completed rollout still writes %v %v", d.Grants, d.Revokes)
@@ -180,7 +180,8 @@ func TestDecideFailureFreezesAndRecovery(t *testing.T) {
 }
 
 // TestDecideHaltRevokesUnstartedGrants checks what a halted step keeps: runs in flight keep
-// their grant, Workspaces that have not started lose theirs.
+// their grant, Workspaces that have not started lose theirs, and spent grants (of a failed run,
+// or naming a run the Workspace left) are left where they are: they start nothing.
 func TestDecideHaltRevokesUnstartedGrants(t *testing.T) {
 	in := Input{Namespace: testNamespace, Project: testProject, Rollout: envSteps(), Clusters: clusters("c1"),
 		Workspaces: []Workspace{
@@ -188,7 +189,8 @@ func TestDecideHaltRevokesUnstartedGrants(t *testing.T) {
 			newWS("c1", "dev-planning", "env", "dev").with(inPhase(magosv1.PhasePlanning, magosv1.ReasonPlanning), grantedNow),
 			newWS("c1", "dev-pending", "env", "dev").with(grantedNow),
 			newWS("c1", "dev-waiting", "env", "dev"),
-			newWS("c1", "staging", "env", "staging").with(grantedRun("old")),
+			newWS("c1", "staging", "env", "staging").with(grantedNow),
+			newWS("c1", "staging-old", "env", "staging").with(grantedRun("old")),
 			newWS("c1", "prod", "env", "prod"),
 		}}
 	d := Decide(in)
@@ -196,7 +198,7 @@ func TestDecideHaltRevokesUnstartedGrants(t *testing.T) {
 	if len(d.Grants) != 0 {
 		t.Fatalf("grants %v", d.Grants)
 	}
-	assertKeys(t, "revokes", keysOf(d.Revokes), []Key{k("c1", "dev-failed"), k("c1", "dev-pending"), k("c1", "staging")})
+	assertKeys(t, "revokes", keysOf(d.Revokes), []Key{k("c1", "dev-pending"), k("c1", "staging")})
 	if want := "One or more workspaces failed in step dev: c1/payments/dev-failed (ApplyFailed)"; d.Message != want {
 		t.Fatalf("message %q, want %q", d.Message, want)
 	}
@@ -272,7 +274,7 @@ func TestDecideCrossProjectIsolation(t *testing.T) {
 	}
 	mine := []Workspace{
 		newWS("c1", "dev", "env", "dev"),
-		newWS("c1", "staging", "env", "staging").with(grantedRun("stale")),
+		newWS("c1", "staging", "env", "staging").with(grantedNow),
 		newWS("c1", "prod", "env", "prod"),
 	}
 	for _, rollout := range []*magosv1.Rollout{nil, envSteps()} {

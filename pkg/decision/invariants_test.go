@@ -395,7 +395,7 @@ func TestDecideInvariants(t *testing.T) {
 		magosv1.ReasonSoaking, magosv1.ReasonProgressDeadlineExceeded, magosv1.ReasonOutsideChangeWindow, destroyGranted(false), destroyGranted(true), toleratedPassed, concurrencyBound,
 		magosv1.ReasonAwaitingApproval, approvedApplies, approvalVoided, planOnlyGrants, lateHeldBack,
 		magosv1.ReasonPreviewing, magosv1.ReasonPreviewFailed, previewGrants, previewApplies,
-		magosv1.ReasonDriftDetected, driftPlans,
+		magosv1.ReasonDriftDetected, driftPlans, revokedLive, spentLeft,
 	} {
 		if reasons[r] < 20 {
 			t.Errorf("only %d random cases ended %s: %v", reasons[r], r, reasons)
@@ -432,6 +432,8 @@ const (
 	approvedDestroys = "destroys granted under an approval"
 	driftPlans       = "plan-only grants in a step blocked by drift"
 	driftHeld        = "grants held in a step blocked by drift"
+	revokedLive      = "grants revoked that could still start a run"
+	spentLeft        = "spent grants left in place"
 )
 
 // destroyGranted names, in the tally of TestDecideInvariants, the decisions that grant the
@@ -768,9 +770,12 @@ func checkInvariants(t *testing.T, in Input, d Decision) (tags []string) {
 		if !isMember(r.Key) || !w.HasGrant() || w.InFlight() || granted[r.Key] || r.Run != "" {
 			t.Fatalf("revocation %v of %+v", r, w)
 		}
-		if r.Spent != w.GrantSpent() {
-			t.Fatalf("revocation %v of %+v: spent %v, want %v", r, w, r.Spent, w.GrantSpent())
+		if w.GrantSpent() {
+			t.Fatalf("revocation %v of %+v: its grant is spent (it starts nothing; the next grant replaces it)", r, w)
 		}
+	}
+	if len(d.Revokes) > 0 {
+		tags = append(tags, revokedLive)
 	}
 	if d.Applied > d.Total {
 		t.Fatalf("applied %d > total %d", d.Applied, d.Total)
@@ -1043,14 +1048,23 @@ func checkInvariants(t *testing.T, in Input, d Decision) (tags []string) {
 		} else {
 			shouldHold = func(Workspace) bool { return false }
 		}
-		// Every grant the decision does not want is revoked, unless its run is in flight.
+		// Every grant the decision does not want is revoked, unless its run is in flight or it is
+		// spent: it names a run that is not the Workspace's current one, or one that ended (run IDs
+		// are never reused, so such a grant starts nothing, and the next grant replaces it).
 		revoked := map[Key]bool{}
 		for _, r := range d.Revokes {
 			revoked[r.Key] = true
 		}
+		spent := func(w Workspace) bool {
+			ended := w.Phase == magosv1.PhaseApplied || w.Phase == magosv1.PhaseFailed || w.Phase == magosv1.PhaseValidationFailed
+			return w.Grant.Run != "" && (w.Grant.Run != w.RunID || ended)
+		}
 		for _, key := range members {
 			w := byKey[key]
-			want := w.HasGrant() && !w.InFlight() && !shouldHold(w)
+			want := w.HasGrant() && !w.InFlight() && !spent(w) && !shouldHold(w)
+			if w.HasGrant() && !w.InFlight() && spent(w) && !shouldHold(w) && !slices.Contains(tags, spentLeft) {
+				tags = append(tags, spentLeft)
+			}
 			if revoked[key] != want {
 				t.Fatalf("%s (%s, grant %+v): revoked %v, want %v", key, w.Phase, w.Grant, revoked[key], want)
 			}

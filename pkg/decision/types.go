@@ -169,9 +169,6 @@ type Change struct {
 	Revision string
 	// PlanOnly makes the grant allow a plan only: the step requires approval.
 	PlanOnly bool
-	// Spent is set on a revocation whose grant can start nothing more (Workspace.GrantSpent):
-	// removing it is housekeeping after a run, not a halt (the writer records no Event for it).
-	Spent bool
 	// Plan binds the grant to the plan of this digest: the step's approval names it.
 	Plan string
 	// Verification is the step's verification (grant.EncodeVerification), which the agent runs
@@ -204,7 +201,7 @@ type Decision struct {
 	AppliedBefore bool
 	// Grants are the grants to write (each names its run), sorted by key.
 	Grants []Change
-	// Revokes are the grants to remove, sorted by key; each says whether its grant is Spent.
+	// Revokes are the grants to remove, sorted by key: grants that could still start a run.
 	Revokes []Change
 	// Retries ask Workspaces for a new run (magosproject.io/retry-run naming Run), sorted by
 	// key: under spec.rollback, the members of the current step whose run ended at another

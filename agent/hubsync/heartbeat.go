@@ -26,8 +26,13 @@ const maxNamed = 5
 // errNotSynced: a cache has not synced yet, so there is nothing to audit.
 var errNotSynced = errors.New("the spoke's or the hub's cache has not synced yet")
 
-// heartbeat renews the agent's Lease on the hub while, and only while, the mirror sync is live:
-// each renewal follows an audit of the spoke's Workspaces against the hub's mirrors.
+// heartbeat renews the agent's Lease on the hub, each renewal after an audit of the spoke's
+// Workspaces against the hub's mirrors, with what the audit found: the sync watermark
+// (synced-since only while the sync is live) and how far behind the mirrors are. The first
+// renewal waits for the initial sync; after it, the Lease is renewed as long as the audit runs,
+// in sync or behind: a lagging agent is slow, not gone, and the hub counts its Workspaces
+// unknown (no synced-since) rather than its cluster silent, so a busy API server makes the
+// steps that need the cluster wait without turning the cluster unavailable and back.
 type heartbeat struct {
 	cluster, namespace string
 	// client reaches the hub (Leases are read from the API server, never cached).
@@ -54,6 +59,8 @@ type heartbeat struct {
 	// to be mirrored: the time of an audit that found nothing behind, or, while changes are in
 	// flight, the time of the previous audit when everything behind now was in sync then.
 	completeAt time.Time
+	// renewed: this agent has renewed the Lease (its initial sync is done).
+	renewed bool
 }
 
 // lag is a mirror found out of sync: since when, and the spoke Workspace it mirrors.
@@ -70,6 +77,8 @@ type auditResult struct {
 	behind int
 	// stale are the Workspaces whose mirror has been out of sync for at least the grace, sorted.
 	stale []string
+	// lag is how long the mirror furthest behind has been out of sync (0: none behind).
+	lag time.Duration
 	// caughtUp: every mirror out of sync now was in sync at the previous audit (what was
 	// behind then has been written since). False at the first audit.
 	caughtUp bool
@@ -115,10 +124,11 @@ func (h *heartbeat) Start(ctx context.Context) error {
 // begin.
 const startingAuditInterval = time.Second
 
-// beat audits the sync and renews the Lease when the audit passes. An in-sync period begins at
-// an audit that finds the mirrors caught up with the previous one, and lasts while no mirror
-// stays out of sync for the grace or longer; the Lease is renewed only during one. soon reports
-// that a period is about to begin: audit again soon.
+// beat audits the sync and renews the Lease. An in-sync period begins at an audit that finds
+// the mirrors caught up with the previous one, and lasts while no mirror stays out of sync for
+// the grace or longer; the Lease carries synced-since only during one. The Lease is not renewed
+// before the initial sync is done, nor while the sync cannot be audited. soon reports that a
+// period is about to begin: audit again soon.
 func (h *heartbeat) beat(ctx context.Context, log logr.Logger) (soon bool) {
 	now := h.now()
 	res, err := h.audit(ctx, now)
@@ -132,33 +142,51 @@ func (h *heartbeat) beat(ctx context.Context, log logr.Logger) (soon bool) {
 			log.Error(err, "not renewing the heartbeat Lease: the mirror sync cannot be audited")
 		}
 		return false
-	case len(res.stale) > 0:
-		h.syncedSince = time.Time{}
-		named := res.stale[:min(len(res.stale), maxNamed)]
-		log.Error(fmt.Errorf("%d spoke Workspace(s) out of sync with their mirrors on the hub for %s or more", len(res.stale), h.grace),
-			"not renewing the heartbeat Lease: the mirror sync is behind, the hub will count this cluster unavailable",
-			"stale", named, "behind", res.behind, "mirrored", res.mirrored)
-		return false
-	case h.syncedSince.IsZero() && !res.caughtUp:
-		log.V(1).Info("not renewing the heartbeat Lease yet: waiting for the mirrors to catch up", "behind", res.behind, "mirrored", res.mirrored)
-		return true
 	}
-	if h.syncedSince.IsZero() {
-		h.syncedSince = now
-		log.Info("mirror sync in step with the spoke", "syncedSince", now.UTC().Format(time.RFC3339), "mirrored", res.mirrored)
-	}
+	mirrorsBehind.Set(float64(res.behind))
+	mirrorLag.Set(res.lag.Seconds())
+	inSync := false
 	switch {
-	case res.behind == 0:
-		h.completeAt = now
-	case res.caughtUp && res.previous.After(h.completeAt):
-		h.completeAt = res.previous
+	case len(res.stale) > 0:
+		if !h.syncedSince.IsZero() {
+			named := res.stale[:min(len(res.stale), maxNamed)]
+			log.Error(fmt.Errorf("%d spoke Workspace(s) out of sync with their mirrors on the hub for %s or more", len(res.stale), h.grace),
+				"the mirror sync is behind: the heartbeat goes on without synced-since, and the hub counts this cluster's Workspaces unknown until it catches up",
+				"stale", named, "behind", res.behind, "lag", res.lag.Round(time.Millisecond).String(), "mirrored", res.mirrored)
+		}
+		h.syncedSince = time.Time{}
+	case h.syncedSince.IsZero() && !res.caughtUp:
+		log.V(1).Info("waiting for the mirrors to catch up before synced-since", "behind", res.behind, "mirrored", res.mirrored)
+		soon = true
+	default:
+		inSync = true
+	}
+	if inSync {
+		if h.syncedSince.IsZero() {
+			h.syncedSince = now
+			log.Info("mirror sync in step with the spoke", "syncedSince", now.UTC().Format(time.RFC3339), "mirrored", res.mirrored)
+		}
+		switch {
+		case res.behind == 0:
+			h.completeAt = now
+		case res.caughtUp && res.previous.After(h.completeAt):
+			h.completeAt = res.previous
+		}
+	}
+	if !h.renewed && !inSync {
+		return soon // the initial sync is not done: no heartbeat yet
 	}
 	rctx, cancel := context.WithTimeout(ctx, h.interval)
 	defer cancel()
-	if err := h.renew(rctx, now, res.mirrored); err != nil && ctx.Err() == nil {
-		log.Error(err, "renewing the heartbeat Lease on the hub")
+	w := mirror.Watermark{Since: h.syncedSince, At: h.completeAt, Mirrored: res.mirrored, Behind: res.behind, Lag: res.lag}
+	if err := h.renew(rctx, now, w); err != nil {
+		if ctx.Err() == nil {
+			log.Error(err, "renewing the heartbeat Lease on the hub")
+		}
+		return soon
 	}
-	return false
+	h.renewed = true
+	return soon
 }
 
 // audit compares every spoke Workspace with its mirror as the syncer would write it
@@ -232,6 +260,7 @@ func (h *heartbeat) audit(ctx context.Context, now time.Time) (auditResult, erro
 		if now.Sub(l.since) >= h.grace {
 			res.stale = append(res.stale, ws)
 		}
+		res.lag = max(res.lag, now.Sub(l.since))
 	}
 	sort.Strings(res.stale)
 	res.behind = len(out)
@@ -239,12 +268,12 @@ func (h *heartbeat) audit(ctx context.Context, now time.Time) (auditResult, erro
 	return res, nil
 }
 
-// renew creates or renews the Lease at now, with the sync watermark: synced-since and the
-// number of spoke Workspaces mirrored. A new holder counts a transition.
-func (h *heartbeat) renew(ctx context.Context, now time.Time, mirrored int) error {
+// renew creates or renews the Lease at now, with the sync watermark w (its annotations replace
+// those of the previous one: a field w leaves out is removed). A new holder counts a transition.
+func (h *heartbeat) renew(ctx context.Context, now time.Time, w mirror.Watermark) error {
 	at := metav1.NewMicroTime(now)
 	secs := int32(h.duration / time.Second)
-	annotations := mirror.Watermark{Since: h.syncedSince, At: h.completeAt, Mirrored: mirrored}.Annotations()
+	annotations := w.Annotations()
 	annotations[keys.AgentVersion] = h.version
 	lease := &coordinationv1.Lease{}
 	err := h.client.Get(ctx, client.ObjectKey{Namespace: h.namespace, Name: keys.AgentLease}, lease)
@@ -280,6 +309,9 @@ func (h *heartbeat) renew(ctx context.Context, now time.Time, mirrored int) erro
 	lease.Spec.RenewTime = &at
 	if lease.Annotations == nil {
 		lease.Annotations = map[string]string{}
+	}
+	for _, k := range mirror.WatermarkKeys {
+		delete(lease.Annotations, k)
 	}
 	for k, v := range annotations {
 		lease.Annotations[k] = v

@@ -4,18 +4,20 @@
 // each mirror down to the spoke Workspace, and heartbeats by renewing the Lease magos-agent in
 // that namespace.
 //
-// The heartbeat is the sync's liveness, not the process's: before each renewal it audits the
-// sync from the caches the syncer already has, comparing every spoke Workspace with its mirror
-// as the syncer would write it (labels, annotations but the hub's decisions, spec, status with
-// origin) and looking for mirrors of Workspaces that are gone. A mirror out of sync for less
-// than SyncGrace is a change in flight; one out of sync longer makes the audit fail, and the
-// renewal is skipped (with an Error log naming up to 5 such Workspaces), so the Lease expires
-// and the hub counts the cluster unavailable. An in-sync period begins at an audit that finds
-// every mirror that was behind at the previous audit caught up, and lasts until an audit fails;
-// the Lease is written only during one, with magosproject.io/synced-since (when the period
-// began, RFC 3339 UTC) and magosproject.io/mirrored (the number of spoke Workspaces). So the
-// first Lease after a start is the initial-sync watermark, and a Lease that resumes after a
-// failed audit carries a new synced-since.
+// The heartbeat says both that the agent lives and how its sync stands: before each renewal it
+// audits the sync from the caches the syncer already has, comparing every spoke Workspace with
+// its mirror as the syncer would write it (labels, annotations but the hub's decisions, spec,
+// status with origin) and looking for mirrors of Workspaces that are gone. A mirror out of sync
+// for less than SyncGrace is a change in flight; one out of sync longer ends the in-sync period
+// (with an Error log naming up to 5 such Workspaces). An in-sync period begins at an audit that
+// finds every mirror that was behind at the previous audit caught up. The first Lease waits for
+// the initial sync; after it, every audit renews the Lease, with magosproject.io/synced-since
+// (when the in-sync period began, RFC 3339 UTC; left out outside one, and the hub then counts
+// the cluster's Workspaces unknown), magosproject.io/mirrored (the number of spoke Workspaces),
+// and magosproject.io/mirrors-behind and mirror-lag (how far behind the mirrors are: the hub
+// shows them as metrics). So a lagging agent makes the steps that need its cluster wait without
+// turning the cluster unavailable, and a Lease expires only when the agent stops, cannot reach
+// the hub, or cannot audit its sync. A period that resumes carries a new synced-since.
 //
 // It needs only the agent's bootstrap kubeconfig, whose credentials can touch nothing on the hub
 // but Workspaces, Leases and Events in magos-cluster-<name>, create and delete Secrets there,
@@ -32,6 +34,7 @@ import (
 	"fmt"
 	"maps"
 	"os"
+	"sync"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -75,8 +78,16 @@ type Options struct {
 	// LeaseDuration is how long a renewal is valid. Default 40s.
 	LeaseDuration time.Duration
 	// SyncGrace is how long a mirror may stay out of sync with its spoke Workspace (a change in
-	// flight) before the heartbeat stops renewing the Lease. Default LeaseDuration/2.
+	// flight) before the heartbeat leaves synced-since out of the Lease. Default LeaseDuration/2.
 	SyncGrace time.Duration
+	// ProgressHold is how long a run's progress between phases that run (Planning, Applying,
+	// Verifying of the run the mirror already shows, Pending or running) waits before it is
+	// written to the hub: a phase that passes sooner is folded into the next status written, so
+	// a run that plans and applies in a second costs two status writes (Pending, then Applied),
+	// not four. Every other status (a new run, Planned, Applied, Failed, ...) is written at once,
+	// so the hub never waits on it. Default DefaultProgressHold; negative: write every status
+	// at once.
+	ProgressHold time.Duration
 	// MaxConcurrentReconciles of the sync controller. Default 4.
 	MaxConcurrentReconciles int
 	// HubQPS and HubBurst limit the agent's requests to the hub (client-go's defaults, 5 and 10,
@@ -132,6 +143,9 @@ func (o *Options) defaults() error {
 	if o.SyncGrace <= 0 {
 		o.SyncGrace = o.LeaseDuration / 2
 	}
+	if o.ProgressHold == 0 {
+		o.ProgressHold = DefaultProgressHold
+	}
 	if o.MaxConcurrentReconciles <= 0 {
 		o.MaxConcurrentReconciles = 4
 	}
@@ -156,6 +170,9 @@ func (o *Options) defaults() error {
 	return nil
 }
 
+// DefaultProgressHold is Options.ProgressHold's default.
+const DefaultProgressHold = time.Second
+
 // SetupWithManager adds the hub sync to the agent's manager: a cache of the cluster's hub
 // namespace (started with the manager, with the token renewal when TokenExpiry is set), the sync
 // controller and the heartbeat (both run on the leader only).
@@ -163,6 +180,7 @@ func SetupWithManager(mgr ctrl.Manager, opts Options) error {
 	if err := opts.defaults(); err != nil {
 		return err
 	}
+	registerMetrics()
 	ns := mirror.Namespace(opts.ClusterName)
 	hubCfg := rest.CopyConfig(opts.HubConfig)
 	var renewer *hubtoken.Renewer
@@ -199,7 +217,8 @@ func SetupWithManager(mgr ctrl.Manager, opts Options) error {
 	}
 	skew := &skewCheck{own: opts.AgentVersion}
 	r := &syncer{cluster: opts.ClusterName, namespace: ns, spoke: mgr.GetClient(), spokeLive: mgr.GetAPIReader(),
-		hub: hub.GetClient(), hubLive: hub.GetAPIReader(), statusFault: opts.StatusFault, skew: skew}
+		hub: hub.GetClient(), hubLive: hub.GetAPIReader(), statusFault: opts.StatusFault, skew: skew,
+		hold: opts.ProgressHold, now: time.Now}
 	notMirror := mirror.NotMirror()
 	err = ctrl.NewControllerManagedBy(mgr).
 		Named(opts.ControllerName).
@@ -288,6 +307,17 @@ type syncer struct {
 	statusFault func(types.NamespacedName) error
 	// skew is the skew policy as the heartbeat last found it against the hub's version.
 	skew *skewCheck
+	// hold is Options.ProgressHold; held remembers, by mirror name, the progress held back
+	// (a heldProgress); now is the clock of the holds.
+	hold time.Duration
+	held sync.Map
+	now  func() time.Time
+}
+
+// heldProgress is a status held back: the run and phase, and since when the spoke shows them.
+type heldProgress struct {
+	mark  string
+	since time.Time
 }
 
 // originOf maps a mirror to the spoke Workspace it says it mirrors (mirror.IdentityOf), verified
@@ -336,13 +366,18 @@ func (r *syncer) Reconcile(ctx context.Context, req reconcile.Request) (ctrl.Res
 	if err := r.copyRunOutput(ctx, m, had, wanted, ws.Namespace); err != nil {
 		return ctrl.Result{}, err
 	}
-	if err := r.updateMirrorStatus(ctx, m, want, req.NamespacedName); err != nil {
+	held, err := r.updateMirrorStatus(ctx, m, want, req.NamespacedName)
+	if err != nil {
 		return ctrl.Result{}, err
 	}
 	if err := r.pruneRunOutput(ctx, m.Namespace, had, wanted); err != nil {
 		return ctrl.Result{}, err
 	}
-	return r.copyDecisionDown(ctx, m, ws)
+	res, err := r.copyDecisionDown(ctx, m, ws)
+	if held > 0 && err == nil && (res.RequeueAfter == 0 || held < res.RequeueAfter) {
+		res.RequeueAfter = held // write the held progress then, unless it moved on meanwhile
+	}
+	return res, err
 }
 
 // desiredMirror is the mirror the syncer keeps of the spoke Workspace ws: its name in the
@@ -387,6 +422,7 @@ func statusInSync(m, want *magosv1.Workspace) bool {
 }
 
 func (r *syncer) deleteMirror(ctx context.Context, key client.ObjectKey, origin types.NamespacedName) error {
+	r.held.Delete(key.Name)
 	m := &magosv1.Workspace{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}
 	err := r.hub.Delete(ctx, m)
 	if apierrors.IsNotFound(err) {
@@ -435,23 +471,55 @@ func (r *syncer) updateMirror(ctx context.Context, m, want *magosv1.Workspace) e
 }
 
 // updateMirrorStatus writes the desired mirror's status (the spoke Workspace's, with its
-// origin) in one status write.
-func (r *syncer) updateMirrorStatus(ctx context.Context, m, want *magosv1.Workspace, origin types.NamespacedName) error {
+// origin) in one status write, unless it is a run's progress held back (holdFor): then it
+// writes nothing and returns how long the progress is still held.
+func (r *syncer) updateMirrorStatus(ctx context.Context, m, want *magosv1.Workspace, origin types.NamespacedName) (time.Duration, error) {
 	if statusInSync(m, want) {
-		return nil
+		r.held.Delete(m.Name)
+		return 0, nil
+	}
+	if wait := r.holdFor(m, want); wait > 0 {
+		return wait, nil
 	}
 	if r.statusFault != nil {
 		if err := r.statusFault(origin); err != nil {
-			return fmt.Errorf("updating the status of the mirror %s on the hub: %w", m.Name, err)
+			return 0, fmt.Errorf("updating the status of the mirror %s on the hub: %w", m.Name, err)
 		}
 	}
 	patched := m.DeepCopy()
 	patched.Status = *want.Status.DeepCopy()
 	if err := r.hub.Status().Patch(ctx, patched, client.MergeFromWithOptions(m, client.MergeFromWithOptimisticLock{})); err != nil {
-		return fmt.Errorf("updating the status of the mirror %s on the hub: %w", m.Name, err)
+		return 0, fmt.Errorf("updating the status of the mirror %s on the hub: %w", m.Name, err)
 	}
+	r.held.Delete(m.Name)
 	*m = *patched
-	return nil
+	return 0, nil
+}
+
+// holdFor returns how much longer the desired status want waits before it is written over the
+// mirror m's (0: write it now). Only a run's progress waits: want's phase runs (Planning,
+// Applying, Verifying) for the run the mirror already shows, Pending (granted, as far as the
+// hub knows) or running. It waits until the spoke has shown that run in that phase for
+// ProgressHold, so a phase that passes sooner costs no write. The hub loses nothing it acts on:
+// it grants a run it saw Pending, and the agent keeps a run that started whatever the hub
+// writes after (a revocation of a run the hub still sees Pending is ignored once it runs, as it
+// would be a moment later); what ends a run (Applied, Failed), what waits for the hub (Planned,
+// a new run Pending) and what leaves (Deleting) is written at once.
+func (r *syncer) holdFor(m, want *magosv1.Workspace) time.Duration {
+	run := want.Status.CurrentRunID
+	have := magosv1.InfoOf(m.Status.Phase, m.Status.Reason)
+	if r.hold <= 0 || run == "" || m.Status.CurrentRunID != run || !want.Status.Phase.Running() ||
+		!(have.Running || have.AwaitsGrant && m.Status.Phase == magosv1.PhasePending) {
+		return 0
+	}
+	now := r.now()
+	h := heldProgress{mark: run + "/" + string(want.Status.Phase), since: now}
+	if v, ok := r.held.Load(m.Name); ok && v.(heldProgress).mark == h.mark {
+		h = v.(heldProgress)
+	} else {
+		r.held.Store(m.Name, h)
+	}
+	return max(h.since.Add(r.hold).Sub(now), 0)
 }
 
 // copyDecisionDown makes the spoke Workspace's decision keys equal to the mirror's (setting or

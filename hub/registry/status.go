@@ -92,12 +92,14 @@ func (r *Registry) leaseChanged() predicate.Funcs {
 		CreateFunc: func(e event.CreateEvent) bool {
 			if l, ok := e.Object.(*coordinationv1.Lease); ok {
 				r.leases.observe(l, time.Now())
+				observeLag(l)
 			}
 			return true
 		},
 		DeleteFunc: func(e event.DeleteEvent) bool {
 			if l, ok := e.Object.(*coordinationv1.Lease); ok {
 				r.leases.forget(l.Namespace)
+				forgetLag(l.Namespace)
 			}
 			return true
 		},
@@ -111,6 +113,7 @@ func (r *Registry) leaseChanged() predicate.Funcs {
 			now := time.Now()
 			expires := r.leases.expires(old.Namespace, leaseDuration(old))
 			r.leases.observe(cur, now)
+			observeLag(cur)
 			if !now.Before(expires) {
 				return true
 			}

@@ -151,8 +151,17 @@ const (
 	HubVersion = Prefix + "hub-version"
 	// SyncedSince is the agent's sync watermark: since when (RFC 3339, the agent's clock) every
 	// spoke Workspace has had an up-to-date mirror on the hub, without interruption. The agent
-	// renews its Lease only while this holds, so a live Lease means a live sync.
+	// leaves it out while a mirror has been behind its spoke Workspace for the sync grace or
+	// longer (it still renews the Lease: it is alive), and the hub then counts the cluster's
+	// Workspaces unknown: a live Lease means a live agent, a live Lease with synced-since a live
+	// sync.
 	SyncedSince = Prefix + "synced-since"
+	// MirrorsBehind is how many mirrors were out of sync with their spoke Workspace at the
+	// agent's last audit (decimal; left out when none).
+	MirrorsBehind = Prefix + "mirrors-behind"
+	// MirrorLag is how long the mirror furthest behind had been out of sync at that audit (a Go
+	// duration, the agent's clock; left out when none).
+	MirrorLag = Prefix + "mirror-lag"
 	// Mirrored is the number of spoke Workspaces the agent mirrors (decimal).
 	Mirrored = Prefix + "mirrored"
 	// SyncedAt is the agent's completeness watermark (RFC 3339, the agent's clock): every change

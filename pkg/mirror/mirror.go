@@ -270,7 +270,16 @@ type Watermark struct {
 	At time.Time
 	// Mirrored is how many spoke Workspaces the agent mirrors (magosproject.io/mirrored).
 	Mirrored int
+	// Behind is how many mirrors were out of sync at the agent's last audit
+	// (magosproject.io/mirrors-behind), and Lag how long the one furthest behind had been
+	// (magosproject.io/mirror-lag): how far behind the agent is.
+	Behind int
+	Lag    time.Duration
 }
+
+// WatermarkKeys are the Lease annotations a Watermark is written in: a renewal sets those its
+// watermark has and removes the others.
+var WatermarkKeys = []string{keys.SyncedSince, keys.SyncedAt, keys.Mirrored, keys.MirrorsBehind, keys.MirrorLag}
 
 // Annotations returns the watermark as Lease annotations: synced-since to the second and
 // synced-at to the nanosecond, RFC 3339 UTC; a zero time is left out.
@@ -281,6 +290,10 @@ func (w Watermark) Annotations() map[string]string {
 	}
 	if !w.At.IsZero() {
 		out[keys.SyncedAt] = w.At.UTC().Format(time.RFC3339Nano)
+	}
+	if w.Behind > 0 {
+		out[keys.MirrorsBehind] = strconv.Itoa(w.Behind)
+		out[keys.MirrorLag] = w.Lag.Round(time.Millisecond).String()
 	}
 	return out
 }
@@ -294,6 +307,12 @@ func WatermarkOf(annotations map[string]string) Watermark {
 	// An agent writes the count: anything but a count an int32 holds reads as zero.
 	if n, err := strconv.ParseInt(annotations[keys.Mirrored], 10, 32); err == nil && n >= 0 {
 		w.Mirrored = int(n)
+	}
+	if n, err := strconv.ParseInt(annotations[keys.MirrorsBehind], 10, 32); err == nil && n > 0 {
+		w.Behind = int(n)
+		if d, err := time.ParseDuration(annotations[keys.MirrorLag]); err == nil && d > 0 {
+			w.Lag = d
+		}
 	}
 	return w
 }

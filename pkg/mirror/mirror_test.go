@@ -86,8 +86,16 @@ func TestWatermarkRoundTrip(t *testing.T) {
 	if !got.Since.Equal(since) || !got.At.Equal(at) || got.Mirrored != 42 {
 		t.Fatalf("read back %+v, want %+v", got, w)
 	}
-	if a := (mirror.Watermark{Mirrored: 1}).Annotations(); a[keys.SyncedSince] != "" || a[keys.SyncedAt] != "" {
-		t.Fatalf("zero times written: %v", a)
+	if a := (mirror.Watermark{Mirrored: 1}).Annotations(); a[keys.SyncedSince] != "" || a[keys.SyncedAt] != "" || a[keys.MirrorsBehind] != "" || a[keys.MirrorLag] != "" {
+		t.Fatalf("zero times or lag written: %v", a)
+	}
+	// How far behind: read back to the millisecond; a count that is not positive reads as none.
+	behind := mirror.Watermark{Mirrored: 5, Behind: 2, Lag: 25*time.Second + 1234567*time.Nanosecond}
+	if got := mirror.WatermarkOf(behind.Annotations()); got.Behind != 2 || got.Lag != 25001*time.Millisecond {
+		t.Fatalf("lag read back as %d behind by %s, want 2 by 25.001s", got.Behind, got.Lag)
+	}
+	if got := mirror.WatermarkOf(map[string]string{keys.MirrorsBehind: "0", keys.MirrorLag: "3s"}); got.Behind != 0 || got.Lag != 0 {
+		t.Fatalf("no mirror behind read as %+v", got)
 	}
 	if got := mirror.WatermarkOf(map[string]string{keys.SyncedAt: "soon", keys.Mirrored: "many"}); !got.At.IsZero() || got.Mirrored != 0 {
 		t.Fatalf("malformed fields read as %+v", got)

@@ -116,6 +116,8 @@ type agentOptions struct {
 	version string
 	// logger, when set, receives the agent manager's logs.
 	logger *logr.Logger
+	// progressHold is hubsync.Options.ProgressHold (0: its default).
+	progressHold time.Duration
 }
 
 // startAgent runs an agent manager on a spoke with only the hub sync, authenticated on the hub
@@ -150,7 +152,7 @@ func startAgent(t testing.TB, cluster string, o agentOptions) (stop func()) {
 	opts := hubsync.Options{
 		ClusterName: cluster, HubConfig: rest.CopyConfig(hubConfig), AgentVersion: version, HubQPS: benchQPS, HubBurst: 2 * int(benchQPS),
 		Identity: "agent-0", HeartbeatInterval: o.heartbeat, LeaseDuration: o.lease,
-		TokenExpiry: o.tokenExpiry, TokenSecret: o.tokenSecret,
+		TokenExpiry: o.tokenExpiry, TokenSecret: o.tokenSecret, ProgressHold: o.progressHold,
 	}
 	if o.statusFault != nil {
 		opts.StatusFault = o.statusFault

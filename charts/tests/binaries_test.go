@@ -3,6 +3,7 @@ package tests
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -330,6 +331,19 @@ func runInstalled(ctx context.Context, t *testing.T, adminKubeconfig string, kub
 		if err != nil || !strings.Contains(out, tc.want) {
 			t.Errorf("helm test %s: %s %v: %v\n%s", tc.release, filepath.Base(path), args, err, out)
 		}
+	}
+
+	// A second hub on the same API server, as the installed hub's ServiceAccount (the chart's
+	// RBAC lets it list every namespace's leader Lease) with its Lease in another namespace,
+	// refuses to start and exits 1, naming the running hub's Lease and leader (hub/hubclaim).
+	args, env = localCommand(t, deploymentContainer(t, hubObjs, "magos-hub"), "other-hub-0", hubKubeconfig, off)
+	second, cancel := context.WithTimeout(ctx, 30*time.Second)
+	out, err := runCommand(second, filepath.Join(bin, "magos-hub"), append(args, "--leader-election-namespace=other-hub"), env)
+	cancel()
+	want := "another magos hub runs on this API server: its leader Lease " + namespace + "/" + keys.HubLeaderLease + " is held by magos-hub-0 (version "
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 1 || !strings.Contains(out, want) {
+		t.Errorf("a second magos-hub on the API server: %v, want exit status 1 and %q in its output:\n%s", err, want, out)
 	}
 
 	for _, p := range []*process{hub, agent} {

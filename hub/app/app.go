@@ -2,7 +2,8 @@
 // registered cluster, agent or direct), with the cluster registry and its Cluster status
 // controller, and the decision makers, the Rollout and Project controllers. The magos-hub binary
 // and the tests all build the hub through New (the local development environment runs the
-// magos-hub binary).
+// magos-hub binary); magos-hub runs it with Hub.Start, which refuses to start beside another hub
+// on the same API server (package hubclaim).
 package app
 
 import (
@@ -33,8 +34,10 @@ import (
 	mcmanager "sigs.k8s.io/multicluster-runtime/pkg/manager"
 
 	"github.com/magosfleet/magos/hub/dashboard"
+	"github.com/magosfleet/magos/hub/decider"
 	"github.com/magosfleet/magos/hub/fleet"
 	"github.com/magosfleet/magos/hub/fleetview"
+	"github.com/magosfleet/magos/hub/hubclaim"
 	"github.com/magosfleet/magos/hub/notify"
 	"github.com/magosfleet/magos/hub/project"
 	"github.com/magosfleet/magos/hub/registry"
@@ -99,6 +102,28 @@ type Hub struct {
 	Registry *registry.Registry
 	// Dashboard is the read-only HTTP API and web page, when Config.Dashboard enables it.
 	Dashboard *dashboard.Server
+	// Claim keeps this hub the only one on its API server (package hubclaim): Start checks for
+	// another hub before the manager starts, and, with leader election, the Claim runs on the
+	// leader and holds the registry's removals until it has judged the other hubs' Leases.
+	Claim *hubclaim.Claim
+}
+
+// Start runs the hub until ctx ends: it refuses to start beside another hub on the same API
+// server (hubclaim.Claim.Check; the error is a hubclaim.AnotherHubError, errors.Is
+// hubclaim.ErrAnotherHub), then starts the manager. It returns the manager's error, which is an
+// AnotherHubError too when the leading Claim finds this hub the one to stop. magos-hub runs the
+// hub with Start; tests that start Manager themselves skip the start-up check.
+func (h *Hub) Start(ctx context.Context) error {
+	if err := h.Claim.Check(ctx); err != nil {
+		return fmt.Errorf("hub: %w", err)
+	}
+	if err := h.Manager.Start(ctx); err != nil {
+		if errors.Is(err, hubclaim.ErrAnotherHub) {
+			return fmt.Errorf("hub: %w", err)
+		}
+		return err
+	}
+	return nil
 }
 
 // CacheOptions is the hub manager's cache: Workspaces only when they are mirrors (one informer
@@ -158,6 +183,29 @@ func New(opts Options) (*Hub, error) {
 	if err != nil {
 		return nil, fmt.Errorf("hub: creating the manager: %w", err)
 	}
+	// One hub per API server: every hub checks for another at start (Hub.Start); with leader
+	// election the leader checks once more, for a hub that started at the same time, and the
+	// registry removes nothing before it has. A hub without leader election holds no Lease, so
+	// it runs no such check while it runs (and hubs that start later cannot see it).
+	claim, err := hubclaim.New(hubclaim.Options{
+		Reader:    local.GetAPIReader(),
+		Namespace: opts.LeaderElectionNamespace,
+		Logger:    opts.Logger.WithName("hubclaim"),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("hub: %w", err)
+	}
+	var (
+		beforeRemoval func(context.Context) error
+		ready         func() bool
+	)
+	if cfg.LeaderElect {
+		if err := local.Add(claim); err != nil {
+			return nil, fmt.Errorf("hub: adding the check for another hub: %w", err)
+		}
+		// Neither removals nor decisions before the leading Claim judged the other hubs.
+		beforeRemoval, ready = claim.Wait, claim.Judged
+	}
 	var reg *registry.Registry
 	fopts := opts.Fleet
 	fopts.Hub = local
@@ -190,6 +238,7 @@ func New(opts Options) (*Hub, error) {
 		Resync:             opts.ConfigResync,
 		HealthInterval:     opts.HealthInterval,
 		SkipNameValidation: opts.SkipNameValidation,
+		BeforeRemoval:      beforeRemoval,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("hub: %w", err)
@@ -230,7 +279,7 @@ func New(opts Options) (*Hub, error) {
 		}
 	}
 	if !opts.WithoutDecisionControllers {
-		if err := setupDecisionControllers(mgr, cfg, leader, opts.SkipNameValidation); err != nil {
+		if err := setupDecisionControllers(mgr, cfg, decider.ControllerOptions{Leader: leader, SkipNameValidation: opts.SkipNameValidation, Ready: ready}); err != nil {
 			return nil, err
 		}
 	}
@@ -240,7 +289,7 @@ func New(opts Options) (*Hub, error) {
 	if err := local.AddReadyzCheck("ping", healthz.Ping); err != nil {
 		return nil, fmt.Errorf("hub: %w", err)
 	}
-	return &Hub{Manager: mgr, Fleet: fl, Registry: reg, Dashboard: dash}, nil
+	return &Hub{Manager: mgr, Fleet: fl, Registry: reg, Dashboard: dash, Claim: claim}, nil
 }
 
 // dashboardOIDC is the dashboard's OIDC sign-in of the config (nil without one): the client
@@ -262,11 +311,12 @@ func dashboardOIDC(o *registry.OIDCConfig, secrets client.Reader) *dashboard.OID
 
 // setupDecisionControllers registers the decision makers: Rollouts order a Project's Workspaces
 // across the fleet; a Project without a Rollout runs its Workspaces in parallel.
-func setupDecisionControllers(mgr mcmanager.Manager, cfg registry.Config, leader string, skipNameValidation bool) error {
-	if err := rollout.SetupWithManager(mgr, rollout.Options{Leader: leader, SkipNameValidation: skipNameValidation}); err != nil {
+func setupDecisionControllers(mgr mcmanager.Manager, cfg registry.Config, opts decider.ControllerOptions) error {
+	if err := rollout.SetupWithManager(mgr, opts); err != nil {
 		return fmt.Errorf("hub: setting up the Rollout controller: %w", err)
 	}
-	popts := project.Options{Leader: leader, ParallelGracePeriod: cfg.ProjectParallelGracePeriod, SkipNameValidation: skipNameValidation}
+	popts := opts
+	popts.ParallelGracePeriod = cfg.ProjectParallelGracePeriod
 	if err := project.SetupWithManager(mgr, popts); err != nil {
 		return fmt.Errorf("hub: setting up the Project controller: %w", err)
 	}

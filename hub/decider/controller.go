@@ -123,6 +123,9 @@ func (c *Controller[T]) Reconcile(ctx context.Context, req mcreconcile.Request, 
 	if req.ClusterName != "" {
 		return ctrl.Result{}, nil
 	}
+	if c.Opts.Ready != nil && !c.Opts.Ready() {
+		return ctrl.Result{RequeueAfter: GateRecheck}, nil
+	}
 	kind := c.metrics.kind
 	logger := ctrl.LoggerFrom(ctx).WithValues(strings.ToLower(kind), req.NamespacedName.String())
 	ctx = ctrl.LoggerInto(ctx, logger)

@@ -35,7 +35,15 @@ type ControllerOptions struct {
 	Leader string
 	// SkipNameValidation lets several hub managers run in one process (tests, tools).
 	SkipNameValidation bool
+	// Ready, when set, reports whether decisions may be made yet; until it does, every object
+	// waits (decided again after GateRecheck). The hub passes its hubclaim.Claim's Judged: a hub
+	// that started at the same moment as another on one API server decides nothing until the
+	// two have found out which of them stops.
+	Ready func() bool
 }
+
+// GateRecheck is how soon an object is decided again when ControllerOptions.Ready held it.
+const GateRecheck = time.Second
 
 // WithDefaults returns the options with every unset field at its default.
 func (o ControllerOptions) WithDefaults() ControllerOptions {

@@ -64,6 +64,12 @@ type Options struct {
 	MaxConcurrentReconciles int
 	// SkipNameValidation lets several hubs run in one process (tests).
 	SkipNameValidation bool
+	// BeforeRemoval, when set, is called before each removal of the clusters the configuration
+	// no longer registers and blocks until they may be removed; an error skips the removal (the
+	// next apply tries again). The hub passes its hubclaim.Claim's Wait: nothing is removed
+	// before the leading hub knows that no other hub, whose clusters they could be, runs on its
+	// API server.
+	BeforeRemoval func(ctx context.Context) error
 }
 
 // Registry reflects the configuration's clusters on the hub and into the fleet.
@@ -482,9 +488,14 @@ func copyLabels(in map[string]string) map[string]string {
 
 // removeStale deletes the Cluster objects and the agent namespaces of clusters cfg no longer
 // registers. Deleting a namespace removes its mirrors, its Lease and the agent's ServiceAccount,
-// which revokes the agent's credentials.
+// which revokes the agent's credentials. It waits for Options.BeforeRemoval first.
 func (r *Registry) removeStale(ctx context.Context, cfg Config) error {
 	log := ctrl.LoggerFrom(ctx)
+	if r.opts.BeforeRemoval != nil {
+		if err := r.opts.BeforeRemoval(ctx); err != nil {
+			return fmt.Errorf("not removing deregistered clusters: %w", err)
+		}
+	}
 	want := map[string]ClusterConfig{}
 	for _, c := range cfg.Clusters {
 		want[c.Name] = c

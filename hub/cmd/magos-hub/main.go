@@ -6,7 +6,8 @@
 //	magos-hub check [--config FILE] [--leader-elect] [--timeout 2m]
 //
 // controller (the default) runs the hub: the cluster registry (hot-reloaded from the config file),
-// the multi-cluster provider, and the Rollout and Project controllers. agent-kubeconfig prints the
+// the multi-cluster provider, and the Rollout and Project controllers; it exits 1 without doing
+// anything on an API server where another hub runs (hub/hubclaim). agent-kubeconfig prints the
 // bootstrap kubeconfig of an agent cluster's agent (a token for its ServiceAccount on the hub).
 // check is the magos-hub chart's `helm test`: it waits until a hub replica leads (with
 // --leader-elect) and every cluster of the config file is registered, and prints them.
@@ -126,7 +127,7 @@ func controller(ctx context.Context, args []string) error {
 	}
 
 	log.Info("starting the hub", "config", *file, "clusters", len(cfg.Clusters))
-	return hub.Manager.Start(ctx)
+	return hub.Start(ctx)
 }
 
 func agentKubeconfig(ctx context.Context, args []string, stdout io.Writer) error {

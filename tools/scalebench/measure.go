@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -123,4 +125,73 @@ func (s *sampler) peaks() (rss, heap float64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.rss, s.heap
+}
+
+// requestCounter counts the HTTP requests sent through the transports it wraps (every attempt,
+// whatever its answer), by method and, for writes, by resource. The benchmark wraps the
+// emulated agents' hub rest configs with it, never their spoke ones.
+type requestCounter struct {
+	mu         sync.Mutex
+	byMethod   map[string]float64
+	byResource map[string]float64 // writes only, by resource (and subresource)
+}
+
+func newRequestCounter() *requestCounter {
+	return &requestCounter{byMethod: map[string]float64{}, byResource: map[string]float64{}}
+}
+
+// wrap is a rest.Config.WrapTransport that counts each request, then sends it on.
+func (c *requestCounter) wrap(rt http.RoundTripper) http.RoundTripper {
+	return roundTripFunc(func(req *http.Request) (*http.Response, error) {
+		c.mu.Lock()
+		c.byMethod[req.Method]++
+		if isWrite(req.Method) {
+			c.byResource[resourceOf(req.URL.Path)]++
+		}
+		c.mu.Unlock()
+		return rt.RoundTrip(req)
+	})
+}
+
+// snapshot returns the counts so far, by method and (writes only) by resource.
+func (c *requestCounter) snapshot() (byMethod, byResource map[string]float64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return maps.Clone(c.byMethod), maps.Clone(c.byResource)
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
+
+// isWrite reports whether an HTTP method writes: every verb but get, list and watch (GET),
+// that is create (POST), update (PUT), patch (PATCH) and delete (DELETE).
+func isWrite(method string) bool {
+	switch method {
+	case http.MethodGet, http.MethodHead, http.MethodOptions:
+		return false
+	}
+	return true
+}
+
+// resourceOf returns the resource (and subresource) a Kubernetes API path names, e.g.
+// "workspaces/status" for /apis/magosproject.io/v1alpha1/namespaces/ns/workspaces/w/status,
+// or the path itself if it names none.
+func resourceOf(path string) string {
+	seg := strings.Split(strings.Trim(path, "/"), "/")
+	switch {
+	case len(seg) >= 3 && seg[0] == "api":
+		seg = seg[2:]
+	case len(seg) >= 4 && seg[0] == "apis":
+		seg = seg[3:]
+	default:
+		return path
+	}
+	if len(seg) >= 3 && seg[0] == "namespaces" {
+		seg = seg[2:]
+	}
+	if len(seg) >= 3 {
+		return seg[0] + "/" + seg[2]
+	}
+	return seg[0]
 }

@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -160,6 +161,15 @@ type Result struct {
 	HubRequestsByMethod map[string]float64
 	// HubEvents counts the Events created on the hub while the Rollouts were timed, by reason.
 	HubEvents map[string]int
+	// SilentClusters is the number of clusters the hub judged silent while the Rollouts were
+	// timed: those with an AgentSilent Event that occurred meanwhile (its first occurrence, or
+	// the last of its series).
+	SilentClusters int
+	// AgentRequestsByMethod counts the emulated agents' requests to the hub API server while the
+	// Rollouts were timed, by HTTP method (GET: get, list and watch; the others are writes), and
+	// AgentWritesByResource their writes by resource, e.g. "workspaces/status" or "leases". Each
+	// attempt counts, whatever its answer. Their requests to the spoke do not count.
+	AgentRequestsByMethod, AgentWritesByResource map[string]float64
 	// HubThrottled is how long the hub's requests waited meanwhile for its client's rate
 	// limiter, summed over requests.
 	HubThrottled float64
@@ -180,12 +190,42 @@ func (r Result) RequestsPerGrant() float64 {
 	return r.HubRequests / float64(r.Grants)
 }
 
-// byMethod lists the hub's requests per grant by HTTP method, most first.
-func (r Result) byMethod() string {
+// AgentWrites is the emulated agents' writes to the hub API server (every request but get,
+// list and watch: create, update, patch and delete) while the Rollouts were timed.
+func (r Result) AgentWrites() float64 {
+	var n float64
+	for m, c := range r.AgentRequestsByMethod {
+		if isWrite(m) {
+			n += c
+		}
+	}
+	return n
+}
+
+// AgentWritesPerRun is AgentWrites per run granted meanwhile.
+func (r Result) AgentWritesPerRun() float64 {
+	if r.Grants == 0 {
+		return 0
+	}
+	return r.AgentWrites() / float64(r.Grants)
+}
+
+// APIServerCPUPerRun is the CPU time of the hub's kube-apiserver and etcd while the Rollouts
+// were timed, per run granted meanwhile, in milliseconds.
+func (r Result) APIServerCPUPerRun() float64 {
+	if r.Grants == 0 {
+		return 0
+	}
+	return 1000 * r.APIServerCPU / float64(r.Grants)
+}
+
+// perGrant lists counts per grant, most first, leaving out those that keep returns false for
+// (nil: none).
+func (r Result) perGrant(counts map[string]float64, keep func(string) bool) string {
 	var parts []string
-	for _, m := range mostFirst(r.HubRequestsByMethod) {
-		if n := r.HubRequestsByMethod[m]; n > 0 {
-			parts = append(parts, fmt.Sprintf("%s %.2f", m, n/float64(max(r.Grants, 1))))
+	for _, k := range mostFirst(counts) {
+		if n := counts[k]; n > 0 && (keep == nil || keep(k)) {
+			parts = append(parts, fmt.Sprintf("%s %.2f", k, n/float64(max(r.Grants, 1))))
 		}
 	}
 	return strings.Join(parts, ", ")
@@ -209,16 +249,16 @@ func mostFirst[V cmp.Ordered](counts map[string]V) []string {
 
 // Line is the one-line summary `make bench-scale` prints for the run.
 func (r Result) Line() string {
-	return fmt.Sprintf("scale: clusters=%d workspaces=%d rollout_p90_s=%.1f concurrent_p90_s=%.1f hub_rss_mib=%.0f hub_heap_mib=%.0f requests_per_grant=%.1f",
+	return fmt.Sprintf("scale: clusters=%d workspaces=%d rollout_p90_s=%.1f concurrent_p90_s=%.1f hub_rss_mib=%.0f hub_heap_mib=%.0f requests_per_grant=%.1f agent_writes_per_run=%.1f apiserver_cpu_ms_per_run=%.1f",
 		r.Clusters, r.Clusters*r.Workspaces, Percentile(r.Rollouts, 0.9).Seconds(), Percentile(r.ConcurrentRollouts, 0.9).Seconds(),
-		r.HubRSS/(1<<20), r.HubHeap/(1<<20), r.RequestsPerGrant())
+		r.HubRSS/(1<<20), r.HubHeap/(1<<20), r.RequestsPerGrant(), r.AgentWritesPerRun(), r.APIServerCPUPerRun())
 }
 
 // Table is a short Markdown table of the run's figures.
 func (r Result) Table() string {
 	pct := func(ds []time.Duration) string {
-		return fmt.Sprintf("p50 %.1f s, p90 %.1f s, max %.1f s (%d)", Percentile(ds, 0.5).Seconds(), Percentile(ds, 0.9).Seconds(),
-			Percentile(ds, 1).Seconds(), len(ds))
+		return fmt.Sprintf("p50 %.1f s, p90 %.1f s, p99 %.1f s, max %.1f s (%d)", Percentile(ds, 0.5).Seconds(), Percentile(ds, 0.9).Seconds(),
+			Percentile(ds, 0.99).Seconds(), Percentile(ds, 1).Seconds(), len(ds))
 	}
 	cores := func(cpu float64) string {
 		return fmt.Sprintf("%.1f s in %.1f s (%.2f cores)", cpu, r.Timed.Seconds(), cpu/max(r.Timed.Seconds(), 1e-9))
@@ -235,9 +275,15 @@ func (r Result) Table() string {
 		{fmt.Sprintf("%d concurrent Rollouts", r.Concurrent), pct(r.ConcurrentRollouts)},
 		{"hub peak RSS / heap", fmt.Sprintf("%.0f MiB / %.0f MiB", r.HubRSS/(1<<20), r.HubHeap/(1<<20))},
 		{"hub API requests per grant", fmt.Sprintf("%.1f (%d grants)", r.RequestsPerGrant(), r.Grants)},
-		{"… by method, per grant", r.byMethod()},
+		{"… by method, per grant", r.perGrant(r.HubRequestsByMethod, nil)},
 		{"… Events created, by reason", r.events()},
+		{"clusters that went silent while timed", fmt.Sprintf("%d of %d (AgentSilent Events)", r.SilentClusters, r.Clusters)},
+		{"agent writes to the hub API server per run", fmt.Sprintf("%.1f (%.0f writes)", r.AgentWritesPerRun(), r.AgentWrites())},
+		{"… by method, per run", r.perGrant(r.AgentRequestsByMethod, isWrite)},
+		{"… by resource, per run", r.perGrant(r.AgentWritesByResource, nil)},
+		{"agent reads of the hub API server (GET) per run", fmt.Sprintf("%.2f", r.AgentRequestsByMethod[http.MethodGet]/float64(max(r.Grants, 1)))},
 		{"hub apiserver + etcd CPU", cores(r.APIServerCPU)},
+		{"… per run", fmt.Sprintf("%.1f ms", r.APIServerCPUPerRun())},
 		{"hub client rate-limiter waits", fmt.Sprintf("%.1f s in all, %.0f ms per request", r.HubThrottled, 1000*r.HubThrottled/max(r.HubRequests, 1))},
 		{"magos-hub CPU", cores(r.HubCPU)},
 		{"spoke apiserver + etcd CPU (emulation)", cores(r.SpokeCPU)},
@@ -260,6 +306,8 @@ type bench struct {
 	metrics      string
 	ledger       *Ledger
 	agents       []*agent
+	// agentHub counts the emulated agents' requests to the hub API server.
+	agentHub *requestCounter
 	// hubVersion is what the magos-hub binary says it is: the emulated agents report it, so
 	// that the hub's version skew policy takes them.
 	hubVersion       string
@@ -277,7 +325,7 @@ func Run(ctx context.Context, opts Options) (res Result, err error) {
 	if err := opts.validate(); err != nil {
 		return Result{}, fmt.Errorf("scalebench: %w", err)
 	}
-	b := &bench{opts: opts, ledger: &Ledger{}, progress: opts.Progress, projectSteps: map[string][][]string{}, started: time.Now()}
+	b := &bench{opts: opts, ledger: &Ledger{}, agentHub: newRequestCounter(), progress: opts.Progress, projectSteps: map[string][][]string{}, started: time.Now()}
 	res = Result{Clusters: opts.Clusters, Workspaces: opts.Workspaces, Concurrent: opts.Concurrent, RunDelay: opts.RunDelay}
 	b.step("starting the hub and spoke API servers")
 	env, err := localcluster.New(localcluster.Options{Spokes: []string{"spoke"}})
@@ -350,6 +398,7 @@ func Run(ctx context.Context, opts Options) (res Result, err error) {
 	hubPID := b.hubCmd.Process.Pid
 	runsBefore, cpuBefore, hubBefore, timed := b.ledger.Len(), localcluster.CPUSeconds(b.hub.PIDs()...), localcluster.CPUSeconds(hubPID), time.Now()
 	spokeBefore, benchBefore := localcluster.CPUSeconds(b.spoke.PIDs()...), localcluster.CPUSeconds(os.Getpid())
+	agentBefore, agentWritesBefore := b.agentHub.snapshot()
 	for k := range opts.Repeats {
 		commit := b.newCommit()
 		b.step("3-stage rollout %d of %d: commit %s", k+1, opts.Repeats, short(commit))
@@ -401,34 +450,52 @@ func Run(ctx context.Context, opts Options) (res Result, err error) {
 	res.SpokeCPU = localcluster.CPUSeconds(b.spoke.PIDs()...) - spokeBefore
 	res.BenchCPU = localcluster.CPUSeconds(os.Getpid()) - benchBefore
 	res.Grants = b.ledger.Len() - runsBefore
+	agentAfter, agentWritesAfter := b.agentHub.snapshot()
+	res.AgentRequestsByMethod, res.AgentWritesByResource = since(agentBefore, agentAfter), since(agentWritesBefore, agentWritesAfter)
 	after, err := scrape(ctx, b.metrics)
 	if err != nil {
 		return res, err
 	}
 	res.HubRequests = after.Requests - before.Requests
 	res.HubThrottled = after.Throttled - before.Throttled
-	res.HubRequestsByMethod = map[string]float64{}
-	for m, n := range after.ByMethod {
-		res.HubRequestsByMethod[m] = n - before.ByMethod[m]
-	}
+	res.HubRequestsByMethod = since(before.ByMethod, after.ByMethod)
 	res.HubRSS, res.HubHeap = samples.peaks()
-	res.HubEvents, err = b.eventsSince(ctx, timed)
+	res.HubEvents, res.SilentClusters, err = b.eventsSince(ctx, timed)
 	return res, err
 }
 
-// eventsSince counts the Events created on the hub since t, by reason.
-func (b *bench) eventsSince(ctx context.Context, t time.Time) (map[string]int, error) {
+// since returns the counts of after less those of before, by key.
+func since(before, after map[string]float64) map[string]float64 {
+	out := map[string]float64{}
+	for k, n := range after {
+		out[k] = n - before[k]
+	}
+	return out
+}
+
+// eventsSince counts the Events created on the hub since t, by reason, and the clusters with an
+// AgentSilent Event that occurred since t: its first occurrence or, for a series of them, the
+// last.
+func (b *bench) eventsSince(ctx context.Context, t time.Time) (map[string]int, int, error) {
 	var list eventsv1.EventList
 	if err := b.hub.Client.List(ctx, &list); err != nil {
-		return nil, fmt.Errorf("listing the hub's Events: %w", err)
+		return nil, 0, fmt.Errorf("listing the hub's Events: %w", err)
 	}
 	out := map[string]int{}
+	silent := map[string]bool{}
 	for _, e := range list.Items {
 		if !e.CreationTimestamp.Time.Before(t.Truncate(time.Second)) {
 			out[e.Reason]++
 		}
+		last := e.EventTime.Time
+		if e.Series != nil {
+			last = e.Series.LastObservedTime.Time
+		}
+		if e.Reason == magosv1.ReasonAgentSilent && e.Regarding.Kind == "Cluster" && !last.Before(t) {
+			silent[e.Regarding.Name] = true
+		}
 	}
-	return out, nil
+	return out, len(silent), nil
 }
 
 func (b *bench) step(format string, args ...any) {
@@ -692,6 +759,9 @@ func (b *bench) startAgents(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("the agent kubeconfig of %s: %w", b.names[i], err)
 		}
+		// Every client hubsync makes from it (rest.CopyConfig keeps the wrapper) counts its
+		// requests to the hub API server; the spoke's config is not wrapped.
+		hubCfg.Wrap(b.agentHub.wrap)
 		a, err := startAgent(ctx, agentOptions{
 			Cluster: b.names[i], Spoke: b.spoke.Config, Namespace: Namespace, Hub: hubCfg,
 			RunDelay: b.opts.RunDelay, Ledger: b.ledger, Logger: b.opts.Logger, Version: b.hubVersion,

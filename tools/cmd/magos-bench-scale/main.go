@@ -2,7 +2,7 @@
 // it starts a hub API server, the real magos-hub and that many emulated agents (package
 // scalebench), rolls commits out, and prints a table and one line
 //
-//	scale: clusters=N workspaces=W rollout_p90_s=A concurrent_p90_s=B hub_rss_mib=M hub_heap_mib=H requests_per_grant=R
+//	scale: clusters=N workspaces=W rollout_p90_s=A concurrent_p90_s=B hub_rss_mib=M hub_heap_mib=H requests_per_grant=R agent_writes_per_run=X apiserver_cpu_ms_per_run=Y
 //
 // on stdout; its progress goes to stderr.
 package main
@@ -42,7 +42,7 @@ func newCommand() *cobra.Command {
 	var logLevel string
 	cmd := &cobra.Command{
 		Use:           "magos-bench-scale",
-		Short:         "Measure one hub with N emulated agent clusters: rollout times, hub memory, requests per grant",
+		Short:         "Measure one hub with N emulated agent clusters: rollout times, hub memory, requests per grant, agent writes and API server CPU per run",
 		Args:          cobra.NoArgs,
 		SilenceUsage:  true,
 		SilenceErrors: true,

@@ -488,7 +488,12 @@ func (r *syncer) updateMirrorStatus(ctx context.Context, m, want *magosv1.Worksp
 	}
 	patched := m.DeepCopy()
 	patched.Status = *want.Status.DeepCopy()
-	if err := r.hub.Status().Patch(ctx, patched, client.MergeFromWithOptions(m, client.MergeFromWithOptimisticLock{})); err != nil {
+	// Not conditional on the mirror's version, unlike the metadata: the agent is the status's
+	// only writer, and the hub's decisions (annotations) change the version all the time, so a
+	// lock would refuse the status write that follows each grant for nothing. A write computed
+	// from a cache behind an earlier write of the agent's own is set right when the cache
+	// catches up (its event reconciles the Workspace again) and by the heartbeat's audit.
+	if err := r.hub.Status().Patch(ctx, patched, client.MergeFrom(m)); err != nil {
 		return 0, fmt.Errorf("updating the status of the mirror %s on the hub: %w", m.Name, err)
 	}
 	r.held.Delete(m.Name)

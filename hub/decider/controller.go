@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -39,6 +40,9 @@ type Controller[T client.Object] struct {
 
 	name    string
 	metrics *ObjectMetrics
+	// wroteOn remembers, by object, the resourceVersion the controller's last status write was
+	// made on (Wrote).
+	wroteOn *sync.Map
 }
 
 // NewController returns the skeleton of the fleet controller name (its logger, its Events'
@@ -53,7 +57,16 @@ func NewController[T client.Object](mgr mcmanager.Manager, name string, metrics 
 		Opts:     opts,
 		name:     name,
 		metrics:  metrics,
+		wroteOn:  &sync.Map{},
 	}
+}
+
+// Wrote records that the controller wrote the status of the object key, read at
+// resourceVersion version, and the API server took it. Until the cache shows a newer version,
+// Reconcile decides nothing on the object: it would decide on the status before the write,
+// record again the Events of transitions already recorded, and have its write refused.
+func (c *Controller[T]) Wrote(key types.NamespacedName, version string) {
+	c.wroteOn.Store(key, version)
 }
 
 // Watching says what triggers a fleet controller, for Controller.Builder.
@@ -133,6 +146,7 @@ func (c *Controller[T]) Reconcile(ctx context.Context, req mcreconcile.Request, 
 	if err := c.Hub.Get(ctx, req.NamespacedName, obj); err != nil {
 		if apierrors.IsNotFound(err) {
 			c.metrics.forget(req.NamespacedName)
+			c.wroteOn.Delete(req.NamespacedName)
 			if steps.Gone != nil {
 				steps.Gone(req.NamespacedName)
 			}
@@ -140,6 +154,10 @@ func (c *Controller[T]) Reconcile(ctx context.Context, req mcreconcile.Request, 
 		}
 		c.metrics.count(req.NamespacedName, err)
 		return ctrl.Result{}, fmt.Errorf("reading %s %s: %w", kind, req.NamespacedName, err)
+	}
+	if v, ok := c.wroteOn.Load(req.NamespacedName); ok && v == obj.GetResourceVersion() {
+		// The cache does not show this controller's last status write yet.
+		return ctrl.Result{RequeueAfter: ConflictRecheck}, nil
 	}
 	decide := steps.Decide
 	if !obj.GetDeletionTimestamp().IsZero() {

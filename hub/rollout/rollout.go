@@ -72,7 +72,17 @@ type Reconciler struct {
 	// retries are the runs whose retry by a person an Event has reported, by Workspace, so that
 	// each is reported once while this replica leads.
 	retries map[decide.Key]string
+	// written is when each Rollout's status was last written (progressOnly paces those writes).
+	written map[types.NamespacedName]time.Time
 }
+
+// ProgressInterval is the least time between two writes of a Rollout's status that differ only
+// in its progress (progressOnly): what a step's Workspaces are doing, counted. Anything else
+// (a new step, phase or reason, a failure, plans awaiting approval, a soak, a frozen target,
+// the clusters waited for) is written at once. A step of a thousand Workspaces thus costs a
+// status write every ProgressInterval while it runs, not one per Workspace that moves; its
+// counts shown by magosctl and the dashboard lag by that much at most.
+const ProgressInterval = 2 * time.Second
 
 // EventRollbackStarted is the reason of the Event on a Rollout whose failed step wrote
 // spec.rollback (spec.onFailure Rollback).
@@ -142,6 +152,7 @@ func NewReconciler(mgr mcmanager.Manager, opts Options) *Reconciler {
 	return &Reconciler{
 		Controller: decider.NewController[*magosv1.Rollout](mgr, ControllerName, metrics, opts),
 		active:     map[types.NamespacedName]bool{},
+		written:    map[types.NamespacedName]time.Time{},
 	}
 }
 
@@ -219,7 +230,7 @@ func (r *Reconciler) reconcile(ctx context.Context, ro *magosv1.Rollout) (ctrl.R
 	if err := r.recordRequests(ctx, ro, snap.Workspaces); err != nil {
 		return ctrl.Result{}, err
 	}
-	statusErr := r.writeStatus(ctx, ro, d, out)
+	held, statusErr := r.writeStatus(ctx, ro, d, out)
 
 	r.observe(ro, d)
 	after := r.Opts.ResyncPeriod
@@ -236,6 +247,9 @@ func (r *Reconciler) reconcile(ctx context.Context, ro *magosv1.Rollout) (ctrl.R
 	}
 	if d.RecheckAfter > 0 { // a soak ends, a change window opens or closes, a deadline passes
 		after = min(after, d.RecheckAfter)
+	}
+	if held > 0 { // progress held back: written then, unless a later pass writes it first
+		after = min(after, held)
 	}
 	return ctrl.Result{RequeueAfter: after}, nil
 }
@@ -440,7 +454,7 @@ func approvedPlans(a *magosv1.StepApproval) string {
 }
 
 // writeStatus patches the Rollout's status when the decision changes it.
-func (r *Reconciler) writeStatus(ctx context.Context, ro *magosv1.Rollout, d decide.Decision, out fleetview.Outcome) error {
+func (r *Reconciler) writeStatus(ctx context.Context, ro *magosv1.Rollout, d decide.Decision, out fleetview.Outcome) (time.Duration, error) {
 	want := ro.Status.DeepCopy()
 	want.ObservedGeneration = ro.Generation
 	want.Phase, want.Reason, want.Message = d.Phase, d.Reason, d.Message
@@ -464,20 +478,30 @@ func (r *Reconciler) writeStatus(ctx context.Context, ro *magosv1.Rollout, d dec
 		meta.SetStatusCondition(&want.Conditions, progressingCondition(ro, d))
 	}
 	if equality.Semantic.DeepEqual(*want, ro.Status) {
-		return nil
+		return 0, nil
 	}
-	want.LastReconcileTime = ptr.To(metav1.Now())
+	key := client.ObjectKeyFromObject(ro)
+	now := time.Now()
+	if progressOnly(want, &ro.Status) {
+		r.mu.Lock()
+		last := r.written[key]
+		r.mu.Unlock()
+		if wait := last.Add(ProgressInterval).Sub(now); wait > 0 {
+			return wait, nil
+		}
+	}
+	want.LastReconcileTime = ptr.To(metav1.NewTime(now))
 	patched := ro.DeepCopy()
 	patched.Status = *want
 	data, err := client.MergeFrom(ro).Data(patched)
 	if err != nil {
-		return fmt.Errorf("computing the status patch of Rollout %s/%s: %w", ro.Namespace, ro.Name, err)
+		return 0, fmt.Errorf("computing the status patch of Rollout %s/%s: %w", ro.Namespace, ro.Name, err)
 	}
 	// status.currentStep is required: a merge patch computed from an unchanged 0 would leave
 	// it out, and a first status would then be refused. Always send it.
 	var body map[string]any
 	if err := json.Unmarshal(data, &body); err != nil {
-		return fmt.Errorf("decoding the status patch of Rollout %s/%s: %w", ro.Namespace, ro.Name, err)
+		return 0, fmt.Errorf("decoding the status patch of Rollout %s/%s: %w", ro.Namespace, ro.Name, err)
 	}
 	status, _ := body["status"].(map[string]any)
 	if status == nil {
@@ -489,12 +513,38 @@ func (r *Reconciler) writeStatus(ctx context.Context, ro *magosv1.Rollout, d dec
 	// replica's status), the API server refuses the patch and the next pass decides again.
 	body["metadata"] = map[string]any{"resourceVersion": ro.ResourceVersion}
 	if data, err = json.Marshal(body); err != nil {
-		return fmt.Errorf("encoding the status patch of Rollout %s/%s: %w", ro.Namespace, ro.Name, err)
+		return 0, fmt.Errorf("encoding the status patch of Rollout %s/%s: %w", ro.Namespace, ro.Name, err)
 	}
 	if err := r.Hub.Status().Patch(ctx, patched, client.RawPatch(types.MergePatchType, data)); err != nil {
-		return fmt.Errorf("patching the status of Rollout %s/%s: %w", ro.Namespace, ro.Name, err)
+		return 0, fmt.Errorf("patching the status of Rollout %s/%s: %w", ro.Namespace, ro.Name, err)
 	}
-	return nil
+	r.Wrote(key, ro.ResourceVersion)
+	r.mu.Lock()
+	r.written[key] = now
+	r.mu.Unlock()
+	return 0, nil
+}
+
+// progressOnly reports whether the status want differs from have only in the progress of the
+// Rollout's steps: how many Workspaces are matched, running and applied (Rollout and steps),
+// the message and condition messages that count them, and when the step last progressed. A
+// failure, a new step, phase or reason, plans, approvals, rejections, soaks, targets, drift,
+// revisions and the clusters waited for are not progress: they are written at once.
+func progressOnly(want, have *magosv1.RolloutStatus) bool {
+	if len(want.Steps) != len(have.Steps) || len(want.Conditions) != len(have.Conditions) {
+		return false
+	}
+	a, b := want.DeepCopy(), have.DeepCopy()
+	for _, st := range []*magosv1.RolloutStatus{a, b} {
+		st.AppliedWorkspaces, st.TotalWorkspaces, st.Message, st.LastProgressTime, st.LastReconcileTime = 0, 0, "", nil, nil
+		for i := range st.Steps {
+			st.Steps[i].Matched, st.Steps[i].Running, st.Steps[i].Applied = 0, 0, 0
+		}
+		for i := range st.Conditions {
+			st.Conditions[i].Message, st.Conditions[i].LastTransitionTime = "", metav1.Time{}
+		}
+	}
+	return equality.Semantic.DeepEqual(a, b)
 }
 
 // progressingCondition is the Progressing condition of a Rollout with a progress deadline.
@@ -531,6 +581,7 @@ func (r *Reconciler) forget(nn types.NamespacedName) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	delete(r.active, nn)
+	delete(r.written, nn)
 	activeCount.Set(float64(r.countActive()))
 }
 

@@ -173,12 +173,15 @@ func TestTenancy(t *testing.T) {
 		}
 
 		// Nor can it grant itself a run: a grant on a mirror needs the verb grant, which only
-		// the hub holds (the magos-workspace-requests admission policy).
+		// the hub holds (the magos-workspace-requests admission policy). (A run of its own
+		// minting: the mirror may still carry the hub's spent grant of its current run, which
+		// the hub leaves in place, and a patch that changes nothing changes no grant.)
 		own, err := w.Mirror(usEast, ns, "web")
 		if err != nil {
 			t.Fatal(err)
 		}
-		patch := client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"annotations":{"`+keys.ExecutionAllowed+`":"true","`+keys.GrantedRun+`":"`+own.Status.CurrentRunID+`"}}}`))
+		const forgedRun = "20991231T000000-f0f0f0f0"
+		patch := client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"annotations":{"`+keys.ExecutionAllowed+`":"true","`+keys.GrantedRun+`":"`+forgedRun+`"}}}`))
 		if err := agent.Patch(w.ctx, own, patch); !apierrors.IsInvalid(err) && !apierrors.IsForbidden(err) {
 			t.Errorf("the agent of %s granting its own mirror a run: %v, want refused by admission", usEast, err)
 		}

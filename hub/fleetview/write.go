@@ -204,8 +204,8 @@ const maxEventNote = 1000
 // one per grant (a step of 500 Workspaces granted at once is a handful of Events, not 500 writes
 // on the hub's API server). One grant reads "Granted run R to C/NS/NAME"; several read
 // "Granted 3 runs: run R1 to K1, run R2 to K2, run R3 to K3", continued in as many Events as the
-// note's size limit asks, so that every grant is named. The Workspaces' own annotations, and
-// the Rollout's status, say the same.
+// note's size limit asks, so that every grant is named. Each Workspace's own annotations hold
+// its grant.
 func GrantNotes(granted []decision.Change) []string {
 	items := make([]string, len(granted))
 	for i, g := range granted {

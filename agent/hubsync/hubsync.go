@@ -448,7 +448,8 @@ func (r *syncer) createMirror(ctx context.Context, want *magosv1.Workspace) (*ma
 
 // updateMirror brings the mirror's labels, annotations (all but the hub's decisions) and spec
 // in line with the desired mirror, with a merge patch of the difference only: the hub's
-// decisions are never part of it, so a decision written meanwhile is never overwritten.
+// decisions are never part of it, so a decision written meanwhile is never overwritten or
+// removed.
 func (r *syncer) updateMirror(ctx context.Context, m, want *magosv1.Workspace) error {
 	if metadataAndSpecInSync(m, want) {
 		return nil
@@ -461,9 +462,14 @@ func (r *syncer) updateMirror(ctx context.Context, m, want *magosv1.Workspace) e
 	}
 	maps.Copy(patched.Annotations, mirror.Decisions(m))
 	patched.Spec = *want.Spec.DeepCopy()
-	// Conditional on the mirror's version: a mirror changed since it was read (a decision the
-	// hub just wrote) is read again rather than patched from a stale copy.
-	if err := r.hub.Patch(ctx, patched, client.MergeFromWithOptions(m, client.MergeFromWithOptimisticLock{})); err != nil {
+	// Not conditional on the mirror's version, as the status write is not: the agent is the only
+	// writer of the mirror's labels, spec and every annotation but the hub's decisions, and the
+	// patch names only what differs from m, the decisions never. A decision the hub wrote since
+	// m was read is not in the patch, so it stands; a lock would only have the write after each
+	// grant refused and made again. A patch computed from a cache behind the agent's own last
+	// write is set right when the cache catches up (its event reconciles the Workspace again) and
+	// by the heartbeat's audit.
+	if err := r.hub.Patch(ctx, patched, client.MergeFrom(m)); err != nil {
 		return fmt.Errorf("updating the mirror %s on the hub: %w", m.Name, err)
 	}
 	*m = *patched

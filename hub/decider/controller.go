@@ -14,6 +14,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	mcbuilder "sigs.k8s.io/multicluster-runtime/pkg/builder"
 	mcmanager "sigs.k8s.io/multicluster-runtime/pkg/manager"
@@ -41,8 +42,10 @@ type Controller[T client.Object] struct {
 	name    string
 	metrics *ObjectMetrics
 	// wroteOn remembers, by object, the resourceVersion the controller's last status write was
-	// made on (Wrote).
-	wroteOn *sync.Map
+	// made on (Wrote), and waiting the objects whose reconcile found the cache behind that write:
+	// the version it still showed. The event of the write itself then reconciles them again
+	// (ownWriteSeen), sooner than ConflictRecheck.
+	wroteOn, waiting *sync.Map
 }
 
 // NewController returns the skeleton of the fleet controller name (its logger, its Events'
@@ -58,6 +61,7 @@ func NewController[T client.Object](mgr mcmanager.Manager, name string, metrics 
 		name:     name,
 		metrics:  metrics,
 		wroteOn:  &sync.Map{},
+		waiting:  &sync.Map{},
 	}
 }
 
@@ -67,6 +71,27 @@ func NewController[T client.Object](mgr mcmanager.Manager, name string, metrics 
 // record again the Events of transitions already recorded, and have its write refused.
 func (c *Controller[T]) Wrote(key types.NamespacedName, version string) {
 	c.wroteOn.Store(key, version)
+}
+
+// ownWriteSeen passes the change of an object whose last reconcile waited for the cache to show
+// the controller's own status write (the For predicates of a fleet controller pass no status
+// change otherwise), so the object is decided as soon as the cache shows it, not only after
+// ConflictRecheck.
+func (c *Controller[T]) ownWriteSeen() predicate.Predicate {
+	return predicate.Funcs{
+		CreateFunc:  func(event.CreateEvent) bool { return false },
+		DeleteFunc:  func(event.DeleteEvent) bool { return false },
+		GenericFunc: func(event.GenericEvent) bool { return false },
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			key := client.ObjectKeyFromObject(e.ObjectNew)
+			v, ok := c.waiting.Load(key)
+			if !ok || v == e.ObjectNew.GetResourceVersion() {
+				return false
+			}
+			c.waiting.Delete(key)
+			return true
+		},
+	}
 }
 
 // Watching says what triggers a fleet controller, for Controller.Builder.
@@ -104,7 +129,7 @@ func (c *Controller[T]) Builder(mgr mcmanager.Manager, w Watching) *mcbuilder.Bu
 		For(w.For,
 			mcbuilder.WithEngageWithLocalCluster(true),
 			mcbuilder.WithEngageWithProviderClusters(false),
-			mcbuilder.WithPredicates(w.ForPredicate)).
+			mcbuilder.WithPredicates(predicate.Or(w.ForPredicate, c.ownWriteSeen()))).
 		Watches(&magosv1.Workspace{}, fleetview.EnqueueProject(),
 			mcbuilder.WithEngageWithLocalCluster(false),
 			mcbuilder.WithEngageWithProviderClusters(true),
@@ -147,6 +172,7 @@ func (c *Controller[T]) Reconcile(ctx context.Context, req mcreconcile.Request, 
 		if apierrors.IsNotFound(err) {
 			c.metrics.forget(req.NamespacedName)
 			c.wroteOn.Delete(req.NamespacedName)
+			c.waiting.Delete(req.NamespacedName)
 			if steps.Gone != nil {
 				steps.Gone(req.NamespacedName)
 			}
@@ -156,9 +182,12 @@ func (c *Controller[T]) Reconcile(ctx context.Context, req mcreconcile.Request, 
 		return ctrl.Result{}, fmt.Errorf("reading %s %s: %w", kind, req.NamespacedName, err)
 	}
 	if v, ok := c.wroteOn.Load(req.NamespacedName); ok && v == obj.GetResourceVersion() {
-		// The cache does not show this controller's last status write yet.
+		// The cache does not show this controller's last status write yet: its event
+		// reconciles the object again (ownWriteSeen), ConflictRecheck at the latest.
+		c.waiting.Store(req.NamespacedName, v)
 		return ctrl.Result{RequeueAfter: ConflictRecheck}, nil
 	}
+	c.waiting.Delete(req.NamespacedName)
 	decide := steps.Decide
 	if !obj.GetDeletionTimestamp().IsZero() {
 		if steps.Deleting == nil {

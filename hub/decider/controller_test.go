@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	mcreconcile "sigs.k8s.io/multicluster-runtime/pkg/reconcile"
 
@@ -57,7 +58,7 @@ func TestObjectMetrics(t *testing.T) {
 func TestReconcileWaitsForItsOwnStatusWrite(t *testing.T) {
 	ro := &magosv1.Rollout{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "web"}}
 	hub := fake.NewClientBuilder().WithScheme(scheme.New()).WithObjects(ro).Build()
-	c := Controller[*magosv1.Rollout]{Hub: hub, metrics: NewObjectMetrics("WaitWidget"), wroteOn: &sync.Map{}}
+	c := Controller[*magosv1.Rollout]{Hub: hub, metrics: NewObjectMetrics("WaitWidget"), wroteOn: &sync.Map{}, waiting: &sync.Map{}}
 	req := mcreconcile.Request{Request: reconcile.Request{NamespacedName: types.NamespacedName{Namespace: "ns", Name: "web"}}}
 	decided := 0
 	steps := Steps[*magosv1.Rollout]{Decide: func(context.Context, *magosv1.Rollout) (ctrl.Result, error) {
@@ -82,6 +83,17 @@ func TestReconcileWaitsForItsOwnStatusWrite(t *testing.T) {
 	c.Wrote(req.NamespacedName, read.ResourceVersion)
 	if res := reconcileOnce(); decided != 1 || res.RequeueAfter != ConflictRecheck {
 		t.Fatalf("on the version written from: decided %d times (want 1), requeue %s (want %s)", decided, res.RequeueAfter, ConflictRecheck)
+	}
+	// The write's own event (a status change, which the For predicates pass otherwise not)
+	// brings the object back at once, once.
+	seen := c.ownWriteSeen()
+	written := read.DeepCopy()
+	written.ResourceVersion = read.ResourceVersion + "1"
+	if !seen.Update(event.UpdateEvent{ObjectOld: read, ObjectNew: written}) {
+		t.Fatal("the event of the status write waited for did not reconcile the Rollout")
+	}
+	if seen.Update(event.UpdateEvent{ObjectOld: read, ObjectNew: written}) {
+		t.Fatal("a second status event reconciled the Rollout again, though nothing waited")
 	}
 	read.Labels = map[string]string{"moved": "on"}
 	if err := hub.Update(context.Background(), read); err != nil {

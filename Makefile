@@ -219,7 +219,7 @@ bench: ## Run the benchmarks and print their numbers.
 # the real magos-hub, SCALE_CLUSTERS agent clusters registered through its config file, and as
 # many emulated agents running agent/hubsync with their own credentials. Progress goes to
 # stderr; stdout gets a table per size and, at the end, one line per size:
-# scale: clusters=N workspaces=W rollout_p90_s=A concurrent_p90_s=B hub_rss_mib=M hub_heap_mib=H requests_per_grant=R agent_writes_per_run=X apiserver_cpu_ms_per_run=Y
+# scale: clusters=N workspaces=W rollout_p90_s=A concurrent_p90_s=B hub_rss_mib=M hub_heap_mib=H requests_per_grant=R agent_writes_per_run=X agent_heartbeats_per_run=L apiserver_cpu_ms_per_run=Y
 SCALE_CLUSTERS   ?= 100
 SCALE_WORKSPACES ?= 10
 SCALE_REPEATS    ?= 10

@@ -39,7 +39,8 @@ func TestRequestCounter(t *testing.T) {
 	if !maps.Equal(byMethod, wantMethod) || !maps.Equal(byResource, wantResource) {
 		t.Errorf("counted %v by method and %v by resource, want %v and %v", byMethod, byResource, wantMethod, wantResource)
 	}
-	if r := (Result{AgentRequestsByMethod: byMethod, Grants: 2}); r.AgentWrites() != 6 || r.AgentWritesPerRun() != 3 {
-		t.Errorf("%v writes, %v per run; want 6 and 3", r.AgentWrites(), r.AgentWritesPerRun())
+	r := Result{AgentRequestsByMethod: byMethod, AgentWritesByResource: byResource, Grants: 2}
+	if r.AgentWrites() != 6 || r.AgentWritesPerRun() != 2.5 || r.AgentHeartbeatsPerRun() != 0.5 {
+		t.Errorf("%v writes, %v per run and %v heartbeats per run; want 6, 2.5 and 0.5", r.AgentWrites(), r.AgentWritesPerRun(), r.AgentHeartbeatsPerRun())
 	}
 }

@@ -56,7 +56,7 @@ func TestScaleBenchSmall(t *testing.T) {
 	if res.APIServerCPUPerRun() <= 0 {
 		t.Errorf("the hub API server used %.1f ms of CPU per run, want more than 0", res.APIServerCPUPerRun())
 	}
-	line := regexp.MustCompile(`^scale: clusters=5 workspaces=20 rollout_p90_s=[0-9.]+ concurrent_p90_s=[0-9.]+ hub_rss_mib=[0-9]+ hub_heap_mib=[0-9]+ requests_per_grant=[0-9.]+ agent_writes_per_run=([0-9]+\.[0-9]) apiserver_cpu_ms_per_run=([0-9]+\.[0-9])$`)
+	line := regexp.MustCompile(`^scale: clusters=5 workspaces=20 rollout_p90_s=[0-9.]+ concurrent_p90_s=[0-9.]+ hub_rss_mib=[0-9]+ hub_heap_mib=[0-9]+ requests_per_grant=[0-9.]+ agent_writes_per_run=([0-9]+\.[0-9]) agent_heartbeats_per_run=[0-9]+\.[0-9] apiserver_cpu_ms_per_run=([0-9]+\.[0-9])$`)
 	m := line.FindStringSubmatch(res.Line())
 	if m == nil {
 		t.Fatalf("summary line %q does not match %s", res.Line(), line)

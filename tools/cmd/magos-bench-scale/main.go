@@ -2,7 +2,7 @@
 // it starts a hub API server, the real magos-hub and that many emulated agents (package
 // scalebench), rolls commits out, and prints a table and one line
 //
-//	scale: clusters=N workspaces=W rollout_p90_s=A concurrent_p90_s=B hub_rss_mib=M hub_heap_mib=H requests_per_grant=R agent_writes_per_run=X apiserver_cpu_ms_per_run=Y
+//	scale: clusters=N workspaces=W rollout_p90_s=A concurrent_p90_s=B hub_rss_mib=M hub_heap_mib=H requests_per_grant=R agent_writes_per_run=X agent_heartbeats_per_run=L apiserver_cpu_ms_per_run=Y
 //
 // on stdout; its progress goes to stderr.
 package main

@@ -215,6 +215,19 @@ fuzz: ## Fuzz the hub config, the run spec, CEL policies and mirrors (FUZZTIME=3
 bench: ## Run the benchmarks and print their numbers.
 	$(WITH_ASSETS) go test -run '^$$' -bench . -benchmem $(PACKAGES)
 
+# make bench-handoff times the step handoff on the dev fleet (tools/e2e BenchmarkStepHandoff: the
+# real hub and three real agents, from one step's Workspace Applied on its spoke to the next
+# step's granted on its own, split into the legs up, decide and down) and, beside it, the floor
+# (BenchmarkHandoffFloor: the same watches and patches made by bare clients). HANDOFF_RUNS
+# Rollouts of two handoffs each; HANDOFF_IDLE_CLUSTERS more clusters registered, never connected.
+HANDOFF_RUNS          ?= 20
+HANDOFF_IDLE_CLUSTERS ?= 0
+
+.PHONY: bench-handoff
+bench-handoff: ## Time the step handoff across three spokes, and its floor (HANDOFF_RUNS=20 HANDOFF_IDLE_CLUSTERS=0).
+	@$(WITH_ASSETS) cd tools/e2e && MAGOS_BENCH_IDLE_CLUSTERS=$(HANDOFF_IDLE_CLUSTERS) go test -count=1 -timeout 60m -run '^$$' \
+	  -bench '^(BenchmarkStepHandoff|BenchmarkHandoffFloor)$$' -benchtime $(HANDOFF_RUNS)x .
+
 # make bench-scale measures one hub at fleet scale (tools/scalebench): a real hub API server and
 # the real magos-hub, SCALE_CLUSTERS agent clusters registered through its config file, and as
 # many emulated agents running agent/hubsync with their own credentials. Progress goes to

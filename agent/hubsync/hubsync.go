@@ -58,6 +58,7 @@ import (
 	"github.com/magosfleet/magos/agent/hubtoken"
 	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
 	"github.com/magosfleet/magos/pkg/mirror"
+	"github.com/magosfleet/magos/pkg/ownwrites"
 	"github.com/magosfleet/magos/pkg/version"
 )
 
@@ -312,6 +313,9 @@ type syncer struct {
 	hold time.Duration
 	held sync.Map
 	now  func() time.Time
+	// writes remembers the mirror's versions before the syncer's last writes of it, so that a
+	// pass on a hub cache that does not show them yet writes nothing twice.
+	writes ownwrites.Tracker
 }
 
 // heldProgress is a status held back: the run and phase, and since when the spoke shows them.
@@ -356,16 +360,30 @@ func (r *syncer) Reconcile(ctx context.Context, req reconcile.Request) (ctrl.Res
 		}
 	case err != nil:
 		return ctrl.Result{}, fmt.Errorf("reading mirror %s on the hub: %w", key, err)
+	case r.writes.Behind(key, m.ResourceVersion):
+		// The hub cache does not show this agent's last write of the mirror yet: writing from
+		// it would send that write again. The write's own event brings the Workspace back
+		// here; meanwhile only the decision travels down (read live).
+		return r.copyDecisionDown(ctx, m, ws)
 	}
+	// The versions of the mirror before each write of this pass, remembered once it is done.
+	var before []string
+	defer func() {
+		if len(before) > 0 {
+			r.writes.Wrote(key, m.ResourceVersion, before...)
+		}
+	}()
 	// The run output the mirror has on the hub, as it was (before its spec changes), and the
 	// output the desired mirror stands for.
 	had, wanted := hubOutputs(m), hubOutputs(want)
+	before = append(before, m.ResourceVersion)
 	if err := r.updateMirror(ctx, m, want); err != nil {
 		return ctrl.Result{}, err
 	}
 	if err := r.copyRunOutput(ctx, m, had, wanted, ws.Namespace); err != nil {
 		return ctrl.Result{}, err
 	}
+	before = append(before, m.ResourceVersion)
 	held, err := r.updateMirrorStatus(ctx, m, want, req.NamespacedName)
 	if err != nil {
 		return ctrl.Result{}, err
@@ -423,6 +441,7 @@ func statusInSync(m, want *magosv1.Workspace) bool {
 
 func (r *syncer) deleteMirror(ctx context.Context, key client.ObjectKey, origin types.NamespacedName) error {
 	r.held.Delete(key.Name)
+	r.writes.Forget(key)
 	m := &magosv1.Workspace{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}
 	err := r.hub.Delete(ctx, m)
 	if apierrors.IsNotFound(err) {

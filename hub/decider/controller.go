@@ -22,6 +22,7 @@ import (
 
 	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
 	"github.com/magosfleet/magos/hub/fleetview"
+	"github.com/magosfleet/magos/pkg/ownwrites"
 )
 
 // Controller is the skeleton the hub's fleet controllers (Rollout, Project) share: what they
@@ -41,11 +42,12 @@ type Controller[T client.Object] struct {
 
 	name    string
 	metrics *ObjectMetrics
-	// wroteOn remembers, by object, the resourceVersion the controller's last status write was
+	// writes remembers, by object, the resourceVersion the controller's last status write was
 	// made on (Wrote), and waiting the objects whose reconcile found the cache behind that write:
 	// the version it still showed. The event of the write itself then reconciles them again
 	// (ownWriteSeen), sooner than ConflictRecheck.
-	wroteOn, waiting *sync.Map
+	writes  *ownwrites.Tracker
+	waiting *sync.Map
 }
 
 // NewController returns the skeleton of the fleet controller name (its logger, its Events'
@@ -60,17 +62,18 @@ func NewController[T client.Object](mgr mcmanager.Manager, name string, metrics 
 		Opts:     opts,
 		name:     name,
 		metrics:  metrics,
-		wroteOn:  &sync.Map{},
+		writes:   &ownwrites.Tracker{},
 		waiting:  &sync.Map{},
 	}
 }
 
 // Wrote records that the controller wrote the status of the object key, read at
-// resourceVersion version, and the API server took it. Until the cache shows a newer version,
-// Reconcile decides nothing on the object: it would decide on the status before the write,
-// record again the Events of transitions already recorded, and have its write refused.
-func (c *Controller[T]) Wrote(key types.NamespacedName, version string) {
-	c.wroteOn.Store(key, version)
+// resourceVersion before, and the API server took it, leaving version after. Until the cache
+// shows a newer version than before, Reconcile decides nothing on the object: it would decide
+// on the status before the write, record again the Events of transitions already recorded, and
+// have its write refused.
+func (c *Controller[T]) Wrote(key types.NamespacedName, before, after string) {
+	c.writes.Wrote(key, after, before)
 }
 
 // ownWriteSeen passes the change of an object whose last reconcile waited for the cache to show
@@ -171,7 +174,7 @@ func (c *Controller[T]) Reconcile(ctx context.Context, req mcreconcile.Request, 
 	if err := c.Hub.Get(ctx, req.NamespacedName, obj); err != nil {
 		if apierrors.IsNotFound(err) {
 			c.metrics.forget(req.NamespacedName)
-			c.wroteOn.Delete(req.NamespacedName)
+			c.writes.Forget(req.NamespacedName)
 			c.waiting.Delete(req.NamespacedName)
 			if steps.Gone != nil {
 				steps.Gone(req.NamespacedName)
@@ -181,7 +184,7 @@ func (c *Controller[T]) Reconcile(ctx context.Context, req mcreconcile.Request, 
 		c.metrics.count(req.NamespacedName, err)
 		return ctrl.Result{}, fmt.Errorf("reading %s %s: %w", kind, req.NamespacedName, err)
 	}
-	if v, ok := c.wroteOn.Load(req.NamespacedName); ok && v == obj.GetResourceVersion() {
+	if v := obj.GetResourceVersion(); c.writes.Behind(req.NamespacedName, v) {
 		// The cache does not show this controller's last status write yet: its event
 		// reconciles the object again (ownWriteSeen), ConflictRecheck at the latest.
 		c.waiting.Store(req.NamespacedName, v)

@@ -16,6 +16,7 @@ import (
 	mcreconcile "sigs.k8s.io/multicluster-runtime/pkg/reconcile"
 
 	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
+	"github.com/magosfleet/magos/pkg/ownwrites"
 	"github.com/magosfleet/magos/pkg/scheme"
 )
 
@@ -58,7 +59,7 @@ func TestObjectMetrics(t *testing.T) {
 func TestReconcileWaitsForItsOwnStatusWrite(t *testing.T) {
 	ro := &magosv1.Rollout{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "web"}}
 	hub := fake.NewClientBuilder().WithScheme(scheme.New()).WithObjects(ro).Build()
-	c := Controller[*magosv1.Rollout]{Hub: hub, metrics: NewObjectMetrics("WaitWidget"), wroteOn: &sync.Map{}, waiting: &sync.Map{}}
+	c := Controller[*magosv1.Rollout]{Hub: hub, metrics: NewObjectMetrics("WaitWidget"), writes: &ownwrites.Tracker{}, waiting: &sync.Map{}}
 	req := mcreconcile.Request{Request: reconcile.Request{NamespacedName: types.NamespacedName{Namespace: "ns", Name: "web"}}}
 	decided := 0
 	steps := Steps[*magosv1.Rollout]{Decide: func(context.Context, *magosv1.Rollout) (ctrl.Result, error) {
@@ -80,7 +81,7 @@ func TestReconcileWaitsForItsOwnStatusWrite(t *testing.T) {
 	if err := hub.Get(context.Background(), req.NamespacedName, read); err != nil {
 		t.Fatal(err)
 	}
-	c.Wrote(req.NamespacedName, read.ResourceVersion)
+	c.Wrote(req.NamespacedName, read.ResourceVersion, read.ResourceVersion+"1")
 	if res := reconcileOnce(); decided != 1 || res.RequeueAfter != ConflictRecheck {
 		t.Fatalf("on the version written from: decided %d times (want 1), requeue %s (want %s)", decided, res.RequeueAfter, ConflictRecheck)
 	}

@@ -305,7 +305,7 @@ func (r *Reconciler) writeStatus(ctx context.Context, p *magosv1.Project, s stat
 	if err := r.Hub.Status().Patch(ctx, patched, client.MergeFromWithOptions(p, client.MergeFromWithOptimisticLock{})); err != nil {
 		return fmt.Errorf("patching the status of Project %s/%s: %w", p.Namespace, p.Name, err)
 	}
-	r.Wrote(client.ObjectKeyFromObject(p), p.ResourceVersion)
+	r.Wrote(client.ObjectKeyFromObject(p), p.ResourceVersion, patched.ResourceVersion)
 	patched.DeepCopyInto(p) // later patches of this pass lock on the new resourceVersion
 	return nil
 }

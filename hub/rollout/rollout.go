@@ -518,7 +518,7 @@ func (r *Reconciler) writeStatus(ctx context.Context, ro *magosv1.Rollout, d dec
 	if err := r.Hub.Status().Patch(ctx, patched, client.RawPatch(types.MergePatchType, data)); err != nil {
 		return 0, fmt.Errorf("patching the status of Rollout %s/%s: %w", ro.Namespace, ro.Name, err)
 	}
-	r.Wrote(key, ro.ResourceVersion)
+	r.Wrote(key, ro.ResourceVersion, patched.ResourceVersion)
 	r.mu.Lock()
 	r.written[key] = now
 	r.mu.Unlock()

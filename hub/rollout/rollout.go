@@ -74,6 +74,60 @@ type Reconciler struct {
 	retries map[decide.Key]string
 	// written is when each Rollout's status was last written (progressOnly paces those writes).
 	written map[types.NamespacedName]time.Time
+	// completions are the completions each Rollout's Events reported for the change it rolls
+	// out (firstCompletion).
+	completions map[types.NamespacedName]completion
+}
+
+// completion is what a Rollout's Events reported completed for one change: its steps
+// (StepCompleted) and the whole Rollout (RolloutCompleted).
+type completion struct {
+	uid     types.UID
+	change  string
+	steps   map[string]bool
+	rollout bool
+}
+
+// changeOf identifies the change a decision rolls out: the commits of its revisions, each with
+// when the hub started rolling it out (a commit rolled out again after a rollback is a new
+// change), and the rollback in force, if any.
+func changeOf(ro *magosv1.Rollout, d decide.Decision) string {
+	var b strings.Builder
+	for _, rev := range d.Revisions {
+		fmt.Fprintf(&b, "%s\x00%s\x00%s\x00%d\n", rev.RepoURL, rev.TargetRevision, rev.Commit, rev.Since.Unix())
+	}
+	if rb := ro.Spec.Rollback; rb != nil {
+		fmt.Fprintf(&b, "rollback %d", rb.RequestedAt.Unix())
+	}
+	return b.String()
+}
+
+// firstCompletion reports whether the completion of step (of the whole Rollout when step is "")
+// is new for the change d rolls out, and records it. A step is completed once per change: a
+// cluster that goes silent makes its steps current again until it is back (its Workspaces'
+// reports count only while it is available), and they are then done again for the same change,
+// with nothing new to report. So are a status write that failed after its Events were recorded
+// and decided again. The record lives while this replica leads: a new leader reports from the
+// Rollout's status alone.
+func (r *Reconciler) firstCompletion(ro *magosv1.Rollout, d decide.Decision, step string) bool {
+	nn, change := client.ObjectKeyFromObject(ro), changeOf(ro, d)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	c, ok := r.completions[nn]
+	if !ok || c.uid != ro.UID || c.change != change {
+		c = completion{uid: ro.UID, change: change, steps: map[string]bool{}}
+	}
+	first := false
+	if step == "" {
+		first, c.rollout = !c.rollout, true
+	} else {
+		first, c.steps[step] = !c.steps[step], true
+	}
+	if r.completions == nil {
+		r.completions = map[types.NamespacedName]completion{}
+	}
+	r.completions[nn] = c
+	return first
 }
 
 // ProgressInterval is the least time between two writes of a Rollout's status that differ only
@@ -264,6 +318,9 @@ func (r *Reconciler) recordTransitions(ro *magosv1.Rollout, d decide.Decision) {
 		// Every step from the one current before to the one current now is done (and soaked).
 		for i := old.CurrentStep; i < d.CurrentStep && i < len(d.Steps); i++ {
 			st := d.Steps[i]
+			if !r.firstCompletion(ro, d, st.Name) {
+				continue // reported for this change already
+			}
 			r.Recorder.Eventf(ro, nil, corev1.EventTypeNormal, EventStepCompleted, "Step "+st.Name,
 				"Step %d/%d %s completed: %d/%d applied, %d failed", i+1, steps, st.Name, st.Applied, st.Matched, st.Failed)
 		}
@@ -330,7 +387,8 @@ func (r *Reconciler) recordTransitions(ro *magosv1.Rollout, d decide.Decision) {
 		}
 		r.Recorder.Eventf(ro, nil, corev1.EventTypeNormal, EventResumed, "Resume", "Resumed%s", by)
 	}
-	if (first || old.Reason != d.Reason) && !(drift && d.Reason == magosv1.ReasonDriftDetected) {
+	if (first || old.Reason != d.Reason) && !(drift && d.Reason == magosv1.ReasonDriftDetected) &&
+		(d.Reason != magosv1.ReasonRolloutCompleted || r.firstCompletion(ro, d, "")) {
 		kind := corev1.EventTypeNormal
 		if magosv1.InfoOf(d.Phase, d.Reason).Failed || d.Reason == magosv1.ReasonWaitingForClusters || d.Reason == magosv1.ReasonDriftDetected {
 			kind = corev1.EventTypeWarning
@@ -582,6 +640,7 @@ func (r *Reconciler) forget(nn types.NamespacedName) {
 	defer r.mu.Unlock()
 	delete(r.active, nn)
 	delete(r.written, nn)
+	delete(r.completions, nn)
 	activeCount.Set(float64(r.countActive()))
 }
 

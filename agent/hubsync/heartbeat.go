@@ -61,6 +61,9 @@ type heartbeat struct {
 	completeAt time.Time
 	// renewed: this agent has renewed the Lease (its initial sync is done).
 	renewed bool
+	// lease is the Lease as this agent's last renewal left it (nil before one, or after a
+	// renewal failed): the next renewal updates it without reading it first.
+	lease *coordinationv1.Lease
 }
 
 // lag is a mirror found out of sync: since when, and the spoke Workspace it mirrors.
@@ -181,6 +184,7 @@ func (h *heartbeat) beat(ctx context.Context, log logr.Logger) (soon bool) {
 	w := mirror.Watermark{Since: h.syncedSince, At: h.completeAt, Mirrored: res.mirrored, Behind: res.behind, Lag: res.lag}
 	if err := h.renew(rctx, now, w); err != nil {
 		if ctx.Err() == nil {
+			heartbeatFailures.Inc()
 			log.Error(err, "renewing the heartbeat Lease on the hub")
 		}
 		return soon
@@ -270,28 +274,56 @@ func (h *heartbeat) audit(ctx context.Context, now time.Time) (auditResult, erro
 
 // renew creates or renews the Lease at now, with the sync watermark w (its annotations replace
 // those of the previous one: a field w leaves out is removed). A new holder counts a transition.
+// Like the kubelet's node Lease, a renewal is one request: it updates the Lease as this agent's
+// last renewal left it. Only the first renewal, one after a failure, and one whose Lease
+// somebody else changed meanwhile (the hub writes its version on it: the update is refused as a
+// conflict) read it first. On a hub API server that a large rollout saturates, that read was
+// half of every heartbeat's requests, and each one waited in the queue.
 func (h *heartbeat) renew(ctx context.Context, now time.Time, w mirror.Watermark) error {
-	at := metav1.NewMicroTime(now)
-	secs := int32(h.duration / time.Second)
-	annotations := w.Annotations()
-	annotations[keys.AgentVersion] = h.version
+	if last := h.lease; last != nil {
+		h.lease = nil
+		err := h.update(ctx, last.DeepCopy(), now, w)
+		if !apierrors.IsConflict(err) {
+			return err
+		}
+	}
 	lease := &coordinationv1.Lease{}
 	err := h.client.Get(ctx, client.ObjectKey{Namespace: h.namespace, Name: keys.AgentLease}, lease)
 	if apierrors.IsNotFound(err) {
-		lease = &coordinationv1.Lease{
-			ObjectMeta: metav1.ObjectMeta{Namespace: h.namespace, Name: keys.AgentLease, Annotations: annotations},
-			Spec: coordinationv1.LeaseSpec{
-				HolderIdentity: &h.identity, LeaseDurationSeconds: &secs, AcquireTime: &at, RenewTime: &at,
-			},
-		}
-		if err := h.client.Create(ctx, lease); err != nil {
-			return fmt.Errorf("creating Lease %s/%s: %w", h.namespace, keys.AgentLease, err)
-		}
-		return nil
+		return h.create(ctx, now, w)
 	}
 	if err != nil {
 		return fmt.Errorf("reading Lease %s/%s: %w", h.namespace, keys.AgentLease, err)
 	}
+	return h.update(ctx, lease, now, w)
+}
+
+// create creates the Lease at now, with the sync watermark w.
+func (h *heartbeat) create(ctx context.Context, now time.Time, w mirror.Watermark) error {
+	at := metav1.NewMicroTime(now)
+	secs := int32(h.duration / time.Second)
+	annotations := w.Annotations()
+	annotations[keys.AgentVersion] = h.version
+	lease := &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Namespace: h.namespace, Name: keys.AgentLease, Annotations: annotations},
+		Spec: coordinationv1.LeaseSpec{
+			HolderIdentity: &h.identity, LeaseDurationSeconds: &secs, AcquireTime: &at, RenewTime: &at,
+		},
+	}
+	if err := h.client.Create(ctx, lease); err != nil {
+		return fmt.Errorf("creating Lease %s/%s: %w", h.namespace, keys.AgentLease, err)
+	}
+	h.lease = lease
+	return nil
+}
+
+// update renews lease, as read or as the last renewal left it, at now with the sync watermark
+// w. The update is refused as a conflict when the Lease changed since.
+func (h *heartbeat) update(ctx context.Context, lease *coordinationv1.Lease, now time.Time, w mirror.Watermark) error {
+	at := metav1.NewMicroTime(now)
+	secs := int32(h.duration / time.Second)
+	annotations := w.Annotations()
+	annotations[keys.AgentVersion] = h.version
 	if h.skew != nil {
 		h.skew.observe(ctrl.LoggerFrom(ctx), lease.Annotations[keys.HubVersion])
 	}
@@ -319,5 +351,6 @@ func (h *heartbeat) renew(ctx context.Context, now time.Time, w mirror.Watermark
 	if err := h.client.Update(ctx, lease); err != nil {
 		return fmt.Errorf("renewing Lease %s/%s: %w", h.namespace, keys.AgentLease, err)
 	}
+	h.lease = lease
 	return nil
 }

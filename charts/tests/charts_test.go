@@ -191,6 +191,16 @@ func TestHubDefaults(t *testing.T) {
 	if !strings.Contains(cm.Data["config.yaml"], "clusters: []") {
 		t.Errorf("config = %q", cm.Data["config.yaml"])
 	}
+	// The agents' heartbeats have a priority level of their own (TestAgentHeartbeatsHaveTheirOwnPriority
+	// in hub/registry shows the API server using it), unless turned off.
+	if fs := objs["FlowSchema/magos-agent-heartbeats"]; fs == nil {
+		t.Error("no FlowSchema magos-agent-heartbeats: the agents' heartbeats would queue behind their mirror writes")
+	} else if level, _, _ := unstructured.NestedString(fs.Object, "spec", "priorityLevelConfiguration", "name"); level != "node-high" {
+		t.Errorf("FlowSchema magos-agent-heartbeats sends to priority level %q, want node-high", level)
+	}
+	if objs := render(t, "magos-hub", map[string]any{"agentHeartbeatPriority": map[string]any{"enabled": false}}); objs["FlowSchema/magos-agent-heartbeats"] != nil {
+		t.Error("agentHeartbeatPriority.enabled=false still renders the FlowSchema magos-agent-heartbeats")
+	}
 }
 
 func TestHubClustersFromValues(t *testing.T) {

@@ -264,7 +264,8 @@ func startCluster(name, assets, dir string, opts Options) (*Cluster, error) {
 		policies := []string{filepath.Join(root, "charts", "magos-agent", "files", "admission-policy.yaml")}
 		if name == HubName {
 			policies = append(policies, filepath.Join(root, "charts", "magos-hub", "files", "approval-policy.yaml"),
-				filepath.Join(root, "charts", "magos-hub", "files", "leader-policy.yaml"))
+				filepath.Join(root, "charts", "magos-hub", "files", "leader-policy.yaml"),
+				filepath.Join(root, "charts", "magos-hub", "files", "agent-heartbeats-flowschema.yaml"))
 		}
 		for _, p := range policies {
 			if err := ApplyFile(context.Background(), c.Client, p); err != nil {

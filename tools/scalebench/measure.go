@@ -1,18 +1,23 @@
 package scalebench
 
 import (
+	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"maps"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/magosfleet/magos/pkg/localcluster"
 )
@@ -134,10 +139,14 @@ type requestCounter struct {
 	mu         sync.Mutex
 	byMethod   map[string]float64
 	byResource map[string]float64 // writes only, by resource (and subresource)
+	// leases are the heartbeats' requests (to the resource "leases"): how long each took, and
+	// those that failed (a transport error or an answer of 400 or more), by answer.
+	leaseTimes  []time.Duration
+	leaseFailed map[string]float64
 }
 
 func newRequestCounter() *requestCounter {
-	return &requestCounter{byMethod: map[string]float64{}, byResource: map[string]float64{}}
+	return &requestCounter{byMethod: map[string]float64{}, byResource: map[string]float64{}, leaseFailed: map[string]float64{}}
 }
 
 // wrap is a rest.Config.WrapTransport that counts each request, then sends it on.
@@ -149,8 +158,31 @@ func (c *requestCounter) wrap(rt http.RoundTripper) http.RoundTripper {
 			c.byResource[resourceOf(req.URL.Path)]++
 		}
 		c.mu.Unlock()
-		return rt.RoundTrip(req)
+		if resourceOf(req.URL.Path) != "leases" {
+			return rt.RoundTrip(req)
+		}
+		start := time.Now()
+		resp, err := rt.RoundTrip(req)
+		took := time.Since(start)
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		c.leaseTimes = append(c.leaseTimes, took)
+		switch {
+		case err != nil:
+			c.leaseFailed["error"]++
+		case resp.StatusCode >= 400:
+			c.leaseFailed[strconv.Itoa(resp.StatusCode)]++
+		}
+		return resp, err
 	})
+}
+
+// leases returns how long the heartbeats' requests took since the first from of them, and
+// their failures so far, by answer.
+func (c *requestCounter) leases(from int) (times []time.Duration, n int, failed map[string]float64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.leaseTimes[min(from, len(c.leaseTimes)):]), len(c.leaseTimes), maps.Clone(c.leaseFailed)
 }
 
 // snapshot returns the counts so far, by method and (writes only) by resource.
@@ -194,4 +226,103 @@ func resourceOf(path string) string {
 		return seg[0] + "/" + seg[2]
 	}
 	return seg[0]
+}
+
+// queueing is what the API server's priority and fairness (APF) did with the requests it
+// served, by priority level: how many it dispatched, how long they waited in its queues (the
+// sum, in seconds), and how many it rejected (429); and the writes it served, by resource (and
+// subresource), whoever sent them.
+type queueing struct {
+	Dispatched, Waited, Rejected map[string]float64
+	Writes                       map[string]float64
+}
+
+// scrapeQueueing reads the APF metrics of the API server of c.
+func scrapeQueueing(ctx context.Context, c *localcluster.Cluster) (queueing, error) {
+	cs, err := kubernetes.NewForConfig(c.Config)
+	if err != nil {
+		return queueing{}, err
+	}
+	raw, err := cs.RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	if err != nil {
+		return queueing{}, fmt.Errorf("reading the API server's metrics: %w", err)
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(bytes.NewReader(raw))
+	if err != nil {
+		return queueing{}, fmt.Errorf("parsing the API server's metrics: %w", err)
+	}
+	q := queueing{Dispatched: map[string]float64{}, Waited: map[string]float64{}, Rejected: map[string]float64{}, Writes: map[string]float64{}}
+	for _, m := range families["apiserver_request_total"].GetMetric() {
+		var verb, resource, sub string
+		for _, l := range m.GetLabel() {
+			switch l.GetName() {
+			case "verb":
+				verb = l.GetValue()
+			case "resource":
+				resource = l.GetValue()
+			case "subresource":
+				sub = l.GetValue()
+			}
+		}
+		switch verb {
+		case "CREATE", "UPDATE", "PATCH", "APPLY", "DELETE", "POST", "PUT":
+		default:
+			continue
+		}
+		if sub != "" {
+			resource += "/" + sub
+		}
+		q.Writes[resource] += m.GetCounter().GetValue()
+	}
+	level := func(m *dto.Metric) string {
+		for _, l := range m.GetLabel() {
+			if l.GetName() == "priority_level" {
+				return l.GetValue()
+			}
+		}
+		return ""
+	}
+	for _, m := range families["apiserver_flowcontrol_dispatched_requests_total"].GetMetric() {
+		q.Dispatched[level(m)] += m.GetCounter().GetValue()
+	}
+	for _, m := range families["apiserver_flowcontrol_request_wait_duration_seconds"].GetMetric() {
+		q.Waited[level(m)] += m.GetHistogram().GetSampleSum()
+	}
+	for _, m := range families["apiserver_flowcontrol_rejected_requests_total"].GetMetric() {
+		q.Rejected[level(m)] += m.GetCounter().GetValue()
+	}
+	return q, nil
+}
+
+// since returns the counts of q less those of before.
+func (q queueing) since(before queueing) queueing {
+	return queueing{Dispatched: since(before.Dispatched, q.Dispatched), Waited: since(before.Waited, q.Waited), Rejected: since(before.Rejected, q.Rejected),
+		Writes: since(before.Writes, q.Writes)}
+}
+
+// String lists the priority levels that dispatched, waited or rejected anything, busiest first:
+// "workload-low: 1234 dispatched, mean wait 12 ms, 0 rejected; …".
+func (q queueing) String() string {
+	levels := slices.Collect(maps.Keys(q.Dispatched))
+	for l := range q.Rejected {
+		if _, ok := q.Dispatched[l]; !ok {
+			levels = append(levels, l)
+		}
+	}
+	slices.SortFunc(levels, func(a, b string) int {
+		return cmp.Compare(q.Dispatched[b]+q.Rejected[b], q.Dispatched[a]+q.Rejected[a])
+	})
+	var parts []string
+	for _, l := range levels {
+		if q.Dispatched[l]+q.Rejected[l] == 0 {
+			continue
+		}
+		parts = append(parts, fmt.Sprintf("%s: %.0f dispatched, mean wait %.0f ms, %.0f rejected", l, q.Dispatched[l],
+			1000*q.Waited[l]/max(q.Dispatched[l], 1), q.Rejected[l]))
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, "; ")
 }

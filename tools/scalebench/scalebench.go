@@ -170,6 +170,15 @@ type Result struct {
 	// AgentWritesByResource their writes by resource, e.g. "workspaces/status" or "leases". Each
 	// attempt counts, whatever its answer. Their requests to the spoke do not count.
 	AgentRequestsByMethod, AgentWritesByResource map[string]float64
+	// LeaseTimes are how long the emulated agents' heartbeat requests (the Lease's get and
+	// update) took while the Rollouts were timed, LeaseFailed those that failed, by answer
+	// ("error": no answer, or the HTTP status).
+	LeaseTimes  []time.Duration
+	LeaseFailed map[string]float64
+	// HubQueueing is what the hub API server's priority and fairness did with the requests it
+	// served meanwhile, by priority level (every client's: the hub's, the agents', the
+	// benchmark's own reads).
+	HubQueueing queueing
 	// HubThrottled is how long the hub's requests waited meanwhile for its client's rate
 	// limiter, summed over requests.
 	HubThrottled float64
@@ -274,6 +283,32 @@ func (r Result) Line() string {
 		r.HubRSS/(1<<20), r.HubHeap/(1<<20), r.RequestsPerGrant(), r.AgentWritesPerRun(), r.AgentHeartbeatsPerRun(), r.APIServerCPUPerRun())
 }
 
+// hubWrites are the writes the hub API server served while timed, by resource, less those of
+// the emulated agents: the hub's own (and the benchmark's few: its Rollouts are created before).
+func (r Result) hubWrites() map[string]float64 {
+	out := map[string]float64{}
+	for k, n := range r.HubQueueing.Writes {
+		if n -= r.AgentWritesByResource[k]; n > 0 {
+			out[k] = n
+		}
+	}
+	return out
+}
+
+// leaseFailures lists the failed heartbeat requests by answer, or "none".
+func (r Result) leaseFailures() string {
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(r.LeaseFailed)) {
+		if n := r.LeaseFailed[k]; n > 0 {
+			parts = append(parts, fmt.Sprintf("%s %.0f", k, n))
+		}
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, ", ")
+}
+
 // Table is a short Markdown table of the run's figures.
 func (r Result) Table() string {
 	pct := func(ds []time.Duration) string {
@@ -303,6 +338,10 @@ func (r Result) Table() string {
 		{"… by method, per run", r.perGrant(r.AgentRequestsByMethod, isWrite)},
 		{"… by resource, per run", r.perGrant(r.AgentWritesByResource, nil)},
 		{"agent reads of the hub API server (GET) per run", fmt.Sprintf("%.2f", r.AgentRequestsByMethod[http.MethodGet]/float64(max(r.Grants, 1)))},
+		{"agent heartbeat requests (Lease get and update), time taken", pct(r.LeaseTimes)},
+		{"… failed, by answer", r.leaseFailures()},
+		{"hub API server queueing (priority and fairness), by priority level", r.HubQueueing.String()},
+		{"writes the hub API server served, less the agents', by resource, per grant", r.perGrant(r.hubWrites(), nil)},
 		{"hub apiserver + etcd CPU", cores(r.APIServerCPU)},
 		{"… per run", fmt.Sprintf("%.1f ms", r.APIServerCPUPerRun())},
 		{"hub client rate-limiter waits", fmt.Sprintf("%.1f s in all, %.0f ms per request", r.HubThrottled, 1000*r.HubThrottled/max(r.HubRequests, 1))},
@@ -420,6 +459,11 @@ func Run(ctx context.Context, opts Options) (res Result, err error) {
 	runsBefore, cpuBefore, hubBefore, timed := b.ledger.Len(), localcluster.CPUSeconds(b.hub.PIDs()...), localcluster.CPUSeconds(hubPID), time.Now()
 	spokeBefore, benchBefore := localcluster.CPUSeconds(b.spoke.PIDs()...), localcluster.CPUSeconds(os.Getpid())
 	agentBefore, agentWritesBefore := b.agentHub.snapshot()
+	_, leasesBefore, leaseFailedBefore := b.agentHub.leases(0)
+	queueBefore, err := scrapeQueueing(ctx, b.hub)
+	if err != nil {
+		return res, err
+	}
 	for k := range opts.Repeats {
 		commit := b.newCommit()
 		b.step("3-stage rollout %d of %d: commit %s", k+1, opts.Repeats, short(commit))
@@ -473,6 +517,13 @@ func Run(ctx context.Context, opts Options) (res Result, err error) {
 	res.Grants = b.ledger.Len() - runsBefore
 	agentAfter, agentWritesAfter := b.agentHub.snapshot()
 	res.AgentRequestsByMethod, res.AgentWritesByResource = since(agentBefore, agentAfter), since(agentWritesBefore, agentWritesAfter)
+	leaseTimes, _, leaseFailedAfter := b.agentHub.leases(leasesBefore)
+	res.LeaseTimes, res.LeaseFailed = leaseTimes, since(leaseFailedBefore, leaseFailedAfter)
+	queueAfter, err := scrapeQueueing(ctx, b.hub)
+	if err != nil {
+		return res, err
+	}
+	res.HubQueueing = queueAfter.since(queueBefore)
 	after, err := scrape(ctx, b.metrics)
 	if err != nil {
 		return res, err

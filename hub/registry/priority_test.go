@@ -9,11 +9,9 @@ import (
 	"time"
 
 	flowcontrolv1 "k8s.io/api/flowcontrol/v1"
-	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
-	"github.com/magosfleet/magos/hub/registry"
 	"github.com/magosfleet/magos/pkg/mirror"
 	magosscheme "github.com/magosfleet/magos/pkg/scheme"
 	"github.com/magosfleet/magos/pkg/testenv"
@@ -30,18 +28,8 @@ const flowSchemaHeader = "X-Kubernetes-Pf-Flowschema-Uid"
 // header naming the FlowSchema that classified each request) is the observer.
 func TestAgentHeartbeatsHaveTheirOwnPriority(t *testing.T) {
 	ctx := context.Background()
-	cfg := newConfigDir(t, clusterYAML(agentEntry("pf", "")))
-	startHub(t, cfg.file())
 	ns := mirror.Namespace("pf")
-	var raw []byte
-	testenv.Eventually(t, 60*time.Second, func() (err error) {
-		raw, err = registry.AgentKubeconfig(ctx, env.Hub.Config, registry.AgentKubeconfigOptions{Cluster: "pf", Duration: time.Hour})
-		return err
-	})
-	agentCfg, err := clientcmd.RESTConfigFromKubeConfig(raw)
-	if err != nil {
-		t.Fatal(err)
-	}
+	agentCfg := startHubForAgent(t, "pf")
 	var (
 		mu   sync.Mutex
 		last string // the FlowSchema UID of the last answer

@@ -21,6 +21,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/util/retry"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -680,25 +681,8 @@ func gauge(t *testing.T, name, cluster string) (float64, bool) {
 // turns unavailable within the lease duration, with no event other than the passing of time.
 func TestHeartbeatMakesAgentClusterAvailable(t *testing.T) {
 	ctx := context.Background()
-	cfg := newConfigDir(t, clusterYAML(agentEntry("hb", "")))
-	startHub(t, cfg.file())
 	ns := mirror.Namespace("hb")
-	var raw []byte
-	testenv.Eventually(t, 60*time.Second, func() (err error) {
-		raw, err = registry.AgentKubeconfig(ctx, env.Hub.Config, registry.AgentKubeconfigOptions{Cluster: "hb", Duration: time.Hour})
-		return err
-	})
-	kc, err := clientcmd.Load(raw)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if kc.Contexts[kc.CurrentContext].Namespace != ns {
-		t.Fatalf("bootstrap kubeconfig namespace %q, want %q", kc.Contexts[kc.CurrentContext].Namespace, ns)
-	}
-	agentCfg, err := clientcmd.RESTConfigFromKubeConfig(raw)
-	if err != nil {
-		t.Fatal(err)
-	}
+	agentCfg := startHubForAgent(t, "hb")
 	agentClient, err := client.New(agentCfg, client.Options{Scheme: magosscheme.New()})
 	if err != nil {
 		t.Fatal(err)
@@ -800,6 +784,32 @@ func counter(t *testing.T, name, label, value string) float64 {
 
 // renewLease creates or renews, with c, the agent Lease of hub namespace ns as an agent does:
 // held by holder for seconds from now, with annotations set on it.
+// startHubForAgent runs a hub whose config registers the one agent cluster name, and returns
+// the rest config of that agent's bootstrap kubeconfig, once the hub made it (checking that the
+// kubeconfig's namespace is the cluster's).
+func startHubForAgent(t *testing.T, name string) *rest.Config {
+	t.Helper()
+	cfg := newConfigDir(t, clusterYAML(agentEntry(name, "")))
+	startHub(t, cfg.file())
+	var raw []byte
+	testenv.Eventually(t, 60*time.Second, func() (err error) {
+		raw, err = registry.AgentKubeconfig(context.Background(), env.Hub.Config, registry.AgentKubeconfigOptions{Cluster: name, Duration: time.Hour})
+		return err
+	})
+	kc, err := clientcmd.Load(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ns := mirror.Namespace(name); kc.Contexts[kc.CurrentContext].Namespace != ns {
+		t.Fatalf("bootstrap kubeconfig namespace %q, want %q", kc.Contexts[kc.CurrentContext].Namespace, ns)
+	}
+	agentCfg, err := clientcmd.RESTConfigFromKubeConfig(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return agentCfg
+}
+
 func renewLease(ctx context.Context, c client.Client, ns, holder string, seconds int32, annotations map[string]string) error {
 	lease := &coordinationv1.Lease{}
 	err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: keys.AgentLease}, lease)

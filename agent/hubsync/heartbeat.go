@@ -277,8 +277,9 @@ func (h *heartbeat) audit(ctx context.Context, now time.Time) (auditResult, erro
 // Like the kubelet's node Lease, a renewal is one request: it updates the Lease as this agent's
 // last renewal left it. Only the first renewal, one after a failure, and one whose Lease
 // somebody else changed meanwhile (the hub writes its version on it: the update is refused as a
-// conflict) read it first. On a hub API server that a large rollout saturates, that read was
-// half of every heartbeat's requests, and each one waited in the queue.
+// conflict; so is one of a Lease deleted meanwhile, since the update carries the old
+// resourceVersion) read it first. On a hub API server that a large rollout saturates, that read
+// was half of every heartbeat's requests, and each one waited in the queue.
 func (h *heartbeat) renew(ctx context.Context, now time.Time, w mirror.Watermark) error {
 	if last := h.lease; last != nil {
 		h.lease = nil

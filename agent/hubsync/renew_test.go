@@ -18,6 +18,8 @@ import (
 // creates its Lease, and each renewal after is one update, without a read. When another writer
 // changed the Lease meanwhile (the hub writes its version on it), the update is refused, and the
 // same renewal reads the Lease and updates it: it renews, and keeps the other writer's change.
+// A Lease deleted meanwhile is made again by the same renewal (the API server refuses the
+// update of the old version as a conflict).
 func TestRenewalIsOneRequest(t *testing.T) {
 	ctx := context.Background()
 	hub, _ := startHubAndSpoke(t)
@@ -78,4 +80,11 @@ func TestRenewalIsOneRequest(t *testing.T) {
 		t.Errorf("the hub's version on the Lease is %q after the renewal, want v0.2.0", lease.Annotations[keys.HubVersion])
 	}
 	renew("the next", map[string]int{"update": 1})
+
+	// The Lease is deleted between two renewals: the next one makes it again.
+	if err := hub.Delete(ctx, lease); err != nil {
+		t.Fatal(err)
+	}
+	renew("a renewal after the Lease was deleted", map[string]int{"update": 1, "get": 1, "create": 1})
+	renew("the one after", map[string]int{"update": 1})
 }

@@ -17,8 +17,8 @@ import (
 // (and so the notifications made of them) are recorded once per change. A cluster that goes
 // silent and comes back moves the Rollout back to the step it is in (WaitingForClusters) and on
 // again: that is reported (the step is current, the Rollout waits), its completions are not
-// again. A new commit, a rollback and a Rollout created again under the same name are new
-// changes, reported again.
+// again. A new commit, a rollback, an edit of the Rollout's spec and a Rollout created again
+// under the same name are new changes, reported again.
 func TestCompletionReportedOncePerChange(t *testing.T) {
 	since := metav1.NewTime(time.Date(2026, 12, 7, 10, 0, 0, 0, time.UTC))
 	revs := func(commit string, at metav1.Time) []magosv1.RolloutRevision {
@@ -81,6 +81,10 @@ func TestCompletionReportedOncePerChange(t *testing.T) {
 		{what: "back: completed again, not reported again", current: 3, reason: magosv1.ReasonRolloutCompleted, revisions: c1},
 		{what: "a dev cluster silent after completion", current: 0, reason: magosv1.ReasonWaitingForClusters, revisions: c1},
 		{what: "back at once", current: 3, reason: magosv1.ReasonRolloutCompleted, revisions: c1},
+		{what: "paused after completion (a spec edit)", current: 3, reason: magosv1.ReasonPaused, revisions: c1,
+			setup: func() { ro.Generation++ }},
+		{what: "resumed (another edit): completed, reported", current: 3, reason: magosv1.ReasonRolloutCompleted, revisions: c1,
+			setup: func() { ro.Generation++ }, want: []string{"RolloutCompleted"}},
 		{what: "a new commit: dev current", current: 0, reason: magosv1.ReasonLevelProgressing, revisions: c2},
 		{what: "the new commit completes: reported", current: 3, reason: magosv1.ReasonRolloutCompleted, revisions: c2,
 			want: []string{"StepCompleted 1/3", "StepCompleted 2/3", "StepCompleted 3/3", "RolloutCompleted"}},

@@ -90,9 +90,11 @@ type completion struct {
 
 // changeOf identifies the change a decision rolls out: the commits of its revisions, each with
 // when the hub started rolling it out (a commit rolled out again after a rollback is a new
-// change), and the rollback in force, if any.
+// change), the rollback in force, if any, and the Rollout's spec (its generation: an edit, a
+// step added or a pause, is a change of its own; a cluster going silent is none).
 func changeOf(ro *magosv1.Rollout, d decide.Decision) string {
 	var b strings.Builder
+	fmt.Fprintf(&b, "generation %d\n", ro.Generation)
 	for _, rev := range d.Revisions {
 		fmt.Fprintf(&b, "%s\x00%s\x00%s\x00%d\n", rev.RepoURL, rev.TargetRevision, rev.Commit, rev.Since.Unix())
 	}

@@ -249,7 +249,7 @@ func counted(cfg *rest.Config, n *atomic.Int64) *rest.Config {
 		return cfg
 	}
 	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
-		return roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		return testenv.RoundTripFunc(func(r *http.Request) (*http.Response, error) {
 			if r.URL.Query().Get("watch") != "true" {
 				n.Add(1)
 			}
@@ -258,10 +258,6 @@ func counted(cfg *rest.Config, n *atomic.Int64) *rest.Config {
 	})
 	return cfg
 }
-
-type roundTripFunc func(*http.Request) (*http.Response, error)
-
-func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
 // WaitEngaged waits until the manager has engaged every named cluster.
 func (m *Manager) WaitEngaged(t testing.TB, names ...string) {

@@ -35,7 +35,7 @@ func TestAgentHeartbeatsHaveTheirOwnPriority(t *testing.T) {
 		last string // the FlowSchema UID of the last answer
 	)
 	agentCfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
-		return roundTrip(func(req *http.Request) (*http.Response, error) {
+		return testenv.RoundTripFunc(func(req *http.Request) (*http.Response, error) {
 			resp, err := rt.RoundTrip(req)
 			if err == nil {
 				mu.Lock()
@@ -92,7 +92,3 @@ func TestAgentHeartbeatsHaveTheirOwnPriority(t *testing.T) {
 		t.Errorf("the agent's read of its mirrors was classified by FlowSchema %q, want another than magos-agent-heartbeats (%s)", uid, fs.UID)
 	}
 }
-
-type roundTrip func(*http.Request) (*http.Response, error)
-
-func (f roundTrip) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }

@@ -15,7 +15,7 @@ func CountRequests(cfg *rest.Config, match func(*http.Request) bool) (*rest.Conf
 	out := rest.CopyConfig(cfg)
 	n := &atomic.Int64{}
 	out.Wrap(func(next http.RoundTripper) http.RoundTripper {
-		return roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		return RoundTripFunc(func(r *http.Request) (*http.Response, error) {
 			if match == nil || match(r) {
 				n.Add(1)
 			}
@@ -25,6 +25,9 @@ func CountRequests(cfg *rest.Config, match func(*http.Request) bool) (*rest.Conf
 	return out, n
 }
 
-type roundTripFunc func(*http.Request) (*http.Response, error)
+// RoundTripFunc is an http.RoundTripper made of a function: what a test (or a benchmark) wraps
+// a client's transport with, in rest.Config.Wrap, to observe its requests and their answers.
+type RoundTripFunc func(*http.Request) (*http.Response, error)
 
-func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+// RoundTrip calls f.
+func (f RoundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }

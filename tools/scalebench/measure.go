@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"net/http"
 	"slices"
@@ -20,6 +21,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/magosfleet/magos/pkg/localcluster"
+	"github.com/magosfleet/magos/pkg/testenv"
 )
 
 // Percentile returns the q-quantile (0 < q <= 1) of ds by the nearest-rank method: the smallest
@@ -58,19 +60,14 @@ func scrape(ctx context.Context, addr string) (hubMetrics, error) {
 		return hubMetrics{}, fmt.Errorf("reading the hub's metrics: %w", err)
 	}
 	defer resp.Body.Close()
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	families, err := parser.TextToMetricFamilies(resp.Body)
+	families, err := parseMetrics(resp.Body)
 	if err != nil {
 		return hubMetrics{}, fmt.Errorf("parsing the hub's metrics: %w", err)
 	}
 	m := hubMetrics{ByMethod: map[string]float64{}}
 	for _, s := range families["rest_client_requests_total"].GetMetric() {
 		m.Requests += s.GetCounter().GetValue()
-		for _, l := range s.GetLabel() {
-			if l.GetName() == "method" {
-				m.ByMethod[l.GetValue()] += s.GetCounter().GetValue()
-			}
-		}
+		m.ByMethod[label(s, "method")] += s.GetCounter().GetValue()
 	}
 	if _, ok := families["magos_hub_api_throttle_wait_seconds"]; !ok {
 		return hubMetrics{}, errors.New("the hub's metrics have no magos_hub_api_throttle_wait_seconds")
@@ -151,7 +148,7 @@ func newRequestCounter() *requestCounter {
 
 // wrap is a rest.Config.WrapTransport that counts each request, then sends it on.
 func (c *requestCounter) wrap(rt http.RoundTripper) http.RoundTripper {
-	return roundTripFunc(func(req *http.Request) (*http.Response, error) {
+	return testenv.RoundTripFunc(func(req *http.Request) (*http.Response, error) {
 		c.mu.Lock()
 		c.byMethod[req.Method]++
 		if isWrite(req.Method) {
@@ -191,10 +188,6 @@ func (c *requestCounter) snapshot() (byMethod, byResource map[string]float64) {
 	defer c.mu.Unlock()
 	return maps.Clone(c.byMethod), maps.Clone(c.byResource)
 }
-
-type roundTripFunc func(*http.Request) (*http.Response, error)
-
-func (f roundTripFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
 
 // isWrite reports whether an HTTP method writes: every verb but get, list and watch (GET),
 // that is create (POST), update (PUT), patch (PATCH) and delete (DELETE).
@@ -247,52 +240,49 @@ func scrapeQueueing(ctx context.Context, c *localcluster.Cluster) (queueing, err
 	if err != nil {
 		return queueing{}, fmt.Errorf("reading the API server's metrics: %w", err)
 	}
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	families, err := parser.TextToMetricFamilies(bytes.NewReader(raw))
+	families, err := parseMetrics(bytes.NewReader(raw))
 	if err != nil {
 		return queueing{}, fmt.Errorf("parsing the API server's metrics: %w", err)
 	}
 	q := queueing{Dispatched: map[string]float64{}, Waited: map[string]float64{}, Rejected: map[string]float64{}, Writes: map[string]float64{}}
 	for _, m := range families["apiserver_request_total"].GetMetric() {
-		var verb, resource, sub string
-		for _, l := range m.GetLabel() {
-			switch l.GetName() {
-			case "verb":
-				verb = l.GetValue()
-			case "resource":
-				resource = l.GetValue()
-			case "subresource":
-				sub = l.GetValue()
-			}
-		}
-		switch verb {
-		case "CREATE", "UPDATE", "PATCH", "APPLY", "DELETE", "POST", "PUT":
+		switch label(m, "verb") {
+		case "CREATE", "UPDATE", "PATCH", "APPLY", "DELETE":
 		default:
 			continue
 		}
-		if sub != "" {
+		resource := label(m, "resource")
+		if sub := label(m, "subresource"); sub != "" {
 			resource += "/" + sub
 		}
 		q.Writes[resource] += m.GetCounter().GetValue()
 	}
-	level := func(m *dto.Metric) string {
-		for _, l := range m.GetLabel() {
-			if l.GetName() == "priority_level" {
-				return l.GetValue()
-			}
-		}
-		return ""
-	}
 	for _, m := range families["apiserver_flowcontrol_dispatched_requests_total"].GetMetric() {
-		q.Dispatched[level(m)] += m.GetCounter().GetValue()
+		q.Dispatched[label(m, "priority_level")] += m.GetCounter().GetValue()
 	}
 	for _, m := range families["apiserver_flowcontrol_request_wait_duration_seconds"].GetMetric() {
-		q.Waited[level(m)] += m.GetHistogram().GetSampleSum()
+		q.Waited[label(m, "priority_level")] += m.GetHistogram().GetSampleSum()
 	}
 	for _, m := range families["apiserver_flowcontrol_rejected_requests_total"].GetMetric() {
-		q.Rejected[level(m)] += m.GetCounter().GetValue()
+		q.Rejected[label(m, "priority_level")] += m.GetCounter().GetValue()
 	}
 	return q, nil
+}
+
+// parseMetrics parses a Prometheus text exposition into its metric families, by name.
+func parseMetrics(r io.Reader) (map[string]*dto.MetricFamily, error) {
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	return parser.TextToMetricFamilies(r)
+}
+
+// label returns the value of m's label name ("" when it has none).
+func label(m *dto.Metric, name string) string {
+	for _, l := range m.GetLabel() {
+		if l.GetName() == name {
+			return l.GetValue()
+		}
+	}
+	return ""
 }
 
 // since returns the counts of q less those of before.

@@ -283,7 +283,7 @@ func (h *heartbeat) audit(ctx context.Context, now time.Time) (auditResult, erro
 func (h *heartbeat) renew(ctx context.Context, now time.Time, w mirror.Watermark) error {
 	if last := h.lease; last != nil {
 		h.lease = nil
-		err := h.update(ctx, last.DeepCopy(), now, w)
+		err := h.update(ctx, last, now, w) // the heartbeat goroutine's own copy: h.lease no longer holds it
 		if !apierrors.IsConflict(err) {
 			return err
 		}

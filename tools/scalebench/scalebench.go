@@ -161,6 +161,10 @@ type Result struct {
 	HubRequestsByMethod map[string]float64
 	// HubEvents counts the Events created on the hub while the Rollouts were timed, by reason.
 	HubEvents map[string]int
+	// ClusterStatusChanges counts the changes of the Clusters' status while timed, by the field
+	// changed (a change of several fields counts for each), as a watch of the benchmark's own
+	// saw them.
+	ClusterStatusChanges map[string]float64
 	// SilentClusters is the number of clusters the hub judged silent while the Rollouts were
 	// timed: those with an AgentSilent Event that occurred meanwhile (its first occurrence, or
 	// the last of its series).
@@ -342,6 +346,7 @@ func (r Result) Table() string {
 		{"… failed, by answer", r.leaseFailures()},
 		{"hub API server queueing (priority and fairness), by priority level", r.HubQueueing.String()},
 		{"writes the hub API server served, less the agents', by resource, per grant", r.perGrant(r.hubWrites(), nil)},
+		{"… Clusters' status changes, by field changed, per grant", r.perGrant(r.ClusterStatusChanges, nil)},
 		{"hub apiserver + etcd CPU", cores(r.APIServerCPU)},
 		{"… per run", fmt.Sprintf("%.1f ms", r.APIServerCPUPerRun())},
 		{"hub client rate-limiter waits", fmt.Sprintf("%.1f s in all, %.0f ms per request", r.HubThrottled, 1000*r.HubThrottled/max(r.HubRequests, 1))},
@@ -464,6 +469,14 @@ func Run(ctx context.Context, opts Options) (res Result, err error) {
 	if err != nil {
 		return res, err
 	}
+	watcher, err := client.NewWithWatch(b.hub.Config, client.Options{Scheme: b.hub.Client.Scheme()})
+	if err != nil {
+		return res, fmt.Errorf("a watching client of the hub: %w", err)
+	}
+	clusterChanges, err := watchClusterStatus(ctx, watcher)
+	if err != nil {
+		return res, err
+	}
 	for k := range opts.Repeats {
 		commit := b.newCommit()
 		b.step("3-stage rollout %d of %d: commit %s", k+1, opts.Repeats, short(commit))
@@ -510,6 +523,7 @@ func Run(ctx context.Context, opts Options) (res Result, err error) {
 		}
 	}
 	res.Timed = time.Since(timed)
+	res.ClusterStatusChanges = clusterChanges.result()
 	res.APIServerCPU = localcluster.CPUSeconds(b.hub.PIDs()...) - cpuBefore
 	res.HubCPU = localcluster.CPUSeconds(hubPID) - hubBefore
 	res.SpokeCPU = localcluster.CPUSeconds(b.spoke.PIDs()...) - spokeBefore

@@ -247,7 +247,9 @@ func scrapeQueueing(ctx context.Context, c *localcluster.Cluster) (queueing, err
 	q := queueing{Dispatched: map[string]float64{}, Waited: map[string]float64{}, Rejected: map[string]float64{}, Writes: map[string]float64{}}
 	for _, m := range families["apiserver_request_total"].GetMetric() {
 		switch label(m, "verb") {
-		case "CREATE", "UPDATE", "PATCH", "APPLY", "DELETE":
+		// The API server labels a request with its HTTP method (a create is POST, an update
+		// PUT), but reads (LIST, WATCH) and server-side apply (APPLY).
+		case http.MethodPost, http.MethodPut, http.MethodPatch, "APPLY", http.MethodDelete:
 		default:
 			continue
 		}

@@ -159,7 +159,8 @@ type Result struct {
 	// HubRequestsByMethod splits HubRequests by HTTP method (PATCH: grants and revocations,
 	// POST: Events, PUT: status updates, GET: reads past the cache).
 	HubRequestsByMethod map[string]float64
-	// HubEvents counts the Events created on the hub while the Rollouts were timed, by reason.
+	// HubEvents counts the Events recorded on the hub while the Rollouts were timed (by their
+	// eventTime), by reason.
 	HubEvents map[string]int
 	// ClusterStatusChanges counts the changes of the Clusters' status while timed, by the field
 	// changed (a change of several fields counts for each), as a watch of the benchmark's own
@@ -264,7 +265,7 @@ func (r Result) perGrant(counts map[string]float64, keep func(string) bool) stri
 	return strings.Join(parts, ", ")
 }
 
-// events lists the Events created while timed by reason, most first.
+// events lists the Events recorded while timed by reason, most first.
 func (r Result) events() string {
 	var parts []string
 	for _, reason := range mostFirst(r.HubEvents) {
@@ -335,7 +336,7 @@ func (r Result) Table() string {
 		{"hub peak RSS / heap", fmt.Sprintf("%.0f MiB / %.0f MiB", r.HubRSS/(1<<20), r.HubHeap/(1<<20))},
 		{"hub API requests per grant", fmt.Sprintf("%.1f (%d grants)", r.RequestsPerGrant(), r.Grants)},
 		{"… by method, per grant", r.perGrant(r.HubRequestsByMethod, nil)},
-		{"… Events created, by reason", r.events()},
+		{"… Events recorded, by reason", r.events()},
 		{"clusters that went silent while timed", fmt.Sprintf("%d of %d (AgentSilent Events)", r.SilentClusters, r.Clusters)},
 		{"agent writes to the hub API server per run, heartbeats aside", fmt.Sprintf("%.1f (%.0f writes)", r.AgentWritesPerRun(), r.AgentWrites()-r.AgentHeartbeats())},
 		{"agent heartbeats (Lease writes) per run", fmt.Sprintf("%.1f (%.0f writes)", r.AgentHeartbeatsPerRun(), r.AgentHeartbeats())},
@@ -559,7 +560,7 @@ func since(before, after map[string]float64) map[string]float64 {
 	return out
 }
 
-// eventsSince counts the Events created on the hub since t, by reason, and the clusters with an
+// eventsSince counts the Events the hub recorded since t, by reason, and the clusters with an
 // AgentSilent Event that occurred since t: its first occurrence or, for a series of them, the
 // last.
 func (b *bench) eventsSince(ctx context.Context, t time.Time) (map[string]int, int, error) {
@@ -570,7 +571,10 @@ func (b *bench) eventsSince(ctx context.Context, t time.Time) (map[string]int, i
 	out := map[string]int{}
 	silent := map[string]bool{}
 	for _, e := range list.Items {
-		if !e.CreationTimestamp.Time.Before(t.Truncate(time.Second)) {
+		// By when the hub recorded it, not when the API server created it: the hub writes its
+		// Events in the background, and those of the Rollouts that completed just before t may
+		// be created after it.
+		if !e.EventTime.Time.Before(t) {
 			out[e.Reason]++
 		}
 		last := e.EventTime.Time

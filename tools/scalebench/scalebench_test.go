@@ -53,6 +53,11 @@ func TestScaleBenchSmall(t *testing.T) {
 	if res.AgentRequestsByMethod[http.MethodPatch] <= 0 || res.AgentWritesByResource["workspaces/status"] <= 0 {
 		t.Errorf("no patch of a mirror's status counted: by method %v, by resource %v", res.AgentRequestsByMethod, res.AgentWritesByResource)
 	}
+	// The API server's own count of the writes it served, by resource, has the creates (POST)
+	// among them: the hub's Events.
+	if res.HubQueueing.Writes["events"] < 1 {
+		t.Errorf("the hub API server counted no Event written while timed (writes by resource %v); the hub recorded %v", res.HubQueueing.Writes, res.HubEvents)
+	}
 	if res.APIServerCPUPerRun() <= 0 {
 		t.Errorf("the hub API server used %.1f ms of CPU per run, want more than 0", res.APIServerCPUPerRun())
 	}

@@ -108,3 +108,56 @@ func TestCompletionReportedOncePerChange(t *testing.T) {
 		}
 	}
 }
+
+// TestStepStartIsOneEvent: a step that starts records StepChanged and not the routine
+// LevelProgressing as well (it would say the same), unless the Rollout comes out of a pause,
+// where LevelProgressing records the resume for the timeline; a Rollout that goes back to
+// LevelProgressing within its step (after a wait for clusters) still records it.
+func TestStepStartIsOneEvent(t *testing.T) {
+	steps := []string{"dev", "prod"}
+	ro := &magosv1.Rollout{}
+	ro.Namespace, ro.Name, ro.UID = "ns", "web", types.UID("uid-1")
+	for _, name := range steps {
+		ro.Spec.Strategy.Steps = append(ro.Spec.Strategy.Steps, magosv1.RolloutStep{Name: name})
+	}
+	revisions := []magosv1.RolloutRevision{{RepoURL: "https://git.example/infra.git", TargetRevision: "main", Commit: "c1"}}
+	r := &Reconciler{}
+	// decide records the transitions to a decision at step current with reason and returns the
+	// reasons of the Events recorded; the decision becomes the Rollout's status.
+	decide := func(current int, reason string) []string {
+		t.Helper()
+		d := decide.Decision{Phase: magosv1.PhaseReconciling, Reason: reason, Message: reason, CurrentStep: current, Revisions: revisions}
+		for _, name := range steps {
+			d.Steps = append(d.Steps, magosv1.StepStatus{Name: name, Phase: magosv1.StepProgressing})
+		}
+		d.CurrentStepName = steps[current]
+		rec := events.NewFakeRecorder(20)
+		r.Recorder = rec
+		r.recordTransitions(ro, d)
+		close(rec.Events)
+		var reasons []string
+		for e := range rec.Events {
+			if f := strings.Fields(e); len(f) > 1 && f[1] != EventRevisionChanged {
+				reasons = append(reasons, f[1])
+			}
+		}
+		ro.Status = magosv1.RolloutStatus{Phase: d.Phase, Reason: d.Reason, CurrentStep: d.CurrentStep, CurrentStepName: d.CurrentStepName, Revisions: revisions, Steps: d.Steps}
+		return reasons
+	}
+	for i, tc := range []struct {
+		what    string
+		current int
+		reason  string
+		want    []string
+	}{
+		{"the first decision: dev starts", 0, magosv1.ReasonLevelProgressing, []string{EventStepChanged}},
+		{"a dev cluster silent", 0, magosv1.ReasonWaitingForClusters, []string{magosv1.ReasonWaitingForClusters}},
+		{"back, within the step", 0, magosv1.ReasonLevelProgressing, []string{magosv1.ReasonLevelProgressing}},
+		{"paused", 0, magosv1.ReasonPaused, []string{magosv1.ReasonPaused}},
+		{"resumed as prod starts", 1, magosv1.ReasonLevelProgressing, []string{EventStepCompleted, EventStepChanged, EventResumed, magosv1.ReasonLevelProgressing}},
+	} {
+		if got := decide(tc.current, tc.reason); strings.Join(got, " ") != strings.Join(tc.want, " ") {
+			t.Errorf("%d. %s: Events %q, want %q", i+1, tc.what, got, tc.want)
+		}
+	}
+}

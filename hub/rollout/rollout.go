@@ -327,7 +327,9 @@ func (r *Reconciler) recordTransitions(ro *magosv1.Rollout, d decide.Decision) {
 				"Step %d/%d %s completed: %d/%d applied, %d failed", i+1, steps, st.Name, st.Applied, st.Matched, st.Failed)
 		}
 	}
-	if (first || old.CurrentStep != d.CurrentStep) && d.CurrentStep < steps && d.Reason != magosv1.ReasonNoWorkspacesFound && d.Reason != magosv1.ReasonInvalidSelector {
+	stepChanged := (first || old.CurrentStep != d.CurrentStep) && d.CurrentStep < steps &&
+		d.Reason != magosv1.ReasonNoWorkspacesFound && d.Reason != magosv1.ReasonInvalidSelector
+	if stepChanged {
 		// The action names the step: the events API folds Events that differ only in their
 		// note into one series, and each step change deserves its own.
 		r.Recorder.Eventf(ro, nil, corev1.EventTypeNormal, EventStepChanged, "Step "+d.CurrentStepName,
@@ -389,7 +391,10 @@ func (r *Reconciler) recordTransitions(ro *magosv1.Rollout, d decide.Decision) {
 		}
 		r.Recorder.Eventf(ro, nil, corev1.EventTypeNormal, EventResumed, "Resume", "Resumed%s", by)
 	}
-	if (first || old.Reason != d.Reason) && !(drift && d.Reason == magosv1.ReasonDriftDetected) &&
+	// A step that starts is one Event (StepChanged): the routine LevelProgressing that comes
+	// with it would only say it again, but after a pause, where it records the resume.
+	routineStart := d.Reason == magosv1.ReasonLevelProgressing && stepChanged && old.Reason != magosv1.ReasonPaused
+	if (first || old.Reason != d.Reason) && !(drift && d.Reason == magosv1.ReasonDriftDetected) && !routineStart &&
 		(d.Reason != magosv1.ReasonRolloutCompleted || r.firstCompletion(ro, d, "")) {
 		kind := corev1.EventTypeNormal
 		if magosv1.InfoOf(d.Phase, d.Reason).Failed || d.Reason == magosv1.ReasonWaitingForClusters || d.Reason == magosv1.ReasonDriftDetected {

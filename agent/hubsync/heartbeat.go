@@ -45,6 +45,8 @@ type heartbeat struct {
 	now                func() time.Time
 	// skew is where each renewal records the hub's version read from the Lease.
 	skew *skewCheck
+	// hold is the syncer's: a mirror whose run's progress it holds back is in sync.
+	hold *progressHold
 	// log is the manager's logger.
 	log logr.Logger
 
@@ -234,7 +236,7 @@ func (h *heartbeat) audit(ctx context.Context, now time.Time) (auditResult, erro
 		res.mirrored++
 		want := desiredMirror(h.cluster, ws)
 		wanted[want.Name] = true
-		if m := byName[want.Name]; m == nil || !metadataAndSpecInSync(m, want) || !statusInSync(m, want) {
+		if m := byName[want.Name]; m == nil || !metadataAndSpecInSync(m, want) || !statusInSync(m, want) && !h.hold.holding(m, want) {
 			out[want.Name] = ws.Namespace + "/" + ws.Name
 		}
 	}

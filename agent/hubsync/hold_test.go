@@ -7,9 +7,10 @@ import (
 	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
 )
 
-// TestHoldFor is the table of which status changes wait (a run's progress between running
-// phases) and which are written at once (a new run, what the hub acts on, what ends a run).
-func TestHoldFor(t *testing.T) {
+// TestProgressHold is the table of which status changes wait (a run's progress between running
+// phases) and which are written at once (a new run, what the hub acts on, what ends a run),
+// and of what the heartbeat's audit counts as held (in sync): a status held, until its hold ends.
+func TestProgressHold(t *testing.T) {
 	const run, other = "20261207T030000-0000aaaa", "20261207T020000-0000bbbb"
 	ws := func(run string, phase magosv1.Phase, reason string) *magosv1.Workspace {
 		w := &magosv1.Workspace{}
@@ -36,10 +37,16 @@ func TestHoldFor(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			now := time.Date(2026, 12, 7, 3, 0, 0, 0, time.UTC)
-			r := &syncer{hold: time.Second, now: func() time.Time { return now }}
-			wait := r.holdFor(tc.have, tc.want)
+			p := &progressHold{hold: time.Second, now: func() time.Time { return now }}
+			if p.holding(tc.have, tc.want) {
+				t.Fatal("holding before the syncer saw it")
+			}
+			wait := p.wait(tc.have, tc.want)
 			if held := wait > 0; held != tc.held {
 				t.Fatalf("held %v (%s), want %v", held, wait, tc.held)
+			}
+			if held := p.holding(tc.have, tc.want); held != tc.held {
+				t.Fatalf("the audit finds it held %v, want %v", held, tc.held)
 			}
 			if !tc.held {
 				return
@@ -48,15 +55,28 @@ func TestHoldFor(t *testing.T) {
 				t.Fatalf("first sight waits %s, want the hold", wait)
 			}
 			now = now.Add(600 * time.Millisecond)
-			if wait := r.holdFor(tc.have, tc.want); wait != 400*time.Millisecond {
+			if wait := p.wait(tc.have, tc.want); wait != 400*time.Millisecond {
 				t.Fatalf("0.6 s later waits %s, want 0.4 s", wait)
 			}
+			if other := tc.want.DeepCopy(); true {
+				other.Status.Phase = magosv1.PhaseVerifying
+				if tc.want.Status.Phase == magosv1.PhaseVerifying {
+					other.Status.Phase = magosv1.PhaseApplying
+				}
+				if p.holding(tc.have, other) {
+					t.Fatal("the audit finds another phase than the one held held")
+				}
+			}
 			now = now.Add(400 * time.Millisecond)
-			if wait := r.holdFor(tc.have, tc.want); wait != 0 {
+			if p.holding(tc.have, tc.want) {
+				t.Fatal("the audit finds it held after the hold: it is behind")
+			}
+			if wait := p.wait(tc.have, tc.want); wait != 0 {
 				t.Fatalf("after the hold waits %s, want 0: written", wait)
 			}
-			r.hold = -1
-			if wait := r.holdFor(tc.have, tc.want); wait != 0 {
+			p.forget(tc.have.Name)
+			p.hold = -1
+			if wait := p.wait(tc.have, tc.want); wait != 0 || p.holding(tc.have, tc.want) {
 				t.Fatalf("with the hold off waits %s", wait)
 			}
 		})

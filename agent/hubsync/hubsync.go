@@ -34,7 +34,6 @@ import (
 	"fmt"
 	"maps"
 	"os"
-	"sync"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -84,10 +83,11 @@ type Options struct {
 	// ProgressHold is how long a run's progress between phases that run (Planning, Applying,
 	// Verifying of the run the mirror already shows, Pending or running) waits before it is
 	// written to the hub: a phase that passes sooner is folded into the next status written, so
-	// a run that plans and applies in a second costs two status writes (Pending, then Applied),
-	// not four. Every other status (a new run, Planned, Applied, Failed, ...) is written at once,
-	// so the hub never waits on it. Default DefaultProgressHold; negative: write every status
-	// at once.
+	// a run whose phases each pass within the hold costs two status writes (Pending, then
+	// Applied), not four. Every other status (a new run, Planned, Applied, Failed, ...) is
+	// written at once, so the hub never waits on it. The heartbeat's audit counts a mirror whose
+	// progress is held as in sync. Default DefaultProgressHold; negative: write every status at
+	// once.
 	ProgressHold time.Duration
 	// MaxConcurrentReconciles of the sync controller. Default 4.
 	MaxConcurrentReconciles int
@@ -171,8 +171,10 @@ func (o *Options) defaults() error {
 	return nil
 }
 
-// DefaultProgressHold is Options.ProgressHold's default.
-const DefaultProgressHold = time.Second
+// DefaultProgressHold is Options.ProgressHold's default: short beside a run's tofu plan and
+// apply, long beside the writes of a busy spoke API server, and a quarter of the default
+// SyncGrace.
+const DefaultProgressHold = 5 * time.Second
 
 // SetupWithManager adds the hub sync to the agent's manager: a cache of the cluster's hub
 // namespace (started with the manager, with the token renewal when TokenExpiry is set), the sync
@@ -217,9 +219,10 @@ func SetupWithManager(mgr ctrl.Manager, opts Options) error {
 		return fmt.Errorf("hubsync: %w", err)
 	}
 	skew := &skewCheck{own: opts.AgentVersion}
+	hold := &progressHold{hold: opts.ProgressHold, now: time.Now}
 	r := &syncer{cluster: opts.ClusterName, namespace: ns, spoke: mgr.GetClient(), spokeLive: mgr.GetAPIReader(),
 		hub: hub.GetClient(), hubLive: hub.GetAPIReader(), statusFault: opts.StatusFault, skew: skew,
-		hold: opts.ProgressHold, now: time.Now}
+		hold: hold}
 	notMirror := mirror.NotMirror()
 	err = ctrl.NewControllerManagedBy(mgr).
 		Named(opts.ControllerName).
@@ -236,7 +239,7 @@ func SetupWithManager(mgr ctrl.Manager, opts Options) error {
 		spoke: mgr.GetCache(), hub: hub.GetCache(),
 		identity: opts.ClusterName + "/" + opts.Identity, version: opts.AgentVersion,
 		interval: opts.HeartbeatInterval, duration: opts.LeaseDuration, grace: opts.SyncGrace,
-		now: opts.Clock, behind: map[string]lag{}, skew: skew, log: mgr.GetLogger(),
+		now: opts.Clock, behind: map[string]lag{}, skew: skew, hold: hold, log: mgr.GetLogger(),
 	}
 	if err := mgr.Add(hb); err != nil {
 		return fmt.Errorf("hubsync: %w", err)
@@ -308,20 +311,12 @@ type syncer struct {
 	statusFault func(types.NamespacedName) error
 	// skew is the skew policy as the heartbeat last found it against the hub's version.
 	skew *skewCheck
-	// hold is Options.ProgressHold; held remembers, by mirror name, the progress held back
-	// (a heldProgress); now is the clock of the holds.
-	hold time.Duration
-	held sync.Map
-	now  func() time.Time
+	// hold holds a run's progress back for Options.ProgressHold (shared with the heartbeat's
+	// audit, which counts a mirror whose progress is held as in sync).
+	hold *progressHold
 	// writes remembers the mirror's versions before the syncer's last writes of it, so that a
 	// pass on a hub cache that does not show them yet writes nothing twice.
 	writes ownwrites.Tracker
-}
-
-// heldProgress is a status held back: the run and phase, and since when the spoke shows them.
-type heldProgress struct {
-	mark  string
-	since time.Time
 }
 
 // originOf maps a mirror to the spoke Workspace it says it mirrors (mirror.IdentityOf), verified
@@ -440,7 +435,7 @@ func statusInSync(m, want *magosv1.Workspace) bool {
 }
 
 func (r *syncer) deleteMirror(ctx context.Context, key client.ObjectKey, origin types.NamespacedName) error {
-	r.held.Delete(key.Name)
+	r.hold.forget(key.Name)
 	r.writes.Forget(key)
 	m := &magosv1.Workspace{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}
 	err := r.hub.Delete(ctx, m)
@@ -496,14 +491,14 @@ func (r *syncer) updateMirror(ctx context.Context, m, want *magosv1.Workspace) e
 }
 
 // updateMirrorStatus writes the desired mirror's status (the spoke Workspace's, with its
-// origin) in one status write, unless it is a run's progress held back (holdFor): then it
+// origin) in one status write, unless it is a run's progress held back (progressHold): then it
 // writes nothing and returns how long the progress is still held.
 func (r *syncer) updateMirrorStatus(ctx context.Context, m, want *magosv1.Workspace, origin types.NamespacedName) (time.Duration, error) {
 	if statusInSync(m, want) {
-		r.held.Delete(m.Name)
+		r.hold.forget(m.Name)
 		return 0, nil
 	}
-	if wait := r.holdFor(m, want); wait > 0 {
+	if wait := r.hold.wait(m, want); wait > 0 {
 		return wait, nil
 	}
 	if r.statusFault != nil {
@@ -521,35 +516,9 @@ func (r *syncer) updateMirrorStatus(ctx context.Context, m, want *magosv1.Worksp
 	if err := r.hub.Status().Patch(ctx, patched, client.MergeFrom(m)); err != nil {
 		return 0, fmt.Errorf("updating the status of the mirror %s on the hub: %w", m.Name, err)
 	}
-	r.held.Delete(m.Name)
+	r.hold.forget(m.Name)
 	*m = *patched
 	return 0, nil
-}
-
-// holdFor returns how much longer the desired status want waits before it is written over the
-// mirror m's (0: write it now). Only a run's progress waits: want's phase runs (Planning,
-// Applying, Verifying) for the run the mirror already shows, Pending (granted, as far as the
-// hub knows) or running. It waits until the spoke has shown that run in that phase for
-// ProgressHold, so a phase that passes sooner costs no write. The hub loses nothing it acts on:
-// it grants a run it saw Pending, and the agent keeps a run that started whatever the hub
-// writes after (a revocation of a run the hub still sees Pending is ignored once it runs, as it
-// would be a moment later); what ends a run (Applied, Failed), what waits for the hub (Planned,
-// a new run Pending) and what leaves (Deleting) is written at once.
-func (r *syncer) holdFor(m, want *magosv1.Workspace) time.Duration {
-	run := want.Status.CurrentRunID
-	have := magosv1.InfoOf(m.Status.Phase, m.Status.Reason)
-	if r.hold <= 0 || run == "" || m.Status.CurrentRunID != run || !want.Status.Phase.Running() ||
-		!(have.Running || have.AwaitsGrant && m.Status.Phase == magosv1.PhasePending) {
-		return 0
-	}
-	now := r.now()
-	h := heldProgress{mark: run + "/" + string(want.Status.Phase), since: now}
-	if v, ok := r.held.Load(m.Name); ok && v.(heldProgress).mark == h.mark {
-		h = v.(heldProgress)
-	} else {
-		r.held.Store(m.Name, h)
-	}
-	return max(h.since.Add(r.hold).Sub(now), 0)
 }
 
 // copyDecisionDown makes the spoke Workspace's decision keys equal to the mirror's (setting or

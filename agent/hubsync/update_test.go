@@ -3,7 +3,6 @@ package hubsync
 import (
 	"context"
 	"testing"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -128,7 +127,7 @@ func TestNoWriteTwiceFromACacheBehind(t *testing.T) {
 		},
 	})
 	r := &syncer{cluster: updateTestCluster, namespace: mirror.Namespace(updateTestCluster), spoke: spoke, spokeLive: spoke,
-		hub: hub, hubLive: hubServer, now: time.Now}
+		hub: hub, hubLive: hubServer}
 	req := reconcile.Request{NamespacedName: client.ObjectKeyFromObject(ws)}
 	pass := func(name string, wantWrites int) {
 		t.Helper()

@@ -10,13 +10,15 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
+	"github.com/magosfleet/magos/pkg/keys"
 	"github.com/magosfleet/magos/pkg/testenv"
 )
 
 // TestRunProgressIsFolded: a run whose Planning and Applying pass within the agent's progress
 // hold costs two status writes on the hub, Pending (the hub grants on it) and Applied (the hub
 // moves on at once), not four; a phase that lasts longer than the hold is written once it has
-// lasted that long. The writes are counted by the hub sync's own status-write hook, asked
+// lasted that long, and the heartbeats renewed while it is held report no mirror behind. The
+// writes are counted by the hub sync's own status-write hook, asked
 // before every mirror status write.
 func TestRunProgressIsFolded(t *testing.T) {
 	ctx := context.Background()
@@ -24,7 +26,7 @@ func TestRunProgressIsFolded(t *testing.T) {
 	spoke := env.Spokes[cluster].Client
 	ensureNamespace(t, spoke, ns)
 	var writes atomic.Int32
-	startAgent(t, cluster, agentOptions{progressHold: hold, statusFault: func(o types.NamespacedName) error {
+	startAgent(t, cluster, agentOptions{progressHold: hold, heartbeat: 200 * time.Millisecond, lease: 4 * time.Second, statusFault: func(o types.NamespacedName) error {
 		if o.Namespace == ns {
 			writes.Add(1)
 		}
@@ -79,6 +81,15 @@ func TestRunProgressIsFolded(t *testing.T) {
 	setPhase(slow, magosv1.PhasePlanning)
 	planning := time.Now()
 	testenv.Consistently(t, hold/2, mirrorShows(slow, magosv1.PhasePending))
+	// Held progress is not lag: the heartbeats renewed meanwhile report no mirror behind.
+	lease, err := agentLease(cluster)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if renewed := lease.Spec.RenewTime; renewed == nil || !renewed.After(planning.Add(hold/4)) || lease.Annotations[keys.MirrorsBehind] != "" {
+		t.Errorf("while Planning was held, the Lease renewed at %v reports %q mirrors behind (%s %q), want a renewal after %s reporting none",
+			renewed, lease.Annotations[keys.MirrorsBehind], keys.MirrorLag, lease.Annotations[keys.MirrorLag], planning.Add(hold/4).Format(time.RFC3339Nano))
+	}
 	testenv.Eventually(t, 30*time.Second, mirrorShows(slow, magosv1.PhasePlanning))
 	if took := time.Since(planning); took < hold {
 		t.Errorf("Planning reached the hub %s after the spoke showed it, before the hold of %s", took, hold)

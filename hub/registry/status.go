@@ -66,7 +66,7 @@ const offsetGranularity = 250 * time.Millisecond
 // clock moving: the offset shown stays the larger, closer one, which errs on the safe side (the
 // hub takes the agent's sync watermark for older than it is, never newer), and a busy API
 // server does not cost a status write per Cluster each time its delays change. A clock set
-// back by a second or more is written as soon as the measure shows it.
+// back by a second or more is written at once.
 const offsetFallGranularity = 4 * offsetGranularity
 
 // offsetMoved reports whether the measured offset off differs enough from the one shown to be

@@ -107,32 +107,3 @@ func TestLeaseClockOffset(t *testing.T) {
 		t.Fatalf("offset %v after %d renewals in sync, want -10ms", off, offsetSamples)
 	}
 }
-
-// TestOffsetMoved: the offset shown in a Cluster's status is written again when the measure
-// rises by offsetGranularity or falls by offsetFallGranularity, so that a busy API server's
-// changing delays (which only lower the measure) do not rewrite every Cluster; below the measure
-// (the unsafe side) the offset shown stays within offsetGranularity of it, as before.
-func TestOffsetMoved(t *testing.T) {
-	shown := func(d time.Duration) *metav1.Duration { return &metav1.Duration{Duration: d} }
-	for _, tc := range []struct {
-		name  string
-		shown *metav1.Duration
-		off   time.Duration
-		want  bool
-	}{
-		{"none shown", nil, 0, true},
-		{"unchanged", shown(time.Second), time.Second, false},
-		{"risen a little", shown(time.Second), time.Second + 249*time.Millisecond, false},
-		{"risen by the grain", shown(time.Second), time.Second + offsetGranularity, true},
-		{"fallen by the rise's grain: a slower renewal", shown(time.Second), time.Second - offsetGranularity, false},
-		{"fallen a little less than a second", shown(time.Second), time.Second - 999*time.Millisecond, false},
-		{"fallen by the fall's grain: the clock set back", shown(time.Second), 0, true},
-		{"negative, risen", shown(-3 * time.Second), -2 * time.Second, true},
-		{"negative, fallen a little", shown(-3 * time.Second), -3*time.Second - 500*time.Millisecond, false},
-		{"negative, fallen far", shown(-3 * time.Second), -5 * time.Second, true},
-	} {
-		if got := offsetMoved(tc.shown, tc.off); got != tc.want {
-			t.Errorf("%s: offsetMoved(%v, %v) = %v, want %v", tc.name, tc.shown, tc.off, got, tc.want)
-		}
-	}
-}

@@ -55,25 +55,10 @@ const defaultLeaseDuration = 40 * time.Second
 // Available condition turns False within a Lease duration of the last renewal.
 const heartbeatGranularity = 5 * time.Minute
 
-// offsetGranularity is how much the measured clock offset of an agent must rise before the
+// offsetGranularity is how much the measured clock offset of an agent must move before the
 // Cluster's status.clockOffset is written again: the measure moves by milliseconds with each
 // renewal's delay, and the times it corrects are compared at a coarser grain.
 const offsetGranularity = 250 * time.Millisecond
-
-// offsetFallGranularity is how much the measured clock offset must fall before it is written.
-// Every sample is the true offset less a delay (see leaseClock.offset), so a fall is most often
-// the window losing its quickest renewal while the hub API server is busy, not the agent's
-// clock moving: the offset shown stays the larger, closer one, which errs on the safe side (the
-// hub takes the agent's sync watermark for older than it is, never newer), and a busy API
-// server does not cost a status write per Cluster each time its delays change. A clock set
-// back by a second or more is written at once.
-const offsetFallGranularity = 4 * offsetGranularity
-
-// offsetMoved reports whether the measured offset off differs enough from the one shown to be
-// written: it rose by offsetGranularity or fell by offsetFallGranularity.
-func offsetMoved(shown *metav1.Duration, off time.Duration) bool {
-	return shown == nil || off-shown.Duration >= offsetGranularity || shown.Duration-off >= offsetFallGranularity
-}
 
 // HubCacheByObject is what the hub manager's cache must be told for the registry: only the
 // agents' heartbeat Leases are cached. Merge it into the manager's cache.Options.ByObject.
@@ -277,7 +262,7 @@ func (r *Registry) reconcileStatus(ctx context.Context, req reconcile.Request) (
 			}
 			st.AgentVersion = lease.Annotations[keys.AgentVersion]
 			st.SyncedSince, st.Mirrored = syncWatermark(lease)
-			if off, ok := r.leases.offset(ns); ok && offsetMoved(st.ClockOffset, off) {
+			if off, ok := r.leases.offset(ns); ok && (st.ClockOffset == nil || (off-st.ClockOffset.Duration).Abs() >= offsetGranularity) {
 				st.ClockOffset = &metav1.Duration{Duration: off.Round(offsetGranularity / 10)}
 			}
 		}

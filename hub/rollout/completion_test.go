@@ -39,18 +39,8 @@ func TestCompletionReportedOncePerChange(t *testing.T) {
 		if reason == magosv1.ReasonRolloutCompleted {
 			d.Phase = magosv1.PhaseApplied
 		}
-		for _, name := range steps {
-			d.Steps = append(d.Steps, magosv1.StepStatus{Name: name, Phase: magosv1.StepProgressing})
-		}
-		if current < len(steps) {
-			d.CurrentStepName = steps[current]
-		}
-		rec := events.NewFakeRecorder(20)
-		r.Recorder = rec
-		r.recordTransitions(ro, d)
-		close(rec.Events)
 		var completed []string
-		for e := range rec.Events {
+		for _, e := range transitions(r, ro, &d, steps, current) {
 			// "Normal StepCompleted Step 1/3 dev completed: …", "Normal RolloutCompleted …"
 			switch f := strings.Fields(e); {
 			case len(f) > 3 && f[1] == EventStepCompleted:
@@ -127,16 +117,8 @@ func TestStepStartIsOneEvent(t *testing.T) {
 	decide := func(current int, reason string) []string {
 		t.Helper()
 		d := decide.Decision{Phase: magosv1.PhaseReconciling, Reason: reason, Message: reason, CurrentStep: current, Revisions: revisions}
-		for _, name := range steps {
-			d.Steps = append(d.Steps, magosv1.StepStatus{Name: name, Phase: magosv1.StepProgressing})
-		}
-		d.CurrentStepName = steps[current]
-		rec := events.NewFakeRecorder(20)
-		r.Recorder = rec
-		r.recordTransitions(ro, d)
-		close(rec.Events)
 		var reasons []string
-		for e := range rec.Events {
+		for _, e := range transitions(r, ro, &d, steps, current) {
 			if f := strings.Fields(e); len(f) > 1 && f[1] != EventRevisionChanged {
 				reasons = append(reasons, f[1])
 			}
@@ -160,4 +142,25 @@ func TestStepStartIsOneEvent(t *testing.T) {
 			t.Errorf("%d. %s: Events %q, want %q", i+1, tc.what, got, tc.want)
 		}
 	}
+}
+
+// transitions completes the decision d with the steps (current is the current one) and returns
+// the Events r records for the transition from ro's status to d, as the fake recorder prints
+// them ("Normal StepCompleted Step 1/3 dev completed: ...").
+func transitions(r *Reconciler, ro *magosv1.Rollout, d *decide.Decision, steps []string, current int) []string {
+	for _, name := range steps {
+		d.Steps = append(d.Steps, magosv1.StepStatus{Name: name, Phase: magosv1.StepProgressing})
+	}
+	if current < len(steps) {
+		d.CurrentStepName = steps[current]
+	}
+	rec := events.NewFakeRecorder(20)
+	r.Recorder = rec
+	r.recordTransitions(ro, *d)
+	close(rec.Events)
+	var out []string
+	for e := range rec.Events {
+		out = append(out, e)
+	}
+	return out
 }

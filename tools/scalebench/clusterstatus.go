@@ -8,6 +8,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
+	toolscache "k8s.io/client-go/tools/cache"
+	watchtools "k8s.io/client-go/tools/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
@@ -34,7 +36,13 @@ func watchClusterStatus(ctx context.Context, c client.WithWatch) (*clusterStatus
 		last[cl.Name] = cl.Status
 	}
 	wctx, stop := context.WithCancel(ctx)
-	w, err := c.Watch(wctx, &magosv1.ClusterList{}, &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: list.ResourceVersion}})
+	// A watch the API server ends (after 30 minutes or more) is started again from the last
+	// version seen, so that a long run is counted whole.
+	w, err := watchtools.NewRetryWatcherWithContext(wctx, list.ResourceVersion, &toolscache.ListWatch{
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			return c.Watch(ctx, &magosv1.ClusterList{}, &client.ListOptions{Raw: &o})
+		},
+	})
 	if err != nil {
 		stop()
 		return nil, fmt.Errorf("watching the hub's Clusters: %w", err)
@@ -71,10 +79,15 @@ func watchClusterStatus(ctx context.Context, c client.WithWatch) (*clusterStatus
 	return s, nil
 }
 
-// result stops the watch and returns the changes counted, by field.
-func (s *clusterStatusWatch) result() map[string]float64 {
+// close stops the watch; result may still be called.
+func (s *clusterStatusWatch) close() {
 	s.stop()
 	<-s.done
+}
+
+// result stops the watch and returns the changes counted, by field.
+func (s *clusterStatusWatch) result() map[string]float64 {
+	s.close()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.changes

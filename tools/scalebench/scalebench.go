@@ -478,6 +478,7 @@ func Run(ctx context.Context, opts Options) (res Result, err error) {
 	if err != nil {
 		return res, err
 	}
+	defer clusterChanges.close() // a run that fails stops it too
 	for k := range opts.Repeats {
 		commit := b.newCommit()
 		b.step("3-stage rollout %d of %d: commit %s", k+1, opts.Repeats, short(commit))

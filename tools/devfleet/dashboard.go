@@ -22,7 +22,8 @@ import (
 // DashboardToken: read access to every Magos object, nothing else.
 const DashboardViewer = "magos-dashboard-viewer"
 
-// DashboardURL is the address of the hub's dashboard (Options.Dashboard), or "" when off.
+// DashboardURL is the address of the hub's dashboard (Options.Dashboard, or the port chosen for
+// AnyAddress), or "" when off.
 func (f *Fleet) DashboardURL() string {
 	if f.dashboard == "" {
 		return ""

@@ -61,11 +61,13 @@ type Options struct {
 	// ProjectParallelGracePeriod is the hub's projectParallelGracePeriod (the hub's default if
 	// zero).
 	ProjectParallelGracePeriod time.Duration
-	// HubMetricsAddress is where the hub serves its Prometheus metrics (off if empty); with
-	// several replicas, only the first serves them.
+	// HubMetricsAddress is where the hub serves its Prometheus metrics (off if empty; AnyAddress:
+	// a free loopback port, see Fleet.HubMetricsAddress); with several replicas, only the first
+	// serves them. Start returns once the hub listens there.
 	HubMetricsAddress string
-	// Dashboard is the address the hub serves its dashboard on (host:port; off if empty).
-	// With several replicas, only the first serves it.
+	// Dashboard is the address the hub serves its dashboard on (host:port; off if empty;
+	// AnyAddress: a free loopback port, see Fleet.DashboardURL). With several replicas, only the
+	// first serves it. Start returns once the hub listens there.
 	Dashboard string
 	// HubLeaseDuration is how long an agent's heartbeat is valid (6s if zero, with a heartbeat
 	// every third of it): after it, the hub marks a stopped agent's cluster unavailable.
@@ -102,7 +104,8 @@ type Fleet struct {
 	proxies   map[string]*transportProxy // by spoke name, when Options.HubProxy
 	hubs      []string                   // the hub replicas' process names
 	grace     time.Duration              // Options.ProjectParallelGracePeriod
-	dashboard string                     // Options.Dashboard
+	dashboard string                     // the hub's dashboard address (Options.Dashboard, or the one chosen)
+	metrics   string                     // the hub's metrics address (Options.HubMetricsAddress, or the one chosen)
 	notify    map[string]any             // Options.Notifications
 
 	// mu guards registered, bindings and the hub's config file.
@@ -223,16 +226,20 @@ func (f *Fleet) start(ctx context.Context, opts Options) error {
 		if i > 0 {
 			name = fmt.Sprintf("hub-%d", i+1)
 		}
-		metrics := "0"
-		if i == 0 && opts.HubMetricsAddress != "" {
-			metrics = opts.HubMetricsAddress
-		}
 		args := []string{"controller",
 			"--kubeconfig", f.Kubeconfig("hub"), "--config", f.path("hub-config.yaml"),
-			"--metrics-bind-address", metrics, "--health-probe-bind-address", "0", "--log-development"}
+			"--health-probe-bind-address", "0", "--log-development"}
+		var listeners []*hubListener
+		metrics := &hubListener{flag: "--metrics-bind-address", asked: "0"}
+		if i == 0 && opts.HubMetricsAddress != "" {
+			metrics.asked = opts.HubMetricsAddress
+			listeners = append(listeners, metrics)
+		} else {
+			args = append(args, metrics.flag, metrics.asked)
+		}
+		dashboard := &hubListener{flag: "--dashboard-bind-address", asked: opts.Dashboard}
 		if i == 0 && opts.Dashboard != "" {
-			args = append(args, "--dashboard-bind-address", opts.Dashboard)
-			f.dashboard = opts.Dashboard
+			listeners = append(listeners, dashboard)
 		}
 		if replicas > 1 {
 			f.step("starting the hub replica %s (leader election on)", name)
@@ -241,8 +248,11 @@ func (f *Fleet) start(ctx context.Context, opts Options) error {
 		} else {
 			f.step("starting the hub")
 		}
-		if err := f.run(name, "magos-hub", nil, args...); err != nil {
+		if err := f.startHub(ctx, name, args, listeners); err != nil {
 			return err
+		}
+		if i == 0 {
+			f.metrics, f.dashboard = metrics.addr, dashboard.addr
 		}
 		f.hubs = append(f.hubs, name)
 	}
@@ -373,10 +383,7 @@ func (f *Fleet) writeHubConfig() error {
 func (f *Fleet) agentKubeconfig(ctx context.Context, cluster string) (string, error) {
 	out := f.path(cluster + "-hub.kubeconfig")
 	var last []byte
-	err := localcluster.Poll(2*time.Minute, func() error {
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
+	err := f.poll(ctx, 2*time.Minute, func() error {
 		cmd := exec.CommandContext(ctx, f.path("bin", "magos-hub"), "agent-kubeconfig",
 			"--kubeconfig", f.Kubeconfig("hub"), "--cluster", cluster)
 		var stdout, stderr bytes.Buffer
@@ -394,19 +401,15 @@ func (f *Fleet) agentKubeconfig(ctx context.Context, cluster string) (string, er
 		}
 		return os.WriteFile(out, raw, 0o600)
 	})
+	if err != nil && len(f.hubs) > 0 {
+		// The hub runs but has not set the cluster up: what it says may tell why.
+		return "", fmt.Errorf("%w\nthe log of %s ends:\n%s", err, f.hubs[0], f.logTail(f.hubs[0]))
+	}
 	return out, err
 }
 
 func (f *Fleet) waitReady(ctx context.Context) error {
-	return localcluster.Poll(3*time.Minute, func() error {
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		for _, p := range f.procs {
-			if p.exited() {
-				return fmt.Errorf("%s exited: see %s", p.name, f.path("logs", p.name+".log"))
-			}
-		}
+	return f.poll(ctx, 3*time.Minute, func() error {
 		var list magosv1.ClusterList
 		if err := f.Hub.Client.List(ctx, &list); err != nil {
 			return err

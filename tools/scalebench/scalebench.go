@@ -13,6 +13,7 @@
 package scalebench
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"crypto/sha1"
@@ -621,14 +622,36 @@ func (b *bench) writeConfig(names []string) error {
 	return devfleet.WriteHubConfig(filepath.Join(b.opts.Dir, "hub-config.yaml"), cfg)
 }
 
-// startHub starts magos-hub against the hub API server, with its metrics on a free loopback
-// port and its log in Dir.
+// startHub starts magos-hub against the hub API server, with its metrics and profiles on free
+// loopback ports and its log in Dir, and returns once it listens on both. A port picked free
+// can be taken by another process before the hub binds it: the hub is then started again on
+// others, up to hubStartAttempts times.
 func (b *bench) startHub() error {
 	out, err := exec.Command(b.opts.HubBinary, "--version").Output()
 	if err != nil {
 		return fmt.Errorf("asking %s its version: %w", b.opts.HubBinary, err)
 	}
 	b.hubVersion = strings.TrimSpace(string(out))
+	logPath := filepath.Join(b.opts.Dir, "magos-hub.log")
+	for attempt := 1; ; attempt++ {
+		err := b.startHubOnce(logPath)
+		if err == nil || attempt == hubStartAttempts || b.hubExited() == nil {
+			return err
+		}
+		if log, _ := os.ReadFile(logPath); !bytes.Contains(log, []byte("address already in use")) {
+			return err
+		}
+		b.step("a port chosen for magos-hub was taken meanwhile: starting it again on others (attempt %d of %d)", attempt+1, hubStartAttempts)
+	}
+}
+
+// hubStartAttempts is how many times startHub starts magos-hub on newly chosen ports.
+const hubStartAttempts = 5
+
+// startHubOnce starts magos-hub once and waits until it listens on its metrics and profile
+// addresses, or exits (its log is then logPath's last start).
+func (b *bench) startHubOnce(logPath string) error {
+	var err error
 	if b.metrics, err = localcluster.FreeAddress(); err != nil {
 		return err
 	}
@@ -636,7 +659,7 @@ func (b *bench) startHub() error {
 	if err != nil {
 		return err
 	}
-	logFile, err := os.Create(filepath.Join(b.opts.Dir, "magos-hub.log"))
+	logFile, err := os.Create(logPath)
 	if err != nil {
 		return err
 	}
@@ -650,14 +673,31 @@ func (b *bench) startHub() error {
 		_ = logFile.Close()
 		return fmt.Errorf("starting magos-hub: %w", err)
 	}
-	b.step("magos-hub runs, pid %d: metrics at http://%s/metrics, profiles at http://%s/debug/pprof/, log in %s",
-		cmd.Process.Pid, b.metrics, pprof, logFile.Name())
 	b.hubCmd, b.hubDone = cmd, make(chan struct{})
-	go func() {
+	go func(done chan struct{}) {
 		_ = cmd.Wait()
 		_ = logFile.Close()
-		close(b.hubDone)
-	}()
+		close(done)
+	}(b.hubDone)
+	err = localcluster.Poll(2*time.Minute, func() error {
+		if exited := b.hubExited(); exited != nil {
+			return nil // returned below, at once
+		}
+		for _, addr := range []string{b.metrics, pprof} {
+			if listening, err := localcluster.ListensOn(cmd.Process.Pid, addr); err != nil || !listening {
+				return errors.Join(fmt.Errorf("magos-hub does not listen on %s yet", addr), err)
+			}
+		}
+		return nil
+	})
+	if exited := b.hubExited(); exited != nil {
+		return exited
+	}
+	if err != nil {
+		return err
+	}
+	b.step("magos-hub runs, pid %d: metrics at http://%s/metrics, profiles at http://%s/debug/pprof/, log in %s",
+		cmd.Process.Pid, b.metrics, pprof, logFile.Name())
 	return nil
 }
 

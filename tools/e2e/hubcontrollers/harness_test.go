@@ -124,22 +124,23 @@ func start(t *testing.T, opts devfleet.Options) *world {
 	t.Cleanup(cancel)
 	opts.Dir = t.TempDir()
 	opts.Spokes = regions
-	opts.HubMetricsAddress = testenv.FreeAddress(t)
+	opts.HubMetricsAddress = devfleet.AnyAddress
 	var progress bytes.Buffer
 	opts.Progress = &progress
 	f, err := devfleet.Start(ctx, opts)
 	if err != nil {
+		dumpLogs(t, opts.Dir)
 		t.Fatalf("starting the fleet: %v\n%s", err, progress.String())
 	}
 	t.Cleanup(func() {
 		if t.Failed() {
-			dumpLogs(t, f)
+			dumpLogs(t, f.Dir)
 		}
 		if err := f.Stop(); err != nil {
 			t.Errorf("stopping the fleet: %v", err)
 		}
 	})
-	w := &world{f: f, ctx: ctx, control: t.TempDir(), grants: &Grants{}, metrics: opts.HubMetricsAddress}
+	w := &world{f: f, ctx: ctx, control: t.TempDir(), grants: &Grants{}, metrics: f.HubMetricsAddress()}
 	repo := gitrepotest.New(t)
 	w.commit = repo.Commit(t, "the gated module", map[string]string{"main.tf": gatedModule(w.control)})
 	w.repo = repo.URL()
@@ -150,8 +151,8 @@ func start(t *testing.T, opts devfleet.Options) *world {
 }
 
 // dumpLogs prints the end of every process log of the fleet, for a failed test.
-func dumpLogs(t *testing.T, f *devfleet.Fleet) {
-	logs, _ := filepath.Glob(filepath.Join(f.Dir, "logs", "*.log"))
+func dumpLogs(t *testing.T, dir string) {
+	logs, _ := filepath.Glob(filepath.Join(dir, "logs", "*.log"))
 	for _, l := range logs {
 		b, err := os.ReadFile(l)
 		if err != nil {

@@ -401,7 +401,7 @@ func (f *Fleet) agentKubeconfig(ctx context.Context, cluster string) (string, er
 		}
 		return os.WriteFile(out, raw, 0o600)
 	})
-	if err != nil && len(f.hubs) > 0 {
+	if exited := (*exitedError)(nil); err != nil && !errors.As(err, &exited) && len(f.hubs) > 0 {
 		// The hub runs but has not set the cluster up: what it says may tell why.
 		return "", fmt.Errorf("%w\nthe log of %s ends:\n%s", err, f.hubs[0], f.logTail(f.hubs[0]))
 	}

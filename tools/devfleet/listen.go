@@ -106,9 +106,18 @@ func (f *Fleet) waitListening(ctx context.Context, p *process, listeners []*hubL
 	return nil
 }
 
+// exitedError is a process of the fleet that exited while the fleet waited for it.
+type exitedError struct {
+	name, log, tail string
+}
+
+func (e *exitedError) Error() string {
+	return fmt.Sprintf("%s exited (log %s); its log ends:\n%s", e.name, e.log, e.tail)
+}
+
 // exitedError says that a process of the fleet exited, with the end of its log.
 func (f *Fleet) exitedError(p *process) error {
-	return fmt.Errorf("%s exited (log %s); its log ends:\n%s", p.name, f.path("logs", p.name+".log"), f.logTail(p.name))
+	return &exitedError{name: p.name, log: f.path("logs", p.name+".log"), tail: f.logTail(p.name)}
 }
 
 // logTail returns the last lines of a process's log.

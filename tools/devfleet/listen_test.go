@@ -31,7 +31,6 @@ func fakeHub(mode string, args []string) int {
 	fs := flag.NewFlagSet("magos-hub", flag.ContinueOnError)
 	metrics := fs.String("metrics-bind-address", "0", "")
 	dashboard := fs.String("dashboard-bind-address", "", "")
-	_ = fs.String("marker", "", "")
 	if err := fs.Parse(args[1:]); err != nil {
 		return 2
 	}

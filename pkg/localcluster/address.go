@@ -1,6 +1,7 @@
 package localcluster
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -21,6 +22,44 @@ func FreeAddress() (string, error) {
 	}
 	defer l.Close()
 	return l.Addr().String(), nil
+}
+
+// AddressInUse is what a Go process's error says when the port it was to listen on is taken:
+// a caller that chose the port (FreeAddress) may choose another and start the process again.
+const AddressInUse = "address already in use"
+
+// ErrExited is WaitListening's error when the process exited first.
+var ErrExited = errors.New("the process exited")
+
+// WaitListening waits until the process pid listens on every address (ListensOn), polling
+// every PollInterval. It returns ErrExited when exited is closed first, and an error naming the
+// address after timeout or when ctx ends.
+func WaitListening(ctx context.Context, pid int, exited <-chan struct{}, timeout time.Duration, addrs ...string) error {
+	deadline := time.Now().Add(timeout)
+	for _, addr := range addrs {
+		for {
+			select {
+			case <-exited:
+				return ErrExited
+			default:
+			}
+			if listening, err := ListensOn(pid, addr); err != nil {
+				return err
+			} else if listening {
+				break
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("the process %d does not listen on %s after %s", pid, addr, timeout)
+			}
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-exited:
+			case <-time.After(PollInterval):
+			}
+		}
+	}
+	return nil
 }
 
 // ListensOn reports whether the process pid holds a listening TCP socket on addr's port. It

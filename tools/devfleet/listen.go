@@ -3,6 +3,7 @@ package devfleet
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -68,7 +69,7 @@ func (f *Fleet) startHub(ctx context.Context, name string, args []string, listen
 		for _, l := range listeners {
 			chosen = chosen || l.asked == AnyAddress
 		}
-		if !p.exited() || !chosen || attempt == bindAttempts || !strings.Contains(f.logTail(name), "address already in use") {
+		if !p.exited() || !chosen || attempt == bindAttempts || !strings.Contains(f.logTail(name), localcluster.AddressInUse) {
 			stop(p)
 			return err
 		}
@@ -78,30 +79,16 @@ func (f *Fleet) startHub(ctx context.Context, name string, args []string, listen
 
 // waitListening waits until p listens on each listener's address, or fails when p exits first.
 func (f *Fleet) waitListening(ctx context.Context, p *process, listeners []*hubListener) error {
-	deadline := time.Now().Add(listenTimeout)
+	var addrs []string
 	for _, l := range listeners {
-		for {
-			if p.exited() {
-				return f.exitedError(p)
-			}
-			if listening, err := localcluster.ListensOn(p.cmd.Process.Pid, l.addr); err != nil {
-				return err
-			} else if listening {
-				break
-			}
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			if time.Now().After(deadline) {
-				return fmt.Errorf("%s does not listen on %s (%s) after %s: see %s", p.name, l.addr, l.flag, listenTimeout, f.path("logs", p.name+".log"))
-			}
-			select {
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-p.done:
-			case <-time.After(100 * time.Millisecond):
-			}
-		}
+		addrs = append(addrs, l.addr)
+	}
+	err := localcluster.WaitListening(ctx, p.cmd.Process.Pid, p.done, listenTimeout, addrs...)
+	switch {
+	case errors.Is(err, localcluster.ErrExited):
+		return f.exitedError(p)
+	case err != nil:
+		return fmt.Errorf("%s: %w: see %s", p.name, err, f.path("logs", p.name+".log"))
 	}
 	return nil
 }

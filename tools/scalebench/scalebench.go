@@ -638,7 +638,7 @@ func (b *bench) startHub() error {
 		if err == nil || attempt == hubStartAttempts || b.hubExited() == nil {
 			return err
 		}
-		if log, _ := os.ReadFile(logPath); !bytes.Contains(log, []byte("address already in use")) {
+		if log, _ := os.ReadFile(logPath); !bytes.Contains(log, []byte(localcluster.AddressInUse)) {
 			return err
 		}
 		b.step("a port chosen for magos-hub was taken meanwhile: starting it again on others (attempt %d of %d)", attempt+1, hubStartAttempts)
@@ -679,22 +679,12 @@ func (b *bench) startHubOnce(logPath string) error {
 		_ = logFile.Close()
 		close(done)
 	}(b.hubDone)
-	err = localcluster.Poll(2*time.Minute, func() error {
-		if exited := b.hubExited(); exited != nil {
-			return nil // returned below, at once
-		}
-		for _, addr := range []string{b.metrics, pprof} {
-			if listening, err := localcluster.ListensOn(cmd.Process.Pid, addr); err != nil || !listening {
-				return errors.Join(fmt.Errorf("magos-hub does not listen on %s yet", addr), err)
-			}
-		}
-		return nil
-	})
-	if exited := b.hubExited(); exited != nil {
-		return exited
+	err = localcluster.WaitListening(context.Background(), cmd.Process.Pid, b.hubDone, 2*time.Minute, b.metrics, pprof)
+	if errors.Is(err, localcluster.ErrExited) {
+		return b.hubExited()
 	}
 	if err != nil {
-		return err
+		return fmt.Errorf("magos-hub: %w", err)
 	}
 	b.step("magos-hub runs, pid %d: metrics at http://%s/metrics, profiles at http://%s/debug/pprof/, log in %s",
 		cmd.Process.Pid, b.metrics, pprof, logFile.Name())

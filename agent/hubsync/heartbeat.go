@@ -181,18 +181,43 @@ func (h *heartbeat) beat(ctx context.Context, log logr.Logger) (soon bool) {
 	if !h.renewed && !inSync {
 		return soon // the initial sync is not done: no heartbeat yet
 	}
-	rctx, cancel := context.WithTimeout(ctx, h.interval)
-	defer cancel()
 	w := mirror.Watermark{Since: h.syncedSince, At: h.completeAt, Mirrored: res.mirrored, Behind: res.behind, Lag: res.lag}
-	if err := h.renew(rctx, now, w); err != nil {
+	if err := h.renewWithin(ctx, now, w); err != nil {
 		if ctx.Err() == nil {
-			heartbeatFailures.Inc()
 			log.Error(err, "renewing the heartbeat Lease on the hub")
 		}
 		return soon
 	}
 	h.renewed = true
 	return soon
+}
+
+// renewalDeadline is how long one renewal may wait for the hub API server: the lease duration
+// less one interval (30 s by default), never less than one interval. A renewal that waits in a
+// saturated API server's queue keeps its place there for as long as it can still keep the
+// cluster live; given up after one interval and sent again, as it was, it went back to the end
+// of the queue each time, and four such in a row turned a live cluster silent. The beat after a
+// slow renewal starts at once (Start does not make up for lost ticks), so the agent never has
+// more than one renewal in flight.
+func renewalDeadline(interval, duration time.Duration) time.Duration {
+	return max(interval, duration-interval)
+}
+
+// renewWithin renews the Lease (renew) within renewalDeadline, and records how long it took and
+// whether it failed in the agent's metrics.
+func (h *heartbeat) renewWithin(ctx context.Context, now time.Time, w mirror.Watermark) error {
+	rctx, cancel := context.WithTimeout(ctx, renewalDeadline(h.interval, h.duration))
+	defer cancel()
+	start := time.Now()
+	err := h.renew(rctx, now, w)
+	if ctx.Err() != nil {
+		return err // the agent stops: neither a renewal's time nor a failure
+	}
+	heartbeatDuration.Observe(time.Since(start).Seconds())
+	if err != nil {
+		heartbeatFailures.Inc()
+	}
+	return err
 }
 
 // audit compares every spoke Workspace with its mirror as the syncer would write it

@@ -6,6 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
@@ -87,4 +90,80 @@ func TestRenewalIsOneRequest(t *testing.T) {
 	}
 	renew("a renewal after the Lease was deleted", map[string]int{"update": 1, "get": 1, "create": 1})
 	renew("the one after", map[string]int{"update": 1})
+}
+
+// TestSlowRenewalKeepsItsPlace: a renewal that the hub API server answers only after more than
+// one heartbeat interval still renews the Lease, as long as it is answered within the lease
+// duration less one interval (renewalDeadline); one answered later fails and is counted, and
+// every renewal's time is recorded in magos_agent_heartbeat_duration_seconds. The hub here is a
+// real API server; its slowness is a stand-in: the client holds each update for a while before
+// sending it, as a saturated API server's queue would (a real one cannot be made slow on cue).
+func TestSlowRenewalKeepsItsPlace(t *testing.T) {
+	for _, tc := range []struct{ interval, duration, want time.Duration }{
+		{10 * time.Second, 40 * time.Second, 30 * time.Second},
+		{time.Second, 4 * time.Second, 3 * time.Second},
+		{10 * time.Second, 15 * time.Second, 10 * time.Second},
+		{10 * time.Second, 10 * time.Second, 10 * time.Second},
+	} {
+		if got := renewalDeadline(tc.interval, tc.duration); got != tc.want {
+			t.Errorf("renewalDeadline(%s, %s) = %s, want %s", tc.interval, tc.duration, got, tc.want)
+		}
+	}
+
+	ctx := context.Background()
+	hub, _ := startHubAndSpoke(t)
+	var delay time.Duration
+	slow := interceptor.NewClient(hub, interceptor.Funcs{
+		Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
+			select {
+			case <-time.After(delay):
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			return c.Update(ctx, obj, opts...)
+		},
+	})
+	ns := mirror.Namespace(updateTestCluster)
+	// One interval is 1 s, the deadline 3 s.
+	h := &heartbeat{client: slow, namespace: ns, identity: "agent-a", version: "v0.1.0", interval: time.Second, duration: 4 * time.Second}
+	now := time.Date(2026, 12, 7, 11, 0, 0, 0, time.UTC)
+	renew := func(what string, wait time.Duration, wantErr bool) {
+		t.Helper()
+		delay = wait
+		failures, renewals := testutil.ToFloat64(heartbeatFailures), sampleCount(t, heartbeatDuration)
+		now = now.Add(time.Second)
+		err := h.renewWithin(ctx, now, mirror.Watermark{Since: now.Add(-time.Minute), At: now, Mirrored: 3})
+		if (err != nil) != wantErr {
+			t.Fatalf("%s: renewal error %v (want one: %v)", what, err, wantErr)
+		}
+		if got := testutil.ToFloat64(heartbeatFailures) - failures; got != map[bool]float64{true: 1}[wantErr] {
+			t.Errorf("%s: %v failures counted, want %v", what, got, map[bool]float64{true: 1}[wantErr])
+		}
+		if got := sampleCount(t, heartbeatDuration) - renewals; got != 1 {
+			t.Errorf("%s: %d renewal times recorded, want 1", what, got)
+		}
+		lease := &coordinationv1.Lease{}
+		if err := hub.Get(ctx, client.ObjectKey{Namespace: ns, Name: keys.AgentLease}, lease); err != nil {
+			t.Fatal(err)
+		}
+		renewed := lease.Spec.RenewTime != nil && lease.Spec.RenewTime.Time.Equal(now)
+		if renewed == wantErr {
+			t.Errorf("%s: the Lease's renew time is %v (renewed: %v), want renewed: %v", what, lease.Spec.RenewTime, renewed, !wantErr)
+		}
+	}
+	renew("the first heartbeat (a create)", 0, false)
+	renew("an update at once", 0, false)
+	renew("an update answered after 2 intervals", 2*time.Second, false)
+	renew("an update not answered within the deadline", 5*time.Second, true)
+	renew("the next, answered at once", 0, false)
+}
+
+// sampleCount is how many observations histogram h has recorded.
+func sampleCount(t *testing.T, h prometheus.Histogram) uint64 {
+	t.Helper()
+	var m dto.Metric
+	if err := h.Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	return m.GetHistogram().GetSampleCount()
 }

@@ -61,6 +61,14 @@ import (
 	"github.com/magosfleet/magos/pkg/version"
 )
 
+// The heartbeat's defaults, as the kubelet renews its node Lease: every 10 s, valid for 40 s.
+const (
+	// DefaultHeartbeatInterval is how often an agent renews its Lease on the hub.
+	DefaultHeartbeatInterval = 10 * time.Second
+	// DefaultLeaseDuration is how long a renewal is valid.
+	DefaultLeaseDuration = 40 * time.Second
+)
+
 // Options configures the hub sync.
 type Options struct {
 	// ClusterName is the cluster's registered name on the hub.
@@ -73,9 +81,10 @@ type Options struct {
 	// Identity is this agent replica's identity in the Lease's holderIdentity (after
 	// "<cluster>/"); defaults to $POD_NAME, else the host name.
 	Identity string
-	// HeartbeatInterval is how often the Lease is renewed. Default 10s.
+	// HeartbeatInterval is how often the Lease is renewed. Default DefaultHeartbeatInterval.
 	HeartbeatInterval time.Duration
-	// LeaseDuration is how long a renewal is valid. Default 40s.
+	// LeaseDuration is how long a renewal is valid: the hub counts the cluster silent when it
+	// sees none for this long. Default DefaultLeaseDuration.
 	LeaseDuration time.Duration
 	// SyncGrace is how long a mirror may stay out of sync with its spoke Workspace (a change in
 	// flight) before the heartbeat leaves synced-since out of the Lease. Default LeaseDuration/2.
@@ -133,10 +142,10 @@ func (o *Options) defaults() error {
 		o.AgentVersion = version.Get()
 	}
 	if o.HeartbeatInterval <= 0 {
-		o.HeartbeatInterval = 10 * time.Second
+		o.HeartbeatInterval = DefaultHeartbeatInterval
 	}
 	if o.LeaseDuration <= 0 {
-		o.LeaseDuration = 40 * time.Second
+		o.LeaseDuration = DefaultLeaseDuration
 	}
 	if o.LeaseDuration < o.HeartbeatInterval {
 		return fmt.Errorf("hubsync: lease duration %s must be at least the heartbeat interval %s", o.LeaseDuration, o.HeartbeatInterval)

@@ -140,10 +140,14 @@ type requestCounter struct {
 	// those that failed (a transport error or an answer of 400 or more), by answer.
 	leaseTimes  []time.Duration
 	leaseFailed map[string]float64
+	// renewed are the times the heartbeats' writes (a Lease's create or update) were answered
+	// with success, by namespace (one per cluster), in order: when each renewal landed, as the
+	// agents saw it.
+	renewed map[string][]time.Time
 }
 
 func newRequestCounter() *requestCounter {
-	return &requestCounter{byMethod: map[string]float64{}, byResource: map[string]float64{}, leaseFailed: map[string]float64{}}
+	return &requestCounter{byMethod: map[string]float64{}, byResource: map[string]float64{}, leaseFailed: map[string]float64{}, renewed: map[string][]time.Time{}}
 }
 
 // wrap is a rest.Config.WrapTransport that counts each request, then sends it on.
@@ -169,9 +173,39 @@ func (c *requestCounter) wrap(rt http.RoundTripper) http.RoundTripper {
 			c.leaseFailed["error"]++
 		case resp.StatusCode >= 400:
 			c.leaseFailed[strconv.Itoa(resp.StatusCode)]++
+		case isWrite(req.Method):
+			ns := namespaceOf(req.URL.Path)
+			c.renewed[ns] = append(c.renewed[ns], start.Add(took))
 		}
 		return resp, err
 	})
+}
+
+// renewalGaps returns, for each cluster that renewed its Lease, the longest time between two
+// renewals that landed from from to to, as the agents saw them: counting from the last renewal
+// before from, and to to after the last one. It is the benchmark's own measure of what the hub
+// judges a cluster silent by (no renewal for a lease duration), taken where the requests are
+// answered rather than where the hub sees them.
+func (c *requestCounter) renewalGaps(from, to time.Time) map[string]time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	gaps := map[string]time.Duration{}
+	for ns, times := range c.renewed {
+		last, longest := time.Time{}, time.Duration(0)
+		for _, t := range times {
+			if t.After(to) {
+				break
+			}
+			if !last.IsZero() && t.After(from) {
+				longest = max(longest, t.Sub(later(last, from)))
+			}
+			last = t
+		}
+		if !last.IsZero() {
+			gaps[ns] = max(longest, to.Sub(later(last, from)))
+		}
+	}
+	return gaps
 }
 
 // leases returns how long the heartbeats' requests took since the first from of them, and
@@ -219,6 +253,24 @@ func resourceOf(path string) string {
 		return seg[0] + "/" + seg[2]
 	}
 	return seg[0]
+}
+
+// later returns the later of a and b.
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+// namespaceOf returns the namespace a Kubernetes API path names ("" if none), e.g. "ns" for
+// /apis/coordination.k8s.io/v1/namespaces/ns/leases/l.
+func namespaceOf(path string) string {
+	seg := strings.Split(strings.Trim(path, "/"), "/")
+	if i := slices.Index(seg, "namespaces"); i >= 0 && i+1 < len(seg) {
+		return seg[i+1]
+	}
+	return ""
 }
 
 // queueing is what the API server's priority and fairness (APF) did with the requests it

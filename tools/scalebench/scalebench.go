@@ -42,6 +42,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/magosfleet/magos/agent/hubsync"
 	magosv1 "github.com/magosfleet/magos/apis/v1alpha1"
 	"github.com/magosfleet/magos/hub/registry"
 	"github.com/magosfleet/magos/pkg/keys"
@@ -171,6 +172,11 @@ type Result struct {
 	// timed: those with an AgentSilent Event that occurred meanwhile (its first occurrence, or
 	// the last of its series).
 	SilentClusters int
+	// RenewalGaps is, for each cluster, the longest time while timed between two of its
+	// agent's Lease renewals landing, as the agents' own transport saw them answered
+	// (requestCounter.renewalGaps): what the hub's judgment of silence should match, measured
+	// apart from the hub.
+	RenewalGaps map[string]time.Duration
 	// AgentRequestsByMethod counts the emulated agents' requests to the hub API server while the
 	// Rollouts were timed, by HTTP method (GET: get, list and watch; the others are writes), and
 	// AgentWritesByResource their writes by resource, e.g. "workspaces/status" or "leases". Each
@@ -339,6 +345,8 @@ func (r Result) Table() string {
 		{"… by method, per grant", r.perGrant(r.HubRequestsByMethod, nil)},
 		{"… Events recorded, by reason", r.events()},
 		{"clusters that went silent while timed", fmt.Sprintf("%d of %d (AgentSilent Events)", r.SilentClusters, r.Clusters)},
+		{"… clusters without a renewal answered for a lease duration, as the agents saw them", fmt.Sprintf("%d of %d; each cluster's longest wait between renewals: %s",
+			r.LateClusters(), r.Clusters, pct(slices.Collect(maps.Values(r.RenewalGaps))))},
 		{"agent writes to the hub API server per run, heartbeats aside", fmt.Sprintf("%.1f (%.0f writes)", r.AgentWritesPerRun(), r.AgentWrites()-r.AgentHeartbeats())},
 		{"agent heartbeats (Lease writes) per run", fmt.Sprintf("%.1f (%.0f writes)", r.AgentHeartbeatsPerRun(), r.AgentHeartbeats())},
 		{"… by method, per run", r.perGrant(r.AgentRequestsByMethod, isWrite)},
@@ -549,8 +557,23 @@ func Run(ctx context.Context, opts Options) (res Result, err error) {
 	res.HubThrottled = after.Throttled - before.Throttled
 	res.HubRequestsByMethod = since(before.ByMethod, after.ByMethod)
 	res.HubRSS, res.HubHeap = samples.peaks()
+	res.RenewalGaps = b.agentHub.renewalGaps(timed, time.Now())
 	res.HubEvents, res.SilentClusters, err = b.eventsSince(ctx, timed)
 	return res, err
+}
+
+// LateClusters is how many clusters went a lease duration (the agents' default) or longer
+// without a renewal landing while timed, as the agents saw their renewals answered: those the
+// hub had cause to judge silent. More silent clusters than late ones means the hub saw
+// renewals later than the API server answered them.
+func (r Result) LateClusters() int {
+	n := 0
+	for _, gap := range r.RenewalGaps {
+		if gap >= hubsync.DefaultLeaseDuration {
+			n++
+		}
+	}
+	return n
 }
 
 // since returns the counts of after less those of before, by key.

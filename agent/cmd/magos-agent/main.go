@@ -158,8 +158,8 @@ type LogConfig struct {
 // Defaults returns the default configuration.
 func Defaults() *Config {
 	return &Config{
-		HubHeartbeatInterval:   10 * time.Second,
-		HubLeaseDuration:       40 * time.Second,
+		HubHeartbeatInterval:   hubsync.DefaultHeartbeatInterval,
+		HubLeaseDuration:       hubsync.DefaultLeaseDuration,
 		HubTokenExpiry:         hubtoken.DefaultExpiry,
 		HubTokenSecret:         "magos-agent-hub-token",
 		InputsKeySecret:        "magos-agent-inputs-key",
